@@ -1,0 +1,88 @@
+"""The experiment contract: every paper figure or table is one module that declares its points as data.
+
+A module in ``repro.experiments`` exposes ``EXPERIMENT`` (or ``EXPERIMENTS``, a tuple) of type :class:`Experiment`.
+Discovery is by walking the package, so adding an experiment never edits a shared list.
+
+Data flows one way (DESIGN.md): ``Experiment.points[scale]`` -> ``run_point`` (on every rank, local processes or
+srun) -> result rows (plain dicts, rank 0's are kept) -> provenance added by the runner -> JSONL under ``results/``
+-> pandas -> figures and the claims report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+SCALES = ("ci", "paper")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of an experiment.
+
+    ``params`` is the configuration (JSON-serialisable); ``world_size`` is how many ranks the point needs;
+    ``needs_gpu`` marks points that cannot run on a CPU (their claims get the verdict "needs GPU");
+    ``memory_gib`` is the estimated peak host memory per rank, checked before starting.
+    """
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    needs_gpu: bool = False
+    memory_gib: float = 0.5
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What ``run_point`` is handed: where it runs and where it may write scratch files."""
+
+    scale: str
+    rank: int
+    world_size: int
+    device: str  # "cpu" or "cuda"
+    scratch_dir: Path
+
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One row of the claims report: a paper claim (``paper``, ``claim_id`` as in paper_claims.csv) set beside the
+    value this suite computed or measured. ``verdict`` is one of reproduced / differs / not run / needs GPU."""
+
+    paper: str
+    claim_id: str
+    reproduced_value: float | str | None
+    tolerance: str
+    verdict: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A paper figure or table, as data.
+
+    ``run_point(point, ctx) -> list[Row]`` is called on every rank with torch.distributed initialised when
+    ``point.world_size > 1``; rows are dicts with at least ``metric``, ``value`` and ``unit``.
+    ``claims(rows) -> list[ClaimCheck]`` maps the experiment's rows (a pandas DataFrame, possibly empty) onto
+    claim ids of ``paper_claims.csv``.
+    ``figure(rows, paper_claims, out_dir) -> list[Path]`` draws paper vs reproduced (optional).
+    """
+
+    name: str
+    paper: str
+    title: str
+    points: Mapping[str, Sequence[Point]]
+    run_point: Callable[[Point, RunContext], list[Row]]
+    claims: Callable[[Any], list[ClaimCheck]] | None = None
+    figure: Callable[[Any, Any, Path], list[Path]] | None = None
+    description: str = ""
+
+    def points_for(self, scale: str) -> Sequence[Point]:
+        if scale not in self.points:
+            raise ValueError(
+                f"experiment {self.name!r} has no scale {scale!r}; it declares {sorted(self.points)}"
+            )
+        return self.points[scale]
