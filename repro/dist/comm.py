@@ -1,0 +1,129 @@
+"""Communication groups as values, and the collectives the layers call through them.
+
+A :class:`CommGroup` bundles a torch ProcessGroup with its name, its members and the ledger that counts what is
+sent through it. Every layer, optimizer and schedule receives the CommGroup it communicates over as an argument;
+there is no module-level state (DESIGN.md: "process groups are values").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from repro.dist.ledger import CollectiveLedger
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """A named process group. ``process_group`` is None for a group of one (nothing is ever sent)."""
+
+    name: str
+    ranks: tuple[int, ...]
+    rank: int  # this process's index inside the group
+    process_group: dist.ProcessGroup | None = field(default=None, compare=False)
+    ledger: CollectiveLedger = field(default_factory=CollectiveLedger, compare=False, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @classmethod
+    def single(cls, name: str = "single", ledger: CollectiveLedger | None = None) -> "CommGroup":
+        """A group holding only this process (tp=1 and friends)."""
+        return cls(name=name, ranks=(0,), rank=0, process_group=None, ledger=ledger or CollectiveLedger())
+
+    def global_rank(self, group_rank: int) -> int:
+        return self.ranks[group_rank]
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _record(group: CommGroup, kind: str, nbytes: int) -> None:
+    group.ledger.record(kind, group.name, group.size, nbytes)
+
+
+def all_reduce(tensor: torch.Tensor, group: CommGroup, *, op=dist.ReduceOp.SUM, async_op: bool = False):
+    """In-place all-reduce over ``group``; a no-op on a group of one."""
+    if group.size == 1:
+        return None
+    _record(group, "all_reduce", _nbytes(tensor))
+    return dist.all_reduce(tensor, op=op, group=group.process_group, async_op=async_op)
+
+
+def all_gather_into_tensor(output: torch.Tensor, tensor: torch.Tensor, group: CommGroup, *, async_op: bool = False):
+    """Gather equal shards along dim 0 into ``output`` (size = group.size x shard)."""
+    if group.size == 1:
+        output.copy_(tensor)
+        return None
+    _record(group, "all_gather", _nbytes(output))
+    return dist.all_gather_into_tensor(output, tensor, group=group.process_group, async_op=async_op)
+
+
+def reduce_scatter_tensor(
+    output: torch.Tensor, tensor: torch.Tensor, group: CommGroup, *, op=dist.ReduceOp.SUM, async_op: bool = False
+):
+    """Sum ``tensor`` across the group and keep this rank's dim-0 shard in ``output``."""
+    if group.size == 1:
+        output.copy_(tensor)
+        return None
+    _record(group, "reduce_scatter", _nbytes(tensor))
+    return dist.reduce_scatter_tensor(output, tensor, op=op, group=group.process_group, async_op=async_op)
+
+
+def broadcast(tensor: torch.Tensor, group: CommGroup, *, src_group_rank: int = 0, async_op: bool = False):
+    if group.size == 1:
+        return None
+    _record(group, "broadcast", _nbytes(tensor))
+    return dist.broadcast(tensor, src=group.global_rank(src_group_rank), group=group.process_group, async_op=async_op)
+
+
+def all_to_all_single(output: torch.Tensor, tensor: torch.Tensor, group: CommGroup, *, async_op: bool = False):
+    if group.size == 1:
+        output.copy_(tensor)
+        return None
+    _record(group, "all_to_all", _nbytes(tensor))
+    return dist.all_to_all_single(output, tensor, group=group.process_group, async_op=async_op)
+
+
+def send(tensor: torch.Tensor, group: CommGroup, dst_group_rank: int) -> None:
+    _record(group, "send", _nbytes(tensor))
+    dist.send(tensor, dst=group.global_rank(dst_group_rank), group=group.process_group)
+
+
+def recv(tensor: torch.Tensor, group: CommGroup, src_group_rank: int) -> None:
+    _record(group, "recv", _nbytes(tensor))
+    dist.recv(tensor, src=group.global_rank(src_group_rank), group=group.process_group)
+
+
+def isend(tensor: torch.Tensor, group: CommGroup, dst_group_rank: int):
+    _record(group, "send", _nbytes(tensor))
+    return dist.isend(tensor, dst=group.global_rank(dst_group_rank), group=group.process_group)
+
+
+def irecv(tensor: torch.Tensor, group: CommGroup, src_group_rank: int):
+    _record(group, "recv", _nbytes(tensor))
+    return dist.irecv(tensor, src=group.global_rank(src_group_rank), group=group.process_group)
+
+
+def barrier(group: CommGroup) -> None:
+    if group.size > 1:
+        dist.barrier(group=group.process_group)
+
+
+def new_comm_group(name: str, ranks: Sequence[int], ledger: CollectiveLedger) -> CommGroup:
+    """Create a CommGroup on every process (torch requires all ranks to call new_group for every group).
+
+    Returns a group whose ``rank`` is -1 when this process is not a member; callers keep only their own groups.
+    """
+    ranks = tuple(int(r) for r in ranks)
+    my_rank = dist.get_rank() if dist.is_initialized() else 0
+    if len(ranks) == 1:
+        return CommGroup(name, ranks, 0 if my_rank == ranks[0] else -1, None, ledger)
+    process_group = dist.new_group(list(ranks))
+    index = ranks.index(my_rank) if my_rank in ranks else -1
+    return CommGroup(name, ranks, index, process_group, ledger)

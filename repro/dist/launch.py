@@ -1,0 +1,140 @@
+"""Initialise torch.distributed from whatever launched us: torchrun, srun, or our own local launcher.
+
+torchrun exports RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT. srun exports SLURM_PROCID /
+SLURM_NTASKS / SLURM_LOCALID / SLURM_JOB_NODELIST / SLURM_JOB_ID; the master is the first host of the node list
+and the port is derived from the job id so that concurrent jobs on a node do not collide.
+The backend is chosen at run time: nccl when CUDA is available, gloo otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """Where this process sits in the job, as read from the launcher's environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    launcher: str  # "torchrun" | "srun" | "single"
+
+
+def default_backend() -> str:
+    """nccl on GPUs, gloo on CPUs (chosen at run time, never hard-coded)."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``node[03-05,09],gpu1`` -> ``node03``; ``a1,a2`` -> ``a1``."""
+    nodelist = nodelist.strip()
+    if not nodelist:
+        raise ValueError("SLURM_JOB_NODELIST is empty; cannot choose the master host")
+    match = re.match(r"^([^,\[]+)(\[([^\]]+)\])?", nodelist)
+    if match is None:
+        raise ValueError(f"cannot parse SLURM_JOB_NODELIST={nodelist!r}")
+    prefix, _, ranges = match.groups()
+    if ranges is None:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def slurm_port(job_id: str | int, base: int = 20000, span: int = 20000) -> int:
+    """A port derived from the job id, so that two jobs sharing a node use different ports."""
+    try:
+        job = int(str(job_id).split("_")[0])
+    except ValueError as err:
+        raise ValueError(f"SLURM_JOB_ID={job_id!r} is not an integer job id") from err
+    return base + job % span
+
+
+def _int_var(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name)
+    if value is None:
+        raise ValueError(f"launch variable {name} is missing")
+    try:
+        return int(value)
+    except ValueError as err:
+        raise ValueError(f"launch variable {name}={value!r} is not an integer") from err
+
+
+def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Read rank, world size and rendezvous address from torchrun's or srun's variables.
+
+    torchrun's variables win when both are present (srun running one torchrun per node sets both).
+    With neither, this is a single process (rank 0 of 1).
+    """
+    env = os.environ if env is None else env
+    if "RANK" in env or "WORLD_SIZE" in env:
+        rank, world = _int_var(env, "RANK"), _int_var(env, "WORLD_SIZE")
+        local = int(env.get("LOCAL_RANK", "0"))
+        addr = env.get("MASTER_ADDR")
+        port = env.get("MASTER_PORT")
+        if addr is None or port is None:
+            raise ValueError("RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is missing")
+        launcher = "torchrun"
+        port_int = int(port)
+    elif "SLURM_PROCID" in env:
+        rank, world = _int_var(env, "SLURM_PROCID"), _int_var(env, "SLURM_NTASKS")
+        local = _int_var(env, "SLURM_LOCALID")
+        addr = env.get("MASTER_ADDR") or first_slurm_host(env.get("SLURM_JOB_NODELIST", ""))
+        port_int = int(env["MASTER_PORT"]) if "MASTER_PORT" in env else slurm_port(env.get("SLURM_JOB_ID", "0"))
+        launcher = "srun"
+    else:
+        return LaunchEnv(0, 1, 0, "127.0.0.1", 29500, "single")
+    if world < 1:
+        raise ValueError(f"world size {world} must be >= 1")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is outside [0, world size {world})")
+    if local < 0:
+        raise ValueError(f"local rank {local} must be >= 0")
+    return LaunchEnv(rank, world, local, addr, port_int, launcher)
+
+
+def init_distributed(
+    backend: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, env: Mapping[str, str] | None = None
+) -> LaunchEnv:
+    """Initialise the default process group from the launcher's environment (idempotent).
+
+    ``timeout_s`` bounds every collective, so a dead peer makes the job fail instead of hang.
+    """
+    launch = read_launch_env(env)
+    if dist.is_initialized():
+        if dist.get_world_size() != launch.world_size and launch.launcher != "single":
+            raise ValueError(
+                f"process group already initialised with world size {dist.get_world_size()}, "
+                f"but the launcher says {launch.world_size}"
+            )
+        return launch
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
+        rank=launch.rank,
+        world_size=launch.world_size,
+        timeout=_dt.timedelta(seconds=timeout_s),
+    )
+    return launch
+
+
+def device_for(backend: str | None = None) -> torch.device:
+    """The device tensors of this rank should live on for the given backend."""
+    backend = backend or (dist.get_backend() if dist.is_initialized() else default_backend())
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

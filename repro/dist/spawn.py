@@ -1,0 +1,119 @@
+"""Run a function on N local processes with torch.distributed initialised: the embedded default launcher.
+
+Each child gets the same environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT), so code written for torchrun or srun runs unchanged. The first failing rank's traceback is re-raised
+in the parent, and the remaining ranks are killed rather than left waiting on a collective.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+
+class SpawnError(RuntimeError):
+    """A rank failed (or the job timed out); carries the rank's traceback."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, args, kwargs):  # pragma: no cover
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )
+    try:
+        torch.set_num_threads(threads)
+        from repro.dist.launch import init_distributed
+        import torch.distributed as dist
+
+        if world_size > 1:
+            init_distributed(backend, timeout_s=timeout_s)
+        value = fn(rank, world_size, *args, **kwargs)
+        results.put(("ok", rank, value))
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - everything must reach the parent
+        results.put(("error", rank, traceback.format_exc()))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    backend: str = "gloo",
+    timeout_s: float = 300.0,
+    start_method: str | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their results by rank.
+
+    ``fork`` is used where available (fast, and ``fn`` may be a closure); ``spawn`` elsewhere.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be a positive integer")
+    method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ctx = mp.get_context(method)
+    results = ctx.Queue()
+    port = free_port()
+    threads = max(1, (os.cpu_count() or 1) // world_size)
+    procs = [
+        ctx.Process(
+            target=_child,
+            args=(fn, rank, world_size, port, backend, min(timeout_s, 600.0), threads, results, args, kwargs),
+            daemon=False,
+        )
+        for rank in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    values: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) < world_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SpawnError(f"timed out after {timeout_s:.0f} s; ranks done: {sorted(values)}")
+            try:
+                status, rank, value = results.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in values]
+                if dead:
+                    # A rank died without reporting (killed, segfault): give the queue a moment, then fail.
+                    try:
+                        status, rank, value = results.get(timeout=2.0)
+                    except queue.Empty:
+                        raise SpawnError(
+                            f"rank {dead[0]} exited with code {procs[dead[0]].exitcode} without a report"
+                        ) from None
+                else:
+                    continue
+            if status == "error":
+                raise SpawnError(f"rank {rank} of {world_size} failed:\n{value}")
+            values[rank] = value
+        for proc in procs:
+            proc.join(timeout=30)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    return [values[rank] for rank in range(world_size)]
