@@ -1,0 +1,89 @@
+"""BERT built from the tensor-parallel layers (Megatron-LM sec. 5.3).
+
+Megatron found that the original BERT's layer-norm placement (post-LN, Fig. 7a) makes training of models beyond
+BERT-large unstable, and that moving the layer norms inside the residual branches (pre-LN, Fig. 7b, as in GPT-2)
+lets 1.3B and 3.9B models train with monotonically falling loss. ``BertConfig.layernorm_placement`` selects either.
+"original": LN on the embeddings, LN after each residual sum, no final LN.
+"megatron": no LN on the embeddings, LN at the input of each branch, a final LN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repro.dist.comm import CommGroup
+from repro.models.config import BertConfig
+from repro.models.embedding import Embedding
+from repro.models.output import parallel_lm_logits
+from repro.models.transformer import TransformerLayer
+from repro.tensor_parallel import RNGTracker, vocab_parallel_cross_entropy
+from repro.tensor_parallel.layers import normal_init
+
+
+def _linear(in_features: int, out_features: int, std: float) -> nn.Linear:
+    layer = nn.Linear(in_features, out_features)
+    normal_init(std)(layer.weight.data)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class BertLMHead(nn.Module):
+    """Masked-LM head: dense -> GeLU -> LN -> logits tied to the word embedding (+ a vocab-parallel bias)."""
+
+    def __init__(self, config: BertConfig, *, group: CommGroup) -> None:
+        super().__init__()
+        self.dense = _linear(config.hidden_size, config.hidden_size, config.init_std)
+        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
+        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size(group.size) // group.size))
+        self.approximate = config.gelu_approximate
+
+
+class BertModel(nn.Module):
+    """``forward(input_ids, token_type_ids, attention_mask) -> (sequence_output [b, s, h], pooled [b, h])``."""
+
+    def __init__(
+        self, config: BertConfig, *, tp_group: CommGroup | None = None, rng_tracker: RNGTracker | None = None
+    ) -> None:
+        super().__init__()
+        group = tp_group if tp_group is not None else CommGroup.single("tp")
+        config.check_tensor_parallel(group.size)
+        self.config, self.tp_group = config, group
+        pre_norm = config.layernorm_placement == "megatron"
+        h, eps = config.hidden_size, config.layernorm_epsilon
+        self.embedding = Embedding(config, group=group, num_tokentypes=config.num_tokentypes)
+        self.embedding_layernorm = None if pre_norm else nn.LayerNorm(h, eps=eps)
+        self.layers = nn.ModuleList(
+            TransformerLayer(config, group=group, causal=False, pre_norm=pre_norm, rng_tracker=rng_tracker)
+            for _ in range(config.num_layers)
+        )
+        self.final_layernorm = nn.LayerNorm(h, eps=eps) if pre_norm else None
+        self.pooler = _linear(h, h, config.init_std)
+        self.lm_head = BertLMHead(config, group=group)
+        self.binary_head = _linear(h, 2, config.init_std)  # next-sentence / sentence-order prediction
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embedding(input_ids, token_type_ids)
+        if self.embedding_layernorm is not None:
+            x = self.embedding_layernorm(x)
+        for layer in self.layers:
+            x = layer(x, attention_mask)
+        if self.final_layernorm is not None:
+            x = self.final_layernorm(x)
+        pooled = torch.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+    def lm_logits(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        """Masked-LM logits, this rank's vocabulary shard [b, s, V_padded / tp]."""
+        head = self.lm_head
+        x = head.layernorm(F.gelu(head.dense(sequence_output), approximate=head.approximate))
+        return parallel_lm_logits(x, self.embedding.word_embeddings, head.bias)
+
+    def mlm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return vocab_parallel_cross_entropy(self.lm_logits(sequence_output), labels, self.tp_group)

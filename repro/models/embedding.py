@@ -1,0 +1,50 @@
+"""Input embeddings shared by GPT and BERT: vocabulary-parallel word embedding + replicated positions."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from repro.dist.comm import CommGroup
+from repro.models.config import TransformerConfig
+from repro.tensor_parallel import VocabParallelEmbedding
+from repro.tensor_parallel.layers import normal_init
+
+
+class Embedding(nn.Module):
+    """word (vocab-parallel) + position (+ token type) embeddings, then dropout (replicated region)."""
+
+    def __init__(self, config: TransformerConfig, *, group: CommGroup, num_tokentypes: int = 0) -> None:
+        super().__init__()
+        self.vocab_size = config.vocab_size
+        self.word_embeddings = VocabParallelEmbedding(
+            config.padded_vocab_size(group.size), config.hidden_size, group=group,
+            vocab_size=config.vocab_size, init_method=normal_init(config.init_std),
+        )
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        normal_init(config.init_std)(self.position_embeddings.weight.data)
+        self.tokentype_embeddings = None
+        if num_tokentypes > 0:
+            self.tokentype_embeddings = nn.Embedding(num_tokentypes, config.hidden_size)
+            normal_init(config.init_std)(self.tokentype_embeddings.weight.data)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.max_positions = config.max_position_embeddings
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+        seq = input_ids.shape[1]
+        if seq > self.max_positions:
+            raise ValueError(f"sequence length {seq} exceeds max_position_embeddings={self.max_positions}")
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, vocab_size={self.vocab_size}); got [{int(input_ids.min())}, "
+                f"{int(input_ids.max())}]"
+            )
+        positions = torch.arange(seq, device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
+        if self.tokentype_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.tokentype_embeddings(token_type_ids)
+        return self.dropout(x)

@@ -1,0 +1,105 @@
+"""The tensor-parallel transformer layer (Megatron-LM sec. 3, Fig. 3).
+
+MLP: ``GeLU(X A) B`` with A column-parallel and B row-parallel: one all-reduce forward (g after B), one backward
+(f before A). Self-attention: the Q, K, V projections are column-parallel *by heads*, so each rank runs attention on
+its own heads with no communication, and the output projection is row-parallel: again one all-reduce each way.
+A layer therefore costs exactly 2 all-reduces forward and 2 backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repro.dist.comm import CommGroup
+from repro.models.config import TransformerConfig
+from repro.tensor_parallel import ColumnParallelLinear, RNGTracker, RowParallelLinear
+from repro.tensor_parallel.layers import normal_init, scaled_normal_init
+
+
+def _region(rng_tracker: RNGTracker | None):
+    return rng_tracker.fork() if rng_tracker is not None else contextlib.nullcontext()
+
+
+class ParallelSelfAttention(nn.Module):
+    """Multi-head self-attention with heads split across the tensor-parallel group.
+
+    ``qkv.weight`` rows are ordered (head, {q, k, v}, head_dim), so a contiguous column split hands each rank
+    whole heads together with their q, k and v.
+    """
+
+    def __init__(self, config: TransformerConfig, *, group: CommGroup, causal: bool, rng_tracker=None) -> None:
+        super().__init__()
+        config.check_tensor_parallel(group.size)
+        self.heads_per_rank = config.num_attention_heads // group.size
+        self.head_dim = config.head_dim
+        self.causal = causal
+        self.dropout_p = config.attention_dropout
+        self.rng_tracker = rng_tracker
+        h = config.hidden_size
+        self.qkv = ColumnParallelLinear(h, 3 * h, group=group, init_method=normal_init(config.init_std))
+        self.dense = RowParallelLinear(
+            h, h, group=group, init_method=scaled_normal_init(config.init_std, config.num_layers)
+        )
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x).view(batch, seq, self.heads_per_rank, 3, self.head_dim)
+        q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # [b, heads/tp, s, d]
+        mask = None
+        if attention_mask is not None:  # [b, s] with 1 = attend; broadcast over heads and queries
+            mask = attention_mask[:, None, None, :].to(torch.bool)
+        with _region(self.rng_tracker):  # dropout on split heads: a different mask on every tp rank
+            context = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
+                is_causal=self.causal and mask is None,
+            )
+        context = context.transpose(1, 2).reshape(batch, seq, self.heads_per_rank * self.head_dim)
+        return self.dense(context)
+
+
+class ParallelMLP(nn.Module):
+    """``GeLU(X A) B``: A column-parallel (no communication), B row-parallel (g all-reduces)."""
+
+    def __init__(self, config: TransformerConfig, *, group: CommGroup) -> None:
+        super().__init__()
+        config.check_tensor_parallel(group.size)
+        self.approximate = config.gelu_approximate
+        self.fc1 = ColumnParallelLinear(
+            config.hidden_size, config.ffn_size, group=group, init_method=normal_init(config.init_std)
+        )
+        self.fc2 = RowParallelLinear(
+            config.ffn_size, config.hidden_size, group=group,
+            init_method=scaled_normal_init(config.init_std, config.num_layers),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class TransformerLayer(nn.Module):
+    """One layer. ``pre_norm=True`` is GPT-2 / Megatron-BERT (LN inside the residual branch, paper Fig. 7b);
+    ``pre_norm=False`` is the original BERT (LN after the residual sum, Fig. 7a). In the original placement
+    ``input_layernorm`` normalises the attention block's sum and ``post_attention_layernorm`` the MLP block's."""
+
+    def __init__(
+        self, config: TransformerConfig, *, group: CommGroup, causal: bool, pre_norm: bool = True, rng_tracker=None
+    ) -> None:
+        super().__init__()
+        h, eps = config.hidden_size, config.layernorm_epsilon
+        self.pre_norm = pre_norm
+        self.input_layernorm = nn.LayerNorm(h, eps=eps)
+        self.attention = ParallelSelfAttention(config, group=group, causal=causal, rng_tracker=rng_tracker)
+        self.post_attention_layernorm = nn.LayerNorm(h, eps=eps)
+        self.mlp = ParallelMLP(config, group=group)
+        self.dropout = nn.Dropout(config.hidden_dropout)  # replicated region: same mask on every tp rank
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.dropout(self.attention(self.input_layernorm(x), attention_mask))
+            return x + self.dropout(self.mlp(self.post_attention_layernorm(x)))
+        x = self.input_layernorm(x + self.dropout(self.attention(x, attention_mask)))
+        return self.post_attention_layernorm(x + self.dropout(self.mlp(x)))
