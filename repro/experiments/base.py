@@ -16,6 +16,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 SCALES = ("ci", "paper")
 
+#: Keys the runner adds to every row; a row returned by ``run_point`` may not use them.
+RESERVED_ROW_KEYS = ("experiment", "scale", "point", "run_id", "provenance")
+
+#: Verdicts of the claims report.
+VERDICTS = ("reproduced", "differs", "not run", "needs GPU")
+
 
 @dataclass(frozen=True)
 class Point:
@@ -69,6 +75,11 @@ class Experiment:
     ``claims(rows) -> list[ClaimCheck]`` maps the experiment's rows (a pandas DataFrame, possibly empty) onto
     claim ids of ``paper_claims.csv``.
     ``figure(rows, paper_claims, out_dir) -> list[Path]`` draws paper vs reproduced (optional).
+
+    Optional, for the runner and ``repro reproduce``:
+    ``budget_s[scale]`` is the wall-clock budget of the whole scale in seconds (the ``ci`` budgets of all
+    experiments together must stay under 20 minutes on 2 CPU cores); ``metrics``, when given, lists every
+    ``metric`` its rows may carry, and the runner rejects a row with any other metric.
     """
 
     name: str
@@ -79,6 +90,8 @@ class Experiment:
     claims: Callable[[Any], list[ClaimCheck]] | None = None
     figure: Callable[[Any, Any, Path], list[Path]] | None = None
     description: str = ""
+    budget_s: Mapping[str, float] = field(default_factory=dict)
+    metrics: Sequence[str] = ()
 
     def points_for(self, scale: str) -> Sequence[Point]:
         if scale not in self.points:
@@ -86,3 +99,14 @@ class Experiment:
                 f"experiment {self.name!r} has no scale {scale!r}; it declares {sorted(self.points)}"
             )
         return self.points[scale]
+
+    def point_named(self, scale: str, name: str) -> Point:
+        """The point called ``name`` at ``scale`` (ValueError naming the known points otherwise)."""
+        points = self.points_for(scale)
+        for point in points:
+            if point.name == name:
+                return point
+        raise ValueError(
+            f"experiment {self.name!r} has no point {name!r} at scale {scale!r}; "
+            f"it declares {[p.name for p in points]}"
+        )

@@ -1,0 +1,178 @@
+"""Run an experiment's points on this machine and write their rows (the embedded default launcher).
+
+A point with ``world_size == 1`` runs in this process; a larger one runs on ``world_size`` local processes with
+torch.distributed initialised (``repro.dist.spawn``, gloo on CPU). Under srun or torchrun the worker
+(:mod:`repro.experiments.worker`) calls :func:`run_rank` directly on the rank it is. Either way rank 0's rows are
+kept, stamped with provenance and appended to ``results/runs/<experiment>/<run_id>.jsonl``.
+
+Re-running never overwrites: every run gets a new run id and file, and the newest run of a point wins in figures
+and claims. ``force=True`` deletes the earlier runs of the same points once the new run has succeeded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from repro import results as R
+from repro.experiments.base import Experiment, Point, Row, RunContext
+from repro.experiments.resources import NeedsGPU, check_memory, resolve_device
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """What happened to one point: ``ok``, ``failed`` or ``needs GPU`` (skipped)."""
+
+    point: str
+    status: str
+    rows: int
+    elapsed_s: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run of (some points of) an experiment at one scale."""
+
+    experiment: str
+    scale: str
+    run_id: str
+    path: Path | None
+    outcomes: tuple[PointOutcome, ...]
+    elapsed_s: float
+    budget_s: float | None
+    replaced: tuple[Path, ...] = ()
+    earlier: tuple[Path, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" for o in self.outcomes)
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget_s is not None and self.elapsed_s > self.budget_s
+
+
+def run_rank(experiment: Experiment, point: Point, ctx: RunContext) -> list[Row]:
+    """Call ``run_point`` on this rank and validate what it returns."""
+    rows = experiment.run_point(point, ctx)
+    if not isinstance(rows, list):
+        raise ValueError(f"{experiment.name}.run_point returned {type(rows).__name__}, expected a list of rows")
+    for row in rows:
+        R.check_row(row, metrics=experiment.metrics, where=f"{experiment.name}/{point.name}")
+    return rows
+
+
+def _spawned(rank: int, world_size: int, experiment: Experiment, point: Point, scale: str, device: str,
+             scratch: str) -> list[Row]:
+    ctx = RunContext(scale=scale, rank=rank, world_size=world_size, device=device, scratch_dir=Path(scratch))
+    return run_rank(experiment, point, ctx)
+
+
+def execute_point(experiment: Experiment, point: Point, scale: str, *, device: str, scratch_dir: Path,
+                  timeout_s: float = 1800.0) -> list[Row]:
+    """Rank 0's rows of one point, run here (world size 1) or on local processes (world size > 1)."""
+    if point.world_size == 1:
+        ctx = RunContext(scale=scale, rank=0, world_size=1, device=device, scratch_dir=scratch_dir)
+        return run_rank(experiment, point, ctx)
+    from repro.dist import spawn
+
+    backend = "nccl" if device == "cuda" else "gloo"
+    per_rank = spawn(_spawned, point.world_size, experiment, point, scale, device, str(scratch_dir),
+                     backend=backend, timeout_s=timeout_s)
+    return per_rank[0]
+
+
+def select_points(experiment: Experiment, scale: str, names: Iterable[str] | None = None) -> list[Point]:
+    """The points of ``scale`` named in ``names`` (all when None), in declaration order."""
+    points = list(experiment.points_for(scale))
+    if names is None:
+        return points
+    names = list(names)
+    for name in names:
+        experiment.point_named(scale, name)  # raises with the known names
+    return [p for p in points if p.name in names]
+
+
+def run_experiment(
+    experiment: Experiment,
+    scale: str,
+    *,
+    points: Sequence[str] | None = None,
+    results: Path | str | None = None,
+    force: bool = False,
+    device: str = "auto",
+    run_id: str | None = None,
+    skip_needs_gpu: bool = False,
+    progress: Progress | None = None,
+    timeout_s: float = 1800.0,
+) -> RunReport:
+    """Run the chosen points of ``experiment`` at ``scale`` locally and append their rows to a new run file.
+
+    Checks come first, for every point, before anything runs: the scale exists, each point fits in memory, and
+    each has the device it needs (a point that needs a GPU raises :class:`NeedsGPU`, or is skipped with
+    ``skip_needs_gpu``). A point that raises is recorded as failed and the others still run.
+    """
+    say = progress or (lambda message: None)
+    root = R.results_dir(results)
+    chosen = select_points(experiment, scale, points)
+    devices: dict[str, str | None] = {}
+    for point in chosen:
+        check_memory(experiment.name, scale, point)
+        try:
+            devices[point.name] = resolve_device(device, point, experiment=experiment.name)
+        except NeedsGPU:
+            if not skip_needs_gpu:
+                raise
+            devices[point.name] = None
+    earlier = R.earlier_runs(root, experiment.name, scale, [p.name for p in chosen])
+    run_id = run_id or R.new_run_id()
+    outcomes: list[PointOutcome] = []
+    path: Path | None = None
+    start = time.perf_counter()
+    for index, point in enumerate(chosen, 1):
+        label = f"{experiment.name}/{point.name} ({index}/{len(chosen)}, {point.world_size} rank(s))"
+        point_device = devices[point.name]
+        if point_device is None:
+            outcomes.append(PointOutcome(point.name, "needs GPU", 0, 0.0, "skipped: no GPU here"))
+            say(f"  skip {label}: needs a GPU")
+            continue
+        say(f"  run  {label} on {point_device}")
+        scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-"))
+        t0 = time.perf_counter()
+        try:
+            rows = execute_point(experiment, point, scale, device=point_device, scratch_dir=scratch,
+                                 timeout_s=timeout_s)
+        except Exception as err:  # noqa: BLE001 - a failing point is reported, the others still run
+            elapsed = time.perf_counter() - t0
+            message = f"{type(err).__name__}: {err}"
+            outcomes.append(PointOutcome(point.name, "failed", 0, elapsed, message + "\n" + traceback.format_exc()))
+            say(f"  FAIL {label} after {elapsed:.1f} s: {message.splitlines()[0]}")
+            continue
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        elapsed = time.perf_counter() - t0
+        prov = R.provenance(config=point.params, world_size=point.world_size, device=point_device,
+                            elapsed_s=elapsed, launcher="local" if point.world_size == 1 else "local-spawn")
+        path = R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
+                             rows=rows, prov=prov)
+        outcomes.append(PointOutcome(point.name, "ok", len(rows), elapsed))
+        say(f"  done {label}: {len(rows)} row(s) in {elapsed:.1f} s")
+    total = time.perf_counter() - start
+    replaced: list[Path] = []
+    if force and path is not None:
+        done = {o.point for o in outcomes if o.status == "ok"}
+        for old in R.earlier_runs(root, experiment.name, scale, done):
+            if old != path:
+                old.unlink()
+                replaced.append(old)
+    kept = tuple(p for p in earlier if p not in replaced)
+    budget = experiment.budget_s.get(scale)
+    return RunReport(experiment.name, scale, run_id, path, tuple(outcomes), total, budget, tuple(replaced), kept)

@@ -1,0 +1,140 @@
+"""The entry point sbatch, srun and torchrun invoke: ``python -m repro.experiments.worker EXP --scale S ...``.
+
+* ``--plan`` prints the points to run, one per line: ``name<TAB>world_size<TAB>needs_gpu<TAB>memory_gib``
+  (``slurm/launch.sh`` reads it to size each launch); bad experiment or scale names fail here, before any srun.
+* Under srun or torchrun with more than one rank (their variables are set), it initialises torch.distributed
+  with :func:`repro.dist.init_distributed`, runs the point as the rank it is, and rank 0 appends the rows.
+* Otherwise it runs the point(s) on this machine exactly like ``repro run`` (local processes when needed).
+
+Exit status: 0 when every point succeeded, 1 when one failed, 2 for bad arguments (unknown experiment, scale or
+point, too little memory, no GPU for a GPU point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from repro import results as R
+from repro.experiments import get_experiment
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.experiments.resources import DEVICES, NeedsGPU, check_memory, resolve_device
+from repro.experiments.runner import run_experiment, run_rank
+
+
+def _points(experiment: Experiment, scale: str, name: str | None, index: int | None) -> list[Point]:
+    points = list(experiment.points_for(scale))
+    if name is not None:
+        return [experiment.point_named(scale, name)]
+    if index is not None:
+        if not 0 <= index < len(points):
+            raise ValueError(
+                f"point index {index} is out of range: {experiment.name} has {len(points)} point(s) at scale "
+                f"{scale!r} (array indices 0-{len(points) - 1})"
+            )
+        return [points[index]]
+    return points
+
+
+def _launched_world_size() -> int:
+    """Ranks the launcher started: torchrun's WORLD_SIZE, or an srun step's task count; 1 otherwise.
+
+    The batch step of an sbatch job also sets SLURM_PROCID/SLURM_NTASKS, but it is one process: only a step
+    started by srun (SLURM_STEP_ID set, not the batch step) counts as distributed.
+    """
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    step = os.environ.get("SLURM_STEP_ID")
+    if step is not None and step != "batch" and "SLURM_PROCID" in os.environ:
+        return int(os.environ.get("SLURM_STEP_NUM_TASKS", os.environ.get("SLURM_NTASKS", "1")))
+    return 1
+
+
+def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id: str, results: Path,
+                    device: str) -> int:
+    """Run ``point`` as this rank of an srun/torchrun launch; rank 0 writes the rows."""
+    from repro.dist import init_distributed
+
+    world = _launched_world_size()
+    if world != point.world_size:
+        raise ValueError(
+            f"{experiment.name} point {point.name!r} needs {point.world_size} ranks but the launcher started "
+            f"{world}; launch it with exactly {point.world_size} (slurm/launch.sh does)"
+        )
+    launch = init_distributed("nccl" if device == "cuda" else "gloo")
+    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", "1")))
+    if launch.local_rank == 0:
+        check_memory(experiment.name, scale, point, ranks_here=ranks_per_node)
+    scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-r{launch.rank}-"))
+    t0 = time.perf_counter()
+    ctx = RunContext(scale=scale, rank=launch.rank, world_size=launch.world_size, device=device,
+                     scratch_dir=scratch)
+    rows = run_rank(experiment, point, ctx)
+    elapsed = time.perf_counter() - t0
+    if launch.rank == 0:
+        prov = R.provenance(config=point.params, world_size=launch.world_size, device=device, elapsed_s=elapsed,
+                            launcher=launch.launcher)
+        path = R.append_rows(results, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
+                             rows=rows, prov=prov)
+        print(f"{experiment.name}/{point.name}: {len(rows)} row(s) in {elapsed:.1f} s -> {path}", flush=True)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.experiments.worker", description=__doc__.split("\n")[0])
+    parser.add_argument("experiment")
+    parser.add_argument("--scale", default="ci")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--point", help="point name (default: every point of the scale)")
+    which.add_argument("--point-index", type=int, help="point by position (a Slurm array task id)")
+    parser.add_argument("--run-id", help="append to this run (default: a new run id)")
+    parser.add_argument("--results-dir", type=Path, help="results root (default: $REPRO_RESULTS_DIR or results/)")
+    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--plan", action="store_true", help="print the points to run and exit")
+    args = parser.parse_args(argv)
+    try:
+        experiment = get_experiment(args.experiment)
+        points = _points(experiment, args.scale, args.point, args.point_index)
+        if args.plan:
+            for point in points:
+                print(f"{point.name}\t{point.world_size}\t{int(point.needs_gpu)}\t{point.memory_gib:g}")
+            return 0
+        results = R.results_dir(args.results_dir)
+        run_id = args.run_id or R.new_run_id()
+        if _launched_world_size() > 1:
+            if len(points) != 1:
+                raise ValueError("under srun/torchrun the worker runs one point: pass --point or --point-index")
+            # Under a launcher each rank takes one GPU (its local rank), so one visible GPU is enough.
+            device = resolve_device(args.device, points[0], experiment=experiment.name,
+                                    cuda_devices=points[0].world_size if _has_cuda() else 0)
+            return run_distributed(experiment, points[0], args.scale, run_id=run_id, results=results, device=device)
+        report = run_experiment(experiment, args.scale, points=[p.name for p in points], results=results,
+                                device=args.device, run_id=run_id, progress=print)
+    except (ValueError, NeedsGPU) as err:
+        print(f"repro worker: error: {err}", file=sys.stderr)
+        return 2
+    for outcome in report.outcomes:
+        if outcome.status == "failed":
+            print(f"{experiment.name}/{outcome.point} failed:\n{outcome.message}", file=sys.stderr)
+    if report.path:
+        print(f"rows -> {report.path}")
+    return 0 if report.ok else 1
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

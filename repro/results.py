@@ -1,0 +1,284 @@
+"""Result rows with provenance: written as JSONL, one file per run, read back as one pandas table.
+
+Layout (DESIGN.md, "data flows one way")::
+
+    results/runs/<experiment>/<run_id>.jsonl    one line per row; never overwritten
+    results/paper/*.csv                         paper reference tables (scripts/paper_tables.py)
+    results/figures/*.png|svg                   `repro figures`
+    results/claims.md, results/claims.csv       `repro claims`
+
+A row is ``{"metric", "value", "unit", <the experiment's own columns>, "experiment", "scale", "point",
+"run_id", "provenance": {config, git commit, torch version, device, job id, date, ...}}``. A run id is a UTC
+timestamp plus a short random suffix, so runs sort by time and two runs never share a file. When an experiment
+point has been run more than once, :func:`latest` keeps the newest run's rows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from repro.experiments.base import RESERVED_ROW_KEYS, Row
+
+RESULTS_ENV = "REPRO_RESULTS_DIR"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KEY_COLUMNS = ["experiment", "scale", "point", "run_id", "metric", "value", "unit"]
+
+
+def results_dir(override: str | os.PathLike | None = None) -> Path:
+    """``override``, else ``$REPRO_RESULTS_DIR``, else ``results/`` at the repository root."""
+    if override is not None:
+        return Path(override)
+    env = os.environ.get(RESULTS_ENV)
+    return Path(env) if env else REPO_ROOT / "results"
+
+
+def runs_dir(root: Path) -> Path:
+    return Path(root) / "runs"
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    """``20261122T041000Z-3f9a2c``: sortable by time, unique by its random suffix."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+
+
+@lru_cache(maxsize=1)
+def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
+    """(commit, dirty) of the checkout the code runs from; ("unknown", False) outside git."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", "repro"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        return commit, bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def device_description(device: str) -> str:
+    """``cpu (x86_64, 2 cores)`` or ``cuda (NVIDIA H100 80GB HBM3 x1)``."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)} x{torch.cuda.device_count()})"
+    return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+def slurm_provenance(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Job id (``<array job>_<task>`` for array tasks), array task id and node list when run under Slurm."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return {"job_id": None, "array_task_id": None, "nodelist": None}
+    task = env.get("SLURM_ARRAY_TASK_ID")
+    job = f"{env['SLURM_ARRAY_JOB_ID']}_{task}" if task is not None and "SLURM_ARRAY_JOB_ID" in env else env[
+        "SLURM_JOB_ID"
+    ]
+    return {
+        "job_id": job,
+        "array_task_id": int(task) if task is not None else None,
+        "nodelist": env.get("SLURM_JOB_NODELIST"),
+    }
+
+
+def provenance(
+    *, config: Mapping[str, Any], world_size: int, device: str, elapsed_s: float, launcher: str = "local"
+) -> dict[str, Any]:
+    """Everything needed to tell two runs apart and to rerun one."""
+    import torch
+
+    commit, dirty = git_state()
+    return {
+        "config": dict(config),
+        "world_size": world_size,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": device_description(device),
+        "hostname": socket.gethostname(),
+        "launcher": launcher,
+        **slurm_provenance(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_s": round(elapsed_s, 3),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Numpy/torch scalars -> Python numbers, so rows serialise as JSON."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"value {value!r} of type {type(value).__name__} is not JSON-serialisable")
+
+
+def check_row(row: Mapping[str, Any], *, metrics: Iterable[str] = (), where: str = "") -> None:
+    """A row needs ``metric`` (str), ``value`` and ``unit`` (str), and none of the keys the runner adds."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{prefix}a row must be a dict, got {type(row).__name__}")
+    missing = [key for key in ("metric", "value", "unit") if key not in row]
+    if missing:
+        raise ValueError(f"{prefix}row {dict(row)!r} lacks {missing}; every row has metric, value and unit")
+    if not isinstance(row["metric"], str) or not isinstance(row["unit"], str):
+        raise ValueError(f"{prefix}row {dict(row)!r}: metric and unit must be strings")
+    clash = [key for key in RESERVED_ROW_KEYS if key in row]
+    if clash:
+        raise ValueError(f"{prefix}row {dict(row)!r} uses keys {clash} that the runner reserves")
+    metrics = list(metrics)
+    if metrics and row["metric"] not in metrics:
+        raise ValueError(f"{prefix}metric {row['metric']!r} is not among the declared metrics {metrics}")
+
+
+def run_path(root: Path, experiment: str, run_id: str) -> Path:
+    return runs_dir(root) / experiment / f"{run_id}.jsonl"
+
+
+def append_rows(
+    root: Path, *, experiment: str, scale: str, point: str, run_id: str, rows: Iterable[Row],
+    prov: Mapping[str, Any],
+) -> Path:
+    """Append ``rows`` of one point to the run's file (created on first use; other runs' files are never touched)."""
+    path = run_path(root, experiment, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for row in rows:
+        record = {**row, "experiment": experiment, "scale": scale, "point": point, "run_id": run_id,
+                  "provenance": dict(prov)}
+        lines.append(json.dumps(record, default=_plain, sort_keys=False))
+    with open(path, "a", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(line + "\n")
+    return path
+
+
+def read_run(path: Path) -> list[dict[str, Any]]:
+    """The records of one run file (blank lines skipped; a corrupt line raises with its position)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not a JSON row ({err})") from err
+    return records
+
+
+def run_files(root: Path, experiment: str | None = None) -> list[Path]:
+    base = runs_dir(root)
+    pattern = f"{experiment}/*.jsonl" if experiment else "*/*.jsonl"
+    return sorted(base.glob(pattern))
+
+
+def _flatten(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level columns as they are; provenance as ``prov_<key>``; nested values as JSON text."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        if key == "provenance" and isinstance(value, Mapping):
+            for pkey, pvalue in value.items():
+                flat[f"prov_{pkey}"] = json.dumps(pvalue, sort_keys=True) if isinstance(pvalue, (dict, list)) else pvalue
+        elif isinstance(value, (dict, list)):
+            flat[key] = json.dumps(value, sort_keys=True)
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_rows(
+    root: Path | None = None, *, experiments: Iterable[str] | None = None, scale: str | None = None,
+    latest_only: bool = True,
+) -> pd.DataFrame:
+    """All rows under ``root`` as one DataFrame (``KEY_COLUMNS`` first, then the experiments' own columns, then
+    ``prov_*``); with ``latest_only`` only the newest run of every (experiment, scale, point)."""
+    root = results_dir(root)
+    wanted = set(experiments) if experiments is not None else None
+    records = []
+    for path in run_files(root):
+        if wanted is not None and path.parent.name not in wanted:
+            continue
+        records.extend(_flatten(r) for r in read_run(path))
+    frame = pd.DataFrame.from_records(records)
+    if frame.empty:
+        return pd.DataFrame(columns=KEY_COLUMNS)
+    if scale is not None:
+        frame = frame[frame["scale"] == scale]
+    if latest_only:
+        frame = latest(frame)
+    extra = [c for c in frame.columns if c not in KEY_COLUMNS and not c.startswith("prov_")]
+    prov = [c for c in frame.columns if c.startswith("prov_")]
+    return frame[KEY_COLUMNS + extra + prov].reset_index(drop=True)
+
+
+def latest(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the newest run of each (experiment, scale, point); run ids sort by time."""
+    if frame.empty:
+        return frame
+    newest = frame.groupby(["experiment", "scale", "point"])["run_id"].transform("max")
+    return frame[frame["run_id"] == newest]
+
+
+def earlier_runs(root: Path, experiment: str, scale: str, points: Iterable[str] | None = None) -> list[Path]:
+    """Run files of ``experiment`` at ``scale`` whose points are all among ``points`` (all, if None): the runs a
+    ``--force`` rerun of those points replaces."""
+    points = set(points) if points is not None else None
+    found = []
+    for path in run_files(root, experiment):
+        records = read_run(path)
+        scales = {r.get("scale") for r in records}
+        if scales != {scale}:
+            continue
+        if points is None or {r.get("point") for r in records} <= points:
+            found.append(path)
+    return found
+
+
+def value_changes(old: pd.DataFrame, new: pd.DataFrame, *, rel_tol: float = 1e-9) -> pd.DataFrame:
+    """Rows whose value changed between two tables, matched on (experiment, scale, point, metric, unit) and the
+    experiments' own columns; ``old_value`` is NaN for new rows and ``new_value`` NaN for vanished ones."""
+    ignore = {"run_id", "value"}
+    keys = [c for c in new.columns.union(old.columns) if c not in ignore and not str(c).startswith("prov_")]
+
+    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.reindex(columns=keys + ["value"]).copy()
+        frame[keys] = frame[keys].astype(str)
+        return frame.drop_duplicates(subset=keys, keep="last")
+
+    merged = keyed(old).merge(keyed(new), on=keys, how="outer", suffixes=("_old", "_new"))
+
+    def differs(a: Any, b: Any) -> bool:
+        na, nb = _isnan(a), _isnan(b)
+        if na or nb:
+            return na != nb
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return not math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
+        return a != b
+
+    mask = [differs(a, b) for a, b in zip(merged["value_old"], merged["value_new"])]
+    out = merged[mask].rename(columns={"value_old": "old_value", "value_new": "new_value"})
+    return out[["experiment", "scale", "point", "metric", "unit", "old_value", "new_value"]].reset_index(drop=True)
+
+
+def _isnan(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,84 @@
+"""Tiny experiments that only the spine's tests use (loaded through REPRO_EXTRA_EXPERIMENTS, never shipped).
+
+``fake_sum`` computes real numbers: rank 0's sum of 1..n, and at world size 2 an all-reduce of each rank's
+(rank + 1), so a wrong rank layout or a missing process group changes the rows. ``fake_fail`` raises,
+``fake_gpu`` needs a GPU, and ``fake_huge`` declares more memory than any test machine has.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+
+
+def _sum_point(point: Point, ctx: RunContext) -> list[dict]:
+    n = int(point.params["n"])
+    rows = [{"metric": "triangle", "value": float(torch.arange(1, n + 1).sum()), "unit": "count", "n": n}]
+    if ctx.world_size > 1:
+        mine = torch.tensor([float(ctx.rank + 1)])
+        dist.all_reduce(mine)
+        rows.append({"metric": "rank_sum", "value": float(mine.item()), "unit": "count", "n": n})
+    marker = os.environ.get("REPRO_FAKE_MARKER")
+    if marker:
+        rows.append({"metric": "marker", "value": marker, "unit": "-", "n": n})
+    return rows
+
+
+def _sum_claims(rows) -> list[ClaimCheck]:
+    """Maps the triangle number of n=4 (10) onto a real claim id, so the claims report has something to join."""
+    hit = rows[(rows["metric"] == "triangle") & (rows["n"] == 4)] if len(rows) else rows
+    if len(hit) == 0:
+        return [ClaimCheck("megatron_lm_2019", "comm_allreduce_per_layer", None, "exact", "not run")]
+    value = float(hit["value"].iloc[0])
+    verdict = "reproduced" if value == 10.0 else "differs"
+    return [ClaimCheck("megatron_lm_2019", "comm_allreduce_per_layer", value, "exact", verdict, "fake")]
+
+
+def _fail_point(point: Point, ctx: RunContext) -> list[dict]:
+    raise RuntimeError(f"fake failure in point {point.name}")
+
+
+def _gpu_point(point: Point, ctx: RunContext) -> list[dict]:
+    return [{"metric": "device_is_cuda", "value": float(ctx.device == "cuda"), "unit": "bool"}]
+
+
+EXPERIMENTS = (
+    Experiment(
+        name="fake_sum",
+        paper="megatron_lm_2019",
+        title="Fake: triangle numbers and an all-reduce",
+        points={
+            "ci": (Point("n3", {"n": 3}), Point("n4_ws2", {"n": 4}, world_size=2)),
+            "paper": (Point("n100", {"n": 100}), Point("n200_ws2", {"n": 200}, world_size=2)),
+        },
+        run_point=_sum_point,
+        claims=_sum_claims,
+        budget_s={"ci": 60.0},
+        metrics=("triangle", "rank_sum", "marker"),
+    ),
+    Experiment(
+        name="fake_fail",
+        paper="zero_2019",
+        title="Fake: a point that raises",
+        points={"ci": (Point("boom", {}),), "paper": (Point("boom", {}),)},
+        run_point=_fail_point,
+    ),
+    Experiment(
+        name="fake_gpu",
+        paper="gna_2025",
+        title="Fake: a point that needs a GPU",
+        points={"ci": (Point("cuda", {}, needs_gpu=True),), "paper": (Point("cuda", {}, needs_gpu=True),)},
+        run_point=_gpu_point,
+    ),
+    Experiment(
+        name="fake_huge",
+        paper="zero_2019",
+        title="Fake: a paper scale no machine here can hold",
+        points={"ci": (Point("small", {"n": 2}),), "paper": (Point("huge", {"n": 2}, memory_gib=1e6),)},
+        run_point=_sum_point,
+    ),
+)
