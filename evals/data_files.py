@@ -1,0 +1,169 @@
+"""Where the evaluation data lives and how it is verified before use.
+
+The data is never downloaded: it is read from a data directory (``--data-dir``, else the environment variable
+``REPRO_DATA``, else ``<repo>/../shared/data``). Every file is checked against the sha256 recorded in its folder's
+SOURCE.md before it is read, so a number can always be traced to the exact bytes it was computed on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "REPRO_DATA"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of the data directory: its path relative to the data directory and its pinned sha256."""
+
+    relpath: str
+    sha256: str
+    description: str
+
+
+# Pinned checksums, copied from each folder's SOURCE.md (see those files for the provenance of every byte).
+WIKITEXT_TEST = DataFile(
+    "wikitext103/wiki.test.tokens",
+    "56db52eb157b1ab5c89646eef70510c1eca6e12a3bfdb99f0d6b05b4eacb75b9",
+    "WikiText-103 v1 test split, word-level tokenized",
+)
+WIKITEXT_VALID = DataFile(
+    "wikitext103/wiki.valid.tokens",
+    "9aee9f52d6e77de6c7751fc5e7c44287db3ec0eaf15477098acc6b93c1c4250b",
+    "WikiText-103 v1 validation split, word-level tokenized",
+)
+LAMBADA_TEST = DataFile(
+    "lambada/lambada_test.jsonl",
+    "4aa8d02cd17c719165fc8a7887fddd641f43fcafa4b1c806ca8abc31fabdb226",
+    "LAMBADA test, OpenAI's detokenized version (5,153 passages)",
+)
+RACE_MANIFEST = DataFile(
+    "race/SHA256SUMS",
+    "88b9d0eaf695b7bc43bea3d72fe20922da7b33b02b4cbf4ff44735e0dae364a3",
+    "sha256 manifest of every RACE test/dev file",
+)
+RACE_TRAIN = {
+    "high": DataFile(
+        "race/train-high.jsonl.gz",
+        "3b00a249b84c36e0ce98b40416f478707e39313e34999a82a878c9ec1488b828",
+        "RACE train/high, one passage per line",
+    ),
+    "middle": DataFile(
+        "race/train-middle.jsonl.gz",
+        "f363375db5df34bdfe77df50f5d2426589518466fe424a688774239a04575a81",
+        "RACE train/middle, one passage per line",
+    ),
+}
+GPT2_VOCAB = DataFile(
+    "tokenizers/gpt2-vocab.json",
+    "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "GPT-2 BPE vocabulary (OpenAI encoder.json)",
+)
+GPT2_MERGES = DataFile(
+    "tokenizers/gpt2-merges.txt",
+    "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    "GPT-2 BPE merges (OpenAI vocab.bpe)",
+)
+BERT_VOCAB = DataFile(
+    "tokenizers/bert-large-uncased-vocab.txt",
+    "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "BERT uncased WordPiece vocabulary",
+)
+
+ALL_FILES = (WIKITEXT_TEST, WIKITEXT_VALID, LAMBADA_TEST, RACE_MANIFEST, *RACE_TRAIN.values(),
+             GPT2_VOCAB, GPT2_MERGES, BERT_VOCAB)
+
+
+class DataError(ValueError):
+    """The data directory is missing, incomplete or holds bytes other than the pinned ones."""
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data directory: the argument, else ``$REPRO_DATA``, else ``<repo>/../shared/data``.
+
+    Raises :class:`DataError` naming the files expected there when the directory does not exist.
+    """
+    if data_dir is not None:
+        path, origin = Path(data_dir), "--data-dir"
+    elif os.environ.get(ENV_VAR):
+        path, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    else:
+        path, origin = REPO_ROOT.parent / "shared" / "data", "the default <repo>/../shared/data"
+    if not path.is_dir():
+        raise DataError(
+            f"data directory {str(path)!r} (from {origin}) does not exist; it must hold "
+            + ", ".join(f.relpath for f in ALL_FILES)
+            + " and race/RACE/{test,dev}/{middle,high}/*.txt; "
+            f"pass --data-dir or set {ENV_VAR}"
+        )
+    return path.resolve()
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# Verified (path, size, mtime_ns) -> sha256, so a file is hashed once per process.
+_VERIFIED: dict[tuple[str, int, int], str] = {}
+
+
+def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
+    """Check ``path`` exists and its sha256 equals ``expected``; return the path. Raises :class:`DataError`."""
+    if not path.is_file():
+        raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing")
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    actual = _VERIFIED.get(key) or sha256_file(path)
+    if actual != expected:
+        raise DataError(
+            f"checksum mismatch for {str(path)!r}: sha256 is {actual}, expected {expected} "
+            "(the file is not the pinned version; see the folder's SOURCE.md)"
+        )
+    _VERIFIED[key] = actual
+    return path
+
+
+def data_path(data_file: DataFile, data_dir: str | os.PathLike | None = None) -> Path:
+    """Absolute path of a pinned file, verified against its sha256."""
+    root = resolve_data_dir(data_dir)
+    return verify_sha256(root / data_file.relpath, data_file.sha256, data_file.description)
+
+
+def race_split_files(split: str, level: str, data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The verified per-passage files of RACE ``split`` (test or dev) and ``level`` (middle or high).
+
+    Files are ordered by their numeric name; each is checked against the pinned manifest race/SHA256SUMS.
+    """
+    if split not in ("test", "dev"):
+        raise ValueError(f"RACE split {split!r} is not one of 'test', 'dev' (train is read from train-*.jsonl.gz)")
+    if level not in ("middle", "high"):
+        raise ValueError(f"RACE level {level!r} is not one of 'middle', 'high'")
+    root = resolve_data_dir(data_dir)
+    manifest = data_path(RACE_MANIFEST, root)
+    prefix = f"RACE/{split}/{level}/"
+    pinned = {}
+    for line in manifest.read_text().splitlines():
+        digest, rel = line.split(maxsplit=1)
+        if rel.startswith(prefix):
+            pinned[rel] = digest
+    if not pinned:
+        raise DataError(f"manifest {str(manifest)!r} lists no files under {prefix}")
+    rels = sorted(pinned, key=lambda rel: int(Path(rel).stem))
+    return [verify_sha256(root / "race" / rel, pinned[rel], f"RACE {split}/{level}") for rel in rels]
+
+
+def checksum_of(paths: list[Path]) -> str:
+    """One sha256 over several verified files (their digests in order): the data id recorded in result rows."""
+    digest = hashlib.sha256()
+    for path in paths:
+        stat = path.stat()
+        digest.update((_VERIFIED.get((str(path), stat.st_size, stat.st_mtime_ns)) or sha256_file(path)).encode())
+    return digest.hexdigest()

@@ -1,0 +1,190 @@
+"""Hugging Face GPT-2 / BERT weights from a local directory, renamed into repro's models.
+
+No network and no ``transformers`` import: ``config.json`` is read as JSON and the weights from
+``model.safetensors`` (a 20-line reader below; sharded ``*.index.json`` too) or ``pytorch_model.bin``.
+
+Layout differences handled here:
+* GPT-2 uses ``Conv1D`` (weights stored ``[in, out]``): transposed to ``nn.Linear``'s ``[out, in]``.
+* GPT-2's fused ``c_attn`` rows are ordered (q|k|v, head, head_dim); repro orders them (head, q|k|v, head_dim) so
+  that a contiguous tensor-parallel split hands each rank whole heads (Megatron sec. 3). BERT's separate
+  query/key/value are interleaved the same way.
+* BERT is post-LN (the original placement, Megatron Fig. 7a): its attention-output LayerNorm becomes
+  ``input_layernorm`` and its output LayerNorm ``post_attention_layernorm`` of repro's "original" layer.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Mapping
+
+import torch
+
+from evals.checkpoints import LoadedState, files_sha256
+from repro.models import BertConfig, GPTConfig
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Parse a .safetensors file: 8-byte little-endian header size, JSON header, then raw tensor bytes."""
+    data = path.read_bytes()
+    (header_size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8: 8 + header_size])
+    base = 8 + header_size
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{str(path)!r}: tensor {name!r} has unsupported dtype {info['dtype']!r}")
+        start, end = info["data_offsets"]
+        buffer = bytearray(data[base + start: base + end])
+        tensor = torch.frombuffer(buffer, dtype=_SAFETENSORS_DTYPES[info["dtype"]]) if buffer else torch.empty(0)
+        tensors[name] = tensor.reshape(info["shape"]).clone()
+    return tensors
+
+
+def weight_files(directory: Path) -> list[Path]:
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = directory / index_name
+        if index.is_file():
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            return [directory / n for n in names]
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).is_file():
+            return [directory / name]
+    raise ValueError(f"{str(directory)!r} holds no model.safetensors or pytorch_model.bin")
+
+
+def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for path in weight_files(directory):
+        if path.suffix == ".safetensors":
+            state.update(read_safetensors(path))
+        else:
+            state.update(torch.load(path, map_location="cpu", weights_only=True))
+    return state
+
+
+def _qkv_to_repro(fused: torch.Tensor, heads: int) -> torch.Tensor:
+    """Rows (3, heads, head_dim) -> (heads, 3, head_dim); works for weights [3h, in] and biases [3h]."""
+    rest = fused.shape[1:]
+    return fused.reshape(3, heads, -1, *rest).transpose(0, 1).reshape(fused.shape[0], *rest).contiguous()
+
+
+def gpt2_config(hf: Mapping) -> GPTConfig:
+    if hf.get("model_type") != "gpt2":
+        raise ValueError(f"config.json has model_type {hf.get('model_type')!r}, expected 'gpt2' for a GPT model")
+    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"activation_function={hf['activation_function']!r}: repro's GPT uses tanh-GELU only")
+    if hf.get("scale_attn_by_inverse_layer_idx") or not hf.get("scale_attn_weights", True):
+        raise ValueError("GPT-2 attention-scaling variants other than 1/sqrt(head_dim) are not supported")
+    return GPTConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["n_embd"], num_layers=hf["n_layer"],
+        num_attention_heads=hf["n_head"], max_position_embeddings=hf["n_positions"],
+        ffn_hidden_size=hf.get("n_inner") or None, layernorm_epsilon=hf.get("layer_norm_epsilon", 1e-5),
+        hidden_dropout=0.0, attention_dropout=0.0,
+    )
+
+
+def convert_gpt2(hf_state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
+    """HF ``GPT2LMHeadModel`` / ``GPT2Model`` state dict -> repro GPT consolidated state dict."""
+    src = {k.removeprefix("transformer."): v for k, v in hf_state.items()}
+    out = {
+        "embedding.word_embeddings.weight": src["wte.weight"],
+        "embedding.position_embeddings.weight": src["wpe.weight"],
+        "final_layernorm.weight": src["ln_f.weight"],
+        "final_layernorm.bias": src["ln_f.bias"],
+    }
+    heads = config.num_attention_heads
+    for i in range(config.num_layers):
+        p, q = f"h.{i}.", f"layers.{i}."
+        out[q + "input_layernorm.weight"], out[q + "input_layernorm.bias"] = src[p + "ln_1.weight"], src[p + "ln_1.bias"]
+        out[q + "attention.qkv.weight"] = _qkv_to_repro(src[p + "attn.c_attn.weight"].t(), heads)
+        out[q + "attention.qkv.bias"] = _qkv_to_repro(src[p + "attn.c_attn.bias"], heads)
+        out[q + "attention.dense.weight"] = src[p + "attn.c_proj.weight"].t().contiguous()
+        out[q + "attention.dense.bias"] = src[p + "attn.c_proj.bias"]
+        out[q + "post_attention_layernorm.weight"] = src[p + "ln_2.weight"]
+        out[q + "post_attention_layernorm.bias"] = src[p + "ln_2.bias"]
+        out[q + "mlp.fc1.weight"] = src[p + "mlp.c_fc.weight"].t().contiguous()
+        out[q + "mlp.fc1.bias"] = src[p + "mlp.c_fc.bias"]
+        out[q + "mlp.fc2.weight"] = src[p + "mlp.c_proj.weight"].t().contiguous()
+        out[q + "mlp.fc2.bias"] = src[p + "mlp.c_proj.bias"]
+    return {k: v.clone() for k, v in out.items()}
+
+
+def bert_config(hf: Mapping) -> BertConfig:
+    if hf.get("model_type") != "bert":
+        raise ValueError(f"config.json has model_type {hf.get('model_type')!r}, expected 'bert' for a BERT model")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        raise ValueError(f"hidden_act={hf['hidden_act']!r}: repro's BERT uses erf-GELU ('gelu') only")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    return BertConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
+        num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
+        ffn_hidden_size=hf["intermediate_size"], num_tokentypes=hf.get("type_vocab_size", 2),
+        layernorm_epsilon=hf.get("layer_norm_eps", 1e-12), layernorm_placement="original",
+        hidden_dropout=0.0, attention_dropout=0.0,
+    )
+
+
+def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+    """HF ``BertForPreTraining`` / ``BertModel`` state dict -> repro BERT ("original" placement) state dict.
+    Heads absent from the source (pooler, MLM, NSP) keep repro's initialisation (the caller's model)."""
+    src = {k.removeprefix("bert."): v for k, v in hf_state.items()}
+    out = {
+        "embedding.word_embeddings.weight": src["embeddings.word_embeddings.weight"],
+        "embedding.position_embeddings.weight": src["embeddings.position_embeddings.weight"],
+        "embedding.tokentype_embeddings.weight": src["embeddings.token_type_embeddings.weight"],
+        "embedding_layernorm.weight": src["embeddings.LayerNorm.weight"],
+        "embedding_layernorm.bias": src["embeddings.LayerNorm.bias"],
+    }
+    heads = config.num_attention_heads
+    for i in range(config.num_layers):
+        p, q = f"encoder.layer.{i}.", f"layers.{i}."
+        for part in ("weight", "bias"):
+            fused = torch.cat([src[p + f"attention.self.{n}.{part}"] for n in ("query", "key", "value")])
+            out[q + f"attention.qkv.{part}"] = _qkv_to_repro(fused, heads)
+            out[q + f"attention.dense.{part}"] = src[p + f"attention.output.dense.{part}"]
+            out[q + f"input_layernorm.{part}"] = src[p + f"attention.output.LayerNorm.{part}"]
+            out[q + f"mlp.fc1.{part}"] = src[p + f"intermediate.dense.{part}"]
+            out[q + f"mlp.fc2.{part}"] = src[p + f"output.dense.{part}"]
+            out[q + f"post_attention_layernorm.{part}"] = src[p + f"output.LayerNorm.{part}"]
+    optional = {
+        "pooler.dense.weight": "pooler.weight", "pooler.dense.bias": "pooler.bias",
+        "cls.predictions.transform.dense.weight": "lm_head.dense.weight",
+        "cls.predictions.transform.dense.bias": "lm_head.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight": "lm_head.layernorm.weight",
+        "cls.predictions.transform.LayerNorm.bias": "lm_head.layernorm.bias",
+        "cls.predictions.bias": "lm_head.bias",
+        "cls.seq_relationship.weight": "binary_head.weight", "cls.seq_relationship.bias": "binary_head.bias",
+    }
+    for theirs, ours in optional.items():
+        if theirs in src:
+            out[ours] = src[theirs]
+    return {k: v.clone() for k, v in out.items()}
+
+
+def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
+    """Read a local Hugging Face GPT-2 (``expect="gpt"``) or BERT (``expect="bert"``) directory."""
+    directory = Path(directory)
+    hf_config = json.loads((directory / "config.json").read_text())
+    state = read_hf_weights(directory)
+    if expect == "gpt":
+        config = gpt2_config(hf_config)
+        converted = convert_gpt2(state, config)
+    elif expect == "bert":
+        config = bert_config(hf_config)
+        converted = convert_bert(state, config)
+    else:
+        raise ValueError(f"Hugging Face conversion supports 'gpt' (GPT-2) and 'bert', not {expect!r}")
+    return LoadedState(architecture=expect, config=config, state_dict=converted,
+                       sha256=files_sha256(weight_files(directory)), source="huggingface",
+                       meta={"hf_model_type": hf_config.get("model_type")})

@@ -1,0 +1,47 @@
+"""Build repro models from loaded checkpoints, with the checks an evaluation needs at the boundary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from evals.checkpoints import LoadedState, load_checkpoint
+from evals.repro_lm import ReproCausalLM
+from evals.tokenization import TextTokenizer, check_vocab_compatible
+from repro.dist.comm import CommGroup
+from repro.models import BertModel, GPTModel
+
+# Heads a BERT checkpoint may lack (e.g. an encoder-only HF export); they keep their fresh initialisation.
+OPTIONAL_BERT_PREFIXES = ("pooler.", "lm_head.", "binary_head.")
+
+
+def _tp(tp_group: CommGroup | None) -> tuple[int, int]:
+    return (0, 1) if tp_group is None else (tp_group.rank, tp_group.size)
+
+
+def gpt_from_state(loaded: LoadedState, *, tp_group: CommGroup | None = None, dtype=torch.float32) -> GPTModel:
+    model = GPTModel(loaded.config, tp_group=tp_group)
+    model.load_state_dict(loaded.state_dict, strict=True)
+    return model.to(dtype).eval()
+
+
+def bert_from_state(loaded: LoadedState, *, tp_group: CommGroup | None = None, dtype=torch.float32) -> BertModel:
+    model = BertModel(loaded.config, tp_group=tp_group)
+    missing, unexpected = model.load_state_dict(loaded.state_dict, strict=False)
+    bad_missing = [k for k in missing if not k.startswith(OPTIONAL_BERT_PREFIXES)]
+    if bad_missing or unexpected:
+        raise ValueError(f"BERT checkpoint does not match the model: missing {bad_missing}, unexpected {unexpected}")
+    return model.to(dtype).eval()
+
+
+def load_gpt_for_eval(
+    path: str | Path, tokenizer: TextTokenizer, *, tp_group: CommGroup | None = None,
+    max_length: int | None = None, dtype=torch.float32,
+) -> tuple[ReproCausalLM, LoadedState]:
+    """A GPT checkpoint (repro or Hugging Face) ready for scoring, checked against the tokenizer's vocabulary."""
+    tp_rank, tp_size = _tp(tp_group)
+    loaded = load_checkpoint(path, expect="gpt", tp_rank=tp_rank, tp_size=tp_size)
+    check_vocab_compatible(tokenizer, loaded.config.vocab_size)
+    model = gpt_from_state(loaded, tp_group=tp_group, dtype=dtype)
+    return ReproCausalLM(model, max_length=max_length), loaded

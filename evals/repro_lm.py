@@ -1,0 +1,41 @@
+"""repro's GPT as a :class:`evals.scoring.CausalLM`: hidden states once, the output head only where scored.
+
+At tensor-parallel size p the tied output layer yields this rank's vocabulary shard ``[N, V_padded/p]``; the
+shards are all-gathered (Megatron's ``parallel_output=False`` path used for accuracy) and the padding columns are
+dropped, so every rank sees the same ``[N, vocab_size]`` logits and computes the same numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from repro.models import GPTModel
+from repro.models.output import parallel_lm_logits
+from repro.tensor_parallel import gather_from_tensor_parallel
+
+
+class ReproCausalLM:
+    """Wraps a :class:`repro.models.GPTModel` (any tp size; call on every rank of its tp group)."""
+
+    def __init__(self, model: GPTModel, *, max_length: int | None = None) -> None:
+        self.model = model.eval()
+        self.vocab_size = model.config.vocab_size
+        positions = model.config.max_position_embeddings
+        if max_length is not None and not 1 <= max_length <= positions:
+            raise ValueError(f"max_length={max_length} must be in [1, max_position_embeddings={positions}]")
+        self.max_length = max_length or positions
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        device = next(self.model.parameters()).device
+        hidden = self.model.hidden_states(input_ids.to(device))  # [B, S, h]
+        selected = hidden[keep.to(device)]  # [N, h]: only the scored positions meet the output head
+        shard = parallel_lm_logits(selected, self.model.embedding.word_embeddings)  # [N, V_padded / tp]
+        full = gather_from_tensor_parallel(shard, self.model.tp_group)  # [N, V_padded]
+        return full[:, : self.vocab_size].cpu()
+
+    @torch.no_grad()
+    def full_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """[B, S, vocab_size] logits of every position (for parity checks)."""
+        keep = torch.ones(input_ids.shape, dtype=torch.bool)
+        return self.logits(input_ids, keep).view(*input_ids.shape, self.vocab_size)

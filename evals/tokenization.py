@@ -1,0 +1,89 @@
+"""Tokenizers built with the ``tokenizers`` library from the pinned vocabulary files (never hand-written).
+
+* GPT-2 byte-level BPE from ``gpt2-vocab.json`` + ``gpt2-merges.txt`` (Radford et al. 2019, sec. 2.2): no prefix
+  space, no special-token post-processing, ``<|endoftext|>`` (id 50256) as the end-of-document token that Megatron
+  uses as padding and lm-eval as the prefix of a first window.
+* BERT uncased WordPiece from ``bert-large-uncased-vocab.txt`` (Devlin et al. 2019): lower-casing, accent
+  stripping and Chinese-character splitting as in BERT's BasicTokenizer; ``[CLS]``/``[SEP]``/``[PAD]`` are looked up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from evals.data_files import BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, data_path
+
+
+@dataclass(frozen=True)
+class TextTokenizer:
+    """A tokenizer plus the ids an evaluation needs. ``encode`` never adds special tokens."""
+
+    name: str
+    backend: Tokenizer
+    eod_id: int | None = None
+    cls_id: int | None = None
+    sep_id: int | None = None
+    pad_id: int | None = None
+    mask_id: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [enc.ids for enc in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+
+def gpt2_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
+    """GPT-2 byte-level BPE (50,257 tokens) from the verified vocab and merges files."""
+    vocab = data_path(GPT2_VOCAB, data_dir)
+    merges = data_path(GPT2_MERGES, data_dir)
+    backend = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    eod = backend.token_to_id("<|endoftext|>")
+    if eod is None:
+        raise ValueError(f"GPT-2 vocabulary {str(vocab)!r} has no '<|endoftext|>' token")
+    return TextTokenizer(name="gpt2-bpe", backend=backend, eod_id=eod, pad_id=eod)
+
+
+def bert_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
+    """BERT uncased WordPiece (30,522 tokens) from the verified vocabulary file."""
+    vocab = data_path(BERT_VOCAB, data_dir)
+    backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100))
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    ids = {name: backend.token_to_id(name) for name in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")}
+    missing = [name for name, idx in ids.items() if idx is None]
+    if missing:
+        raise ValueError(f"BERT vocabulary {str(vocab)!r} lacks the special tokens {missing}")
+    return TextTokenizer(
+        name="bert-uncased-wordpiece", backend=backend, cls_id=ids["[CLS]"], sep_id=ids["[SEP]"],
+        pad_id=ids["[PAD]"], mask_id=ids["[MASK]"],
+    )
+
+
+def check_vocab_compatible(tokenizer: TextTokenizer, model_vocab_size: int) -> None:
+    """A model must have a row for every token id the tokenizer can emit, and not be built for another vocabulary.
+
+    ``model_vocab_size`` is the model's unpadded vocabulary size (Megatron pads the embedding to a multiple of
+    128 * tp; padding rows are never predicted by the evaluation, which slices them off).
+    """
+    if model_vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{model_vocab_size}; they must be equal (was the model trained with another tokenizer?)"
+        )
