@@ -1,0 +1,141 @@
+"""Megatron-LM (Shoeybi et al. 2019) weak scaling on DGX-2H V100 nodes: Table 1 configs, Fig. 5 efficiencies.
+
+Weak-scaling efficiency (Megatron-LM sec 5.1) is per-GPU model throughput relative to the 1-GPU 1.2B baseline:
+``eff = [F(model) / (gpus * T)] / [F(1.2B) / T_1]`` with ``F`` the model FLOPs (``flops.gpt_flops_per_iteration``).
+
+Three constants are fitted, each on one paper number, in this order (``calibrate_v100``):
+
+1. ``Efficiency.gemm`` on the 1-GPU baseline, 39 TFLOP/s (sec 5.1.1);
+2. ``Efficiency.straggler_sigma`` on 64-way pure data parallelism, 96 % (Fig. 5, 1.2B x 64 GPUs);
+3. ``Efficiency.intra_link`` (NVSwitch bus-bandwidth fraction) on 8-way model parallelism, 77 % (Fig. 5).
+
+Everything else (2-, 4-way MP, 128/256/512-GPU MP+DP, 15.1 PFLOP/s, Table 7 heads, Table 8 strong scaling) is
+predicted, not fitted. Assumed (not fitted): HBM efficiency 0.8, 5 us between kernels, IB efficiency 0.8.
+
+The data-parallel gradient all-reduce is modelled as overlapped with the backward pass (``dp_overlap = 1``): a
+512-GPU run moves ~32 GB per node per iteration over 100 GB/s of InfiniBand (>= 0.33 s), while Fig. 5 charges
+8-way MP + 64-way DP only ~0.1 s more than 8-way MP alone, which no un-overlapped all-reduce can reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from .flops import gpt_flops_per_iteration
+from .hardware import DGX2H, Cluster, Efficiency
+from .step_time import GPTConfig, Layout, iteration_time
+
+PADDED_VOCAB = 51200  # Megatron-LM sec 5.1: 50,257 padded to a multiple of 128 x 8
+SEQ_LENGTH = 1024
+MP_BATCH = 8  # sec 5.1: batch 8 for the model-parallel runs
+DP_DEGREE = 64  # sec 5.1: 64-way data parallel, global batch 512
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """One row of Megatron-LM Table 1 (the label is the paper's parameter count)."""
+
+    label: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    mp_size: int
+
+    def model(self, *, num_heads: int | None = None) -> GPTConfig:
+        return GPTConfig(self.num_layers, self.hidden_size, num_heads or self.num_heads, PADDED_VOCAB, SEQ_LENGTH)
+
+
+#: Megatron-LM Table 1 (claim ids ``t1_<label>_*`` in paper_claims.csv).
+TABLE1 = (
+    ScalingConfig("1p2B", 40, 1536, 16, 1),
+    ScalingConfig("2p5B", 54, 1920, 20, 2),
+    ScalingConfig("4p2B", 64, 2304, 24, 4),
+    ScalingConfig("8p3B", 72, 3072, 32, 8),
+)
+
+
+def _flops(model: GPTConfig, batch: int) -> float:
+    return gpt_flops_per_iteration(batch_size=batch, seq_length=model.seq_length, num_layers=model.num_layers,
+                                   hidden_size=model.hidden_size, vocab_size=model.vocab_size)
+
+
+def per_gpu_flops(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficiency) -> float:
+    """Model FLOP/s per GPU the model predicts for ``layout``."""
+    nodes = max(1, -(-layout.world_size // cluster.devices_per_node))
+    step = iteration_time(model, layout, cluster.with_nodes(nodes), eff)
+    return _flops(model, layout.global_batch_size) / (step.total * layout.world_size)
+
+
+def mp_layout(mp_size: int, *, batch: int = MP_BATCH) -> Layout:
+    return Layout(tp_size=mp_size, pp_size=1, dp_size=1, micro_batch_size=batch, global_batch_size=batch,
+                  dp_overlap=1.0)
+
+
+def mpdp_layout(mp_size: int, *, dp_size: int = DP_DEGREE, batch: int = MP_BATCH) -> Layout:
+    return Layout(tp_size=mp_size, pp_size=1, dp_size=dp_size, micro_batch_size=batch,
+                  global_batch_size=batch * dp_size, dp_overlap=1.0)
+
+
+def weak_scaling_efficiency(config: ScalingConfig, *, data_parallel: bool, eff: Efficiency,
+                            cluster: Cluster = DGX2H) -> float:
+    """Fig. 5: per-GPU throughput of ``config`` (MP alone, or MP x 64-way DP) over the 1-GPU 1.2B baseline."""
+    baseline = per_gpu_flops(TABLE1[0].model(), mp_layout(1), cluster, eff)
+    layout = mpdp_layout(config.mp_size) if data_parallel else mp_layout(config.mp_size)
+    return per_gpu_flops(config.model(), layout, cluster, eff) / baseline
+
+
+def aggregate_flops(config: ScalingConfig, *, eff: Efficiency, cluster: Cluster = DGX2H) -> float:
+    """Sustained FLOP/s of the whole MP x 64-way DP run (abstract: 15.1 PFLOP/s for 8.3B on 512 GPUs)."""
+    layout = mpdp_layout(config.mp_size)
+    return per_gpu_flops(config.model(), layout, cluster, eff) * layout.world_size
+
+
+def strong_scaling_speedup(mp_size: int, *, eff: Efficiency, cluster: Cluster = DGX2H) -> float:
+    """Table 8: the 1.2B model at fixed batch 8 on ``mp_size`` GPUs, speedup over 1 GPU."""
+    model = TABLE1[0].model()
+    one = iteration_time(model, mp_layout(1), cluster, eff).total
+    return one / iteration_time(model, mp_layout(mp_size), cluster, eff).total
+
+
+def heads_efficiency(num_heads: int, *, eff: Efficiency, cluster: Cluster = DGX2H) -> float:
+    """Table 7: 8.3B on 8-way MP with ``num_heads`` heads, weak-scaling efficiency vs the 1-GPU baseline."""
+    config = TABLE1[3]
+    baseline = per_gpu_flops(TABLE1[0].model(), mp_layout(1), cluster, eff)
+    return per_gpu_flops(config.model(num_heads=num_heads), mp_layout(8), cluster, eff) / baseline
+
+
+def _bisect(fn: Callable[[float], float], target: float, lo: float, hi: float, increasing: bool) -> float:
+    """Solve ``fn(x) = target`` for monotone ``fn`` on [lo, hi]."""
+    f_lo, f_hi = fn(lo), fn(hi)
+    if not min(f_lo, f_hi) <= target <= max(f_lo, f_hi):
+        raise ValueError(f"target {target} outside the model's range [{min(f_lo, f_hi)}, {max(f_lo, f_hi)}] "
+                         f"for parameter in [{lo}, {hi}]")
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if (fn(mid) < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def calibrate_v100(*, baseline_flops: float, pure_dp_efficiency: float, mp8_efficiency: float,
+                   cluster: Cluster = DGX2H, assumed: Efficiency | None = None) -> Efficiency:
+    """Fit the three V100 constants (module docstring) on three Megatron-LM numbers, in order."""
+    eff = assumed or Efficiency(gemm=0.5, memory=0.8, kernel_overhead=5e-6, intra_link=0.5, inter_link=0.8)
+    base_model = TABLE1[0].model()
+    gemm = _bisect(lambda g: per_gpu_flops(base_model, mp_layout(1), cluster, replace(eff, gemm=g)),
+                   baseline_flops, 0.05, 1.0, increasing=True)
+    eff = replace(eff, gemm=gemm)
+    sigma = _bisect(lambda s: weak_scaling_efficiency(TABLE1[0], data_parallel=True, eff=replace(eff, straggler_sigma=s),
+                                                      cluster=cluster),
+                    pure_dp_efficiency, 0.0, 0.2, increasing=False)
+    eff = replace(eff, straggler_sigma=sigma)
+    link = _bisect(lambda x: weak_scaling_efficiency(TABLE1[3], data_parallel=False, eff=replace(eff, intra_link=x),
+                                                     cluster=cluster),
+                   mp8_efficiency, 0.05, 1.0, increasing=True)
+    return replace(eff, intra_link=link,
+                   fitted_on=f"gemm: 1-GPU {baseline_flops / 1e12:g} TFLOP/s; straggler_sigma: 64-GPU DP "
+                             f"{pure_dp_efficiency:.0%}; intra_link: 8-way MP {mp8_efficiency:.0%} "
+                             "(Megatron-LM sec 5.1, Fig. 5)")

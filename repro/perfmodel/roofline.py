@@ -1,0 +1,48 @@
+"""Time of one kernel on one accelerator: the roofline model plus a launch-overhead floor.
+
+``time = max(flops / (gemm_eff * wave_eff * peak), bytes / (memory_eff * bandwidth)) + launches * overhead``
+
+(Williams, Waterman & Patterson 2009). A GEMM with low arithmetic intensity (small ``k`` or ``n`` per
+tensor-parallel rank) becomes memory-bound; a GEMM whose output tiles do not fill the last wave of SMs loses
+``wave_eff`` (NVIDIA's "Matrix Multiplication Background" guide: tile and wave quantization).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from .hardware import Accelerator, Efficiency
+from .ops import Op
+
+
+def wave_efficiency(op: Op, device: Accelerator) -> float:
+    """Useful fraction of the SM-tile slots a GEMM occupies: output ``batch x m x n`` cut into
+    ``gemm_tile`` tiles, run in ``ceil(tiles / num_sms)`` waves. 1.0 for non-GEMMs and unquantized devices."""
+    if op.gemm_shape is None:
+        return 1.0
+    m, n, _, batch = op.gemm_shape
+    tile_m, tile_n = device.gemm_tile
+    tiles = batch * math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    waves = math.ceil(tiles / device.num_sms)
+    return (batch * m * n) / (waves * device.num_sms * tile_m * tile_n)
+
+
+def op_time(op: Op, device: Accelerator, efficiency: Efficiency) -> float:
+    """Seconds one kernel takes on ``device`` at the achieved fractions in ``efficiency``."""
+    compute = op.flops / (efficiency.gemm * wave_efficiency(op, device) * device.peak_flops)
+    memory = op.bytes / (efficiency.memory * device.memory_bandwidth)
+    return max(compute, memory) + op.launches * efficiency.kernel_overhead
+
+
+def ops_time(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> float:
+    """Sum of :func:`op_time` over kernels that run one after another."""
+    return sum(op_time(op, device, efficiency) for op in ops)
+
+
+def time_by_kind(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> dict[str, float]:
+    """Seconds per op kind ("gemm", "elementwise"): a breakdown for reports."""
+    totals: dict[str, float] = {}
+    for op in ops:
+        totals[op.kind] = totals.get(op.kind, 0.0) + op_time(op, device, efficiency)
+    return totals
