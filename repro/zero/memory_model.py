@@ -1,0 +1,79 @@
+"""ZeRO's closed-form model-state memory (Rajbhandari et al. 2019, sec 3.1 and 5, Tables 1 and 2).
+
+Mixed-precision Adam keeps, per parameter, 2 bytes of fp16 weights, 2 of fp16 gradients and ``K`` = 12 of
+optimizer state (fp32 weights, momentum, variance): ``(2 + 2 + K) psi`` bytes (sec 3.1). With ``N_d``-way data
+parallelism the stages partition more of it (sec 5.1-5.3):
+
+==========  ==============================  ==================
+stage        name                            bytes per device
+==========  ==============================  ==================
+0            baseline data parallelism       (2 + 2 + K) psi
+1            P_os                            4 psi + K psi / N_d
+2            P_os+g                          2 psi + (2 + K) psi / N_d
+3            P_os+g+p                        (2 + 2 + K) psi / N_d
+==========  ==============================  ==================
+"""
+
+from __future__ import annotations
+
+import math
+
+K_ADAM = 12  # sec 3.1: optimizer-state bytes per parameter for mixed-precision Adam
+STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
+
+
+def _check(num_params: float, stage: int, dp_size: int, k: float) -> None:
+    if num_params < 0:
+        raise ValueError(f"num_params must be >= 0, got {num_params}")
+    if stage not in STAGE_NAMES:
+        raise ValueError(f"ZeRO stage must be one of {sorted(STAGE_NAMES)}, got {stage!r}")
+    if dp_size < 1:
+        raise ValueError(f"dp_size (N_d) must be >= 1, got {dp_size}")
+    if k < 0:
+        raise ValueError(f"K must be >= 0, got {k}")
+
+
+def model_state_bytes(*, num_params: float, stage: int, dp_size: int, k: float = K_ADAM) -> float:
+    """Model-state bytes per device for ZeRO ``stage`` (0 = plain DP) on ``dp_size`` ranks (table above)."""
+    _check(num_params, stage, dp_size, k)
+    psi, nd = num_params, dp_size
+    if stage == 0:
+        return (2 + 2 + k) * psi
+    if stage == 1:
+        return 4 * psi + k * psi / nd
+    if stage == 2:
+        return 2 * psi + (2 + k) * psi / nd
+    return (2 + 2 + k) * psi / nd
+
+
+def bytes_per_param(*, stage: int, dp_size: int, k: float = K_ADAM) -> float:
+    """Model-state bytes per parameter per device (``model_state_bytes`` with psi = 1)."""
+    return model_state_bytes(num_params=1.0, stage=stage, dp_size=dp_size, k=k)
+
+
+def max_params(*, device_bytes: float, stage: int, dp_size: int, mp_size: int = 1, k: float = K_ADAM) -> float:
+    """Largest model whose model states fit: ``mp_size * device_bytes / bytes_per_param`` (Table 2, theoretical
+    columns: ZeRO partitions across N_d, model parallelism divides the model ``mp_size`` ways on top)."""
+    if device_bytes <= 0 or mp_size < 1:
+        raise ValueError(f"device_bytes must be > 0 and mp_size >= 1, got {device_bytes}, {mp_size}")
+    return mp_size * device_bytes / bytes_per_param(stage=stage, dp_size=dp_size, k=k)
+
+
+def paper_table1_display(value_gb: float) -> float:
+    """How ZeRO Table 1 prints a cell (inferred from all 54 cells): below 10 GB two decimals, below 100 GB one
+    decimal (both rounded half up), from 100 GB an integer *truncated* (513.5 -> 513, 257.75 -> 257)."""
+    if value_gb < 0:
+        raise ValueError(f"memory must be >= 0 GB, got {value_gb}")
+    if value_gb >= 100:
+        return float(math.floor(value_gb))
+    decimals = 2 if value_gb < 10 else 1
+    scale = 10**decimals
+    return math.floor(value_gb * scale + 0.5 + 1e-9) / scale
+
+
+def paper_table2_theoretical(*, device_gb: float, stage: int, dp_size: int, mp_size: int) -> float:
+    """How ZeRO Table 2 prints a theoretical max model size (billions): the single-MP value rounded to 0.1 B,
+    times ``mp_size`` (7.6, 15.2, ..., 121.6). The paper further rounds the P_os+g+p cells of MP 4/8/16 to
+    0.5T/1T/2T (512 -> 500, 1024 -> 1000, 2048 -> 2000); the experiment ``zero_memory_tables`` lists them."""
+    per_mp = max_params(device_bytes=device_gb * 1e9, stage=stage, dp_size=dp_size) / 1e9
+    return round(math.floor(per_mp * 10 + 0.5 + 1e-9) / 10 * mp_size, 6)
