@@ -31,10 +31,13 @@ class Op:
     gemm_shape: tuple[int, int, int, int] | None = None  # (m, n, k, batch) of a GEMM's output tiling
 
 
-def gemm(name: str, *, m: int, n: int, k: int, batch: int = 1) -> Op:
+def gemm(name: str, *, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = BYTES) -> Op:
     """``batch`` GEMMs of ``[m x k] @ [k x n]``: ``2 m n k`` FLOPs, inputs and output read/written once."""
-    return Op(name, "gemm", 2.0 * batch * m * n * k, float(BYTES * batch * (m * k + k * n + m * n)),
+    return Op(name, "gemm", 2.0 * batch * m * n * k, float(dtype_bytes * batch * (m * k + k * n + m * n)),
               gemm_shape=(m, n, k, batch))
+
+
+_gemm = gemm
 
 
 def elementwise(name: str, *, elements: float, bytes_per_element: float, launches: int = 1) -> Op:
@@ -50,6 +53,7 @@ class LayerShape:
     hidden_size: int
     num_heads: int
     tp_size: int = 1
+    dtype_bytes: int = BYTES  # 2 for fp16/bf16 on GPUs, 4 for fp32 on CPUs
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -66,25 +70,30 @@ def layer_forward_ops(shape: LayerShape) -> list[Op]:
     tokens = b * s
     h_rank = h // t
     scores = b * heads_per_rank * s * s
+    e = shape.dtype_bytes
+
+    def gemm(name: str, **dims: int) -> Op:
+        return _gemm(name, dtype_bytes=e, **dims)
+
     return [
-        elementwise("layernorm_1 (dup)", elements=tokens * h, bytes_per_element=2 * BYTES),
+        elementwise("layernorm_1 (dup)", elements=tokens * h, bytes_per_element=2 * e),
         gemm("qkv (column-parallel)", m=tokens, n=3 * h_rank, k=h),
-        elementwise("split/transpose q,k,v", elements=3 * tokens * h_rank, bytes_per_element=2 * BYTES, launches=3),
+        elementwise("split/transpose q,k,v", elements=3 * tokens * h_rank, bytes_per_element=2 * e, launches=3),
         gemm("attention scores q k^T", m=s, n=s, k=head_dim, batch=b * heads_per_rank),
         # unfused 2019 attention: scale, mask (multiply + subtract), softmax: 4 read+write passes
-        elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * BYTES, launches=4),
-        elementwise("attention dropout", elements=scores, bytes_per_element=2 * BYTES + 1),
+        elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * e, launches=4),
+        elementwise("attention dropout", elements=scores, bytes_per_element=2 * e + 1),
         gemm("attention context p v", m=s, n=head_dim, k=s, batch=b * heads_per_rank),
-        elementwise("context transpose", elements=tokens * h_rank, bytes_per_element=2 * BYTES),
+        elementwise("context transpose", elements=tokens * h_rank, bytes_per_element=2 * e),
         gemm("projection (row-parallel)", m=tokens, n=h, k=h_rank),
         # bias add (r+w), dropout (r+w+mask), residual add (2r+w), duplicated on every rank
-        elementwise("bias+dropout+residual 1 (dup)", elements=tokens * h, bytes_per_element=7 * BYTES + 1,
+        elementwise("bias+dropout+residual 1 (dup)", elements=tokens * h, bytes_per_element=7 * e + 1,
                     launches=3),
-        elementwise("layernorm_2 (dup)", elements=tokens * h, bytes_per_element=2 * BYTES),
+        elementwise("layernorm_2 (dup)", elements=tokens * h, bytes_per_element=2 * e),
         gemm("fc1 (column-parallel)", m=tokens, n=4 * h_rank, k=h),
-        elementwise("gelu", elements=4 * tokens * h_rank, bytes_per_element=2 * BYTES),
+        elementwise("gelu", elements=4 * tokens * h_rank, bytes_per_element=2 * e),
         gemm("fc2 (row-parallel)", m=tokens, n=h, k=4 * h_rank),
-        elementwise("bias+dropout+residual 2 (dup)", elements=tokens * h, bytes_per_element=7 * BYTES + 1,
+        elementwise("bias+dropout+residual 2 (dup)", elements=tokens * h, bytes_per_element=7 * e + 1,
                     launches=3),
     ]
 
@@ -113,17 +122,18 @@ def layer_iteration_ops(shape: LayerShape, *, activation_recompute: bool = True)
 
 
 def head_iteration_ops(*, micro_batch_size: int, seq_length: int, hidden_size: int, vocab_size: int,
-                       tp_size: int = 1) -> list[Op]:
+                       tp_size: int = 1, dtype_bytes: int = BYTES) -> list[Op]:
     """Embedding, final layer norm, vocab-parallel logits and cross-entropy (Megatron-LM sec 3, last para.):
     forward and backward, per micro-batch, on one tensor-parallel rank. The cross-entropy runs in fp32 over the
     rank's ``b s V/t`` logits: max, subtract, exp, sum, log, gather in forward; softmax-minus-one-hot in
     backward (~10 fp32 read/write passes in all)."""
     tokens = micro_batch_size * seq_length
     vocab_rank = vocab_size // tp_size
-    logits = gemm("logits (vocab-parallel)", m=tokens, n=vocab_rank, k=hidden_size)
+    logits = gemm("logits (vocab-parallel)", m=tokens, n=vocab_rank, k=hidden_size, dtype_bytes=dtype_bytes)
     forward = [
-        elementwise("embedding lookup + position add", elements=tokens * hidden_size, bytes_per_element=3 * BYTES),
-        elementwise("final layernorm (dup)", elements=tokens * hidden_size, bytes_per_element=2 * BYTES),
+        elementwise("embedding lookup + position add", elements=tokens * hidden_size,
+                    bytes_per_element=3 * dtype_bytes),
+        elementwise("final layernorm (dup)", elements=tokens * hidden_size, bytes_per_element=2 * dtype_bytes),
         logits,
     ]
     cross_entropy = elementwise("vocab-parallel cross-entropy fwd+bwd (fp32)", elements=tokens * vocab_rank,

@@ -55,6 +55,7 @@ class Layout:
     global_batch_size: int
     activation_recompute: bool = True
     grad_bytes: int = 2  # bytes per gradient element in the data-parallel all-reduce
+    activation_bytes: int = 2  # bytes per activation element (2: fp16/bf16 on GPUs, 4: fp32 on CPUs)
     dp_overlap: float = 0.0  # fraction of the backward time that can hide the gradient all-reduce
 
     def __post_init__(self) -> None:
@@ -120,13 +121,13 @@ def dp_link(cluster: Cluster, *, tp_size: int, pp_size: int, dp_size: int) -> Li
 def layer_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficiency) -> tuple[float, float]:
     """(compute, tensor-parallel communication) seconds of one layer for one micro-batch."""
     shape = LayerShape(layout.micro_batch_size, model.seq_length, model.hidden_size, model.num_heads,
-                       layout.tp_size)
+                       layout.tp_size, layout.activation_bytes)
     compute = ops_time(layer_iteration_ops(shape, activation_recompute=layout.activation_recompute),
                        cluster.device, eff)
     if layout.tp_size == 1:
         return compute, 0.0
     message = tp_allreduce_message_bytes(micro_batch_size=layout.micro_batch_size, seq_length=model.seq_length,
-                                         hidden_size=model.hidden_size)
+                                         hidden_size=model.hidden_size, bytes_per_element=layout.activation_bytes)
     one = allreduce_time(num_ranks=layout.tp_size, message_bytes=message, link=tp_link(cluster, layout.tp_size),
                          link_efficiency=eff.intra_link)
     return compute, tp_allreduces_per_layer(activation_recompute=layout.activation_recompute) * one
@@ -135,12 +136,13 @@ def layer_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficien
 def head_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficiency) -> float:
     """Embedding + logits + loss for one micro-batch, with their 2 tensor-parallel all-reduces of ``b s h``."""
     ops = head_iteration_ops(micro_batch_size=layout.micro_batch_size, seq_length=model.seq_length,
-                             hidden_size=model.hidden_size, vocab_size=model.vocab_size, tp_size=layout.tp_size)
+                             hidden_size=model.hidden_size, vocab_size=model.vocab_size, tp_size=layout.tp_size,
+                             dtype_bytes=layout.activation_bytes)
     compute = ops_time(ops, cluster.device, eff)
     if layout.tp_size == 1:
         return compute
     message = tp_allreduce_message_bytes(micro_batch_size=layout.micro_batch_size, seq_length=model.seq_length,
-                                         hidden_size=model.hidden_size)
+                                         hidden_size=model.hidden_size, bytes_per_element=layout.activation_bytes)
     comm = 2 * allreduce_time(num_ranks=layout.tp_size, message_bytes=message,
                               link=tp_link(cluster, layout.tp_size), link_efficiency=eff.intra_link)
     return compute + comm
@@ -158,7 +160,8 @@ def iteration_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Effi
     p2p = 0.0
     if layout.pp_size > 1:
         # forward activation + backward gradient per micro-batch, split across the tp ranks (scatter/gather)
-        message = layout.micro_batch_size * model.seq_length * model.hidden_size * 2 / layout.tp_size
+        message = (layout.micro_batch_size * model.seq_length * model.hidden_size * layout.activation_bytes
+                   / layout.tp_size)
         link = tp_link(cluster, cluster.devices_per_node + 1)  # a device's share of the node's IB
         p2p = 2 * ring_time(bytes_per_rank=message, steps=1, link=link, link_efficiency=eff.inter_link)
     stage_times = [body + p2p for _ in range(layout.pp_size)]
