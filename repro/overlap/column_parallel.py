@@ -1,0 +1,90 @@
+"""Column-parallel linear whose backward all-reduce of dX overlaps the gradient GEMMs (T3, backward FC-1 and IP).
+
+In the plain layer (Megatron-LM sec. 3, ``Y_i = f(X) A_i^T``) the conjugate ``f`` all-reduces the input gradient
+``dX = sum_i dY_i A_i`` after the whole backward GEMM. These are the backward sublayers T3 (Pati et al., ASPLOS'24)
+overlaps: the input-gradient GEMM is cut into row blocks, each block's all-reduce is launched as soon as the block
+is computed, and the weight-gradient GEMM ``dA_i = dY_i^T X`` (which needs no communication) runs while the last
+blocks are still on the wire. With ``num_chunks=1`` this is Megatron's own "async tensor-parallel all-reduce" of dX
+behind dW.
+
+Forward is f's: identity, no communication.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from repro.dist import comm
+from repro.dist.comm import CommGroup
+from repro.overlap.chunking import check_num_chunks, row_chunks
+from repro.overlap.row_parallel import wait_all
+from repro.tensor_parallel import ColumnParallelLinear, gather_from_tensor_parallel
+
+
+class _LinearChunkedGradAllReduce(torch.autograd.Function):
+    """``f(x) @ W^T + b`` whose backward all-reduces ``dX`` chunk by chunk behind the dX and dW GEMMs."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group: CommGroup, num_chunks: int):
+        ctx.group, ctx.num_chunks, ctx.has_bias = group, num_chunks, bias is not None
+        ctx.save_for_backward(x, weight)
+        return F.linear(x, weight, bias)  # [..., out/tp]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight = ctx.saved_tensors
+        grad_rows = grad_out.reshape(-1, grad_out.shape[-1])  # [T, out/tp]
+        grad_x = grad_weight = grad_bias = None
+        handles = []
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.empty(grad_rows.shape[0], weight.shape[1], dtype=grad_out.dtype, device=grad_out.device)
+            for block in row_chunks(grad_rows.shape[0], ctx.num_chunks):
+                torch.matmul(grad_rows[block], weight, out=grad_x[block])  # this rank's partial dX of the chunk
+                handles.append(comm.all_reduce(grad_x[block], ctx.group, async_op=True))  # f's sum, in flight
+        # The weight and bias gradients need no communication: they run while the dX chunks are reduced.
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad_rows.t() @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_rows.sum(0)
+        wait_all(handles)
+        if grad_x is not None:
+            grad_x = grad_x.view_as(x)
+        return grad_x, grad_weight, grad_bias, None, None
+
+
+def linear_chunked_grad_all_reduce(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, group: CommGroup, num_chunks: int
+) -> torch.Tensor:
+    """``f(x) @ weight^T + bias`` with the backward all-reduce of dX chunked and overlapped with the GEMMs."""
+    if group.size == 1:
+        return F.linear(x, weight, bias)
+    return _LinearChunkedGradAllReduce.apply(x, weight, bias, group, check_num_chunks(num_chunks))
+
+
+class OverlappedColumnParallelLinear(ColumnParallelLinear):
+    """:class:`~repro.tensor_parallel.ColumnParallelLinear` whose backward overlaps the dX all-reduce (T3)."""
+
+    def __init__(self, in_features: int, out_features: int, *, num_chunks: int = 4, **kwargs) -> None:
+        super().__init__(in_features, out_features, **kwargs)
+        self.num_chunks = check_num_chunks(num_chunks)
+
+    @classmethod
+    def from_plain(cls, plain: ColumnParallelLinear, *, num_chunks: int = 4) -> "OverlappedColumnParallelLinear":
+        """The overlapped twin of ``plain``, sharing its parameter tensors (no new initialisation, no RNG use)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.group = plain.group
+        layer.in_features, layer.out_features = plain.in_features, plain.out_features
+        layer.out_per_rank, layer.gather_output = plain.out_per_rank, plain.gather_output
+        layer.weight, layer.bias = plain.weight, plain.bias
+        layer.num_chunks = check_num_chunks(num_chunks)
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = linear_chunked_grad_all_reduce(x, self.weight, self.bias, self.group, self.num_chunks)
+        return gather_from_tensor_parallel(y, self.group) if self.gather_output else y
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, num_chunks={self.num_chunks}"
