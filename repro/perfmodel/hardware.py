@@ -26,6 +26,7 @@ class Accelerator:
     ``num_sms`` / ``gemm_tile``: streaming multiprocessors and the (rows, cols) output tile of the GEMM kernel,
     for wave quantization (a GEMM whose tiles do not fill the last wave leaves SMs idle). ``num_sms = 1`` and
     ``gemm_tile = (1, 1)`` switch quantization off (CPUs).
+    ``rng_seconds_per_element``: seconds per random number drawn (dropout masks), measured on CPUs.
     """
 
     name: str
@@ -34,6 +35,7 @@ class Accelerator:
     memory_bytes: float
     num_sms: int = 1
     gemm_tile: tuple[int, int] = (1, 1)
+    rng_seconds_per_element: float = 0.0  # cost of one random number (dropout); GPUs fuse Philox: ~0
 
     def __post_init__(self) -> None:
         for field_name in ("peak_flops", "memory_bandwidth", "memory_bytes"):

@@ -29,6 +29,7 @@ class Op:
     bytes: float
     launches: int = 1
     gemm_shape: tuple[int, int, int, int] | None = None  # (m, n, k, batch) of a GEMM's output tiling
+    random_elements: float = 0.0  # random numbers drawn (dropout masks); costly on CPUs, ~free on GPUs
 
 
 def gemm(name: str, *, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = BYTES) -> Op:
@@ -40,8 +41,11 @@ def gemm(name: str, *, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int 
 _gemm = gemm
 
 
-def elementwise(name: str, *, elements: float, bytes_per_element: float, launches: int = 1) -> Op:
-    return Op(name, "elementwise", 0.0, float(elements * bytes_per_element), launches)
+def elementwise(name: str, *, elements: float, bytes_per_element: float, launches: int = 1,
+                random: bool = False) -> Op:
+    """A memory-bound kernel; ``random`` marks a dropout that draws one random number per element."""
+    return Op(name, "elementwise", 0.0, float(elements * bytes_per_element), launches,
+              random_elements=float(elements) if random else 0.0)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class LayerShape:
     num_heads: int
     tp_size: int = 1
     dtype_bytes: int = BYTES  # 2 for fp16/bf16 on GPUs, 4 for fp32 on CPUs
+    fused_attention: bool = False  # one fused softmax(+dropout) pass (SDPA) instead of the 2019 unfused kernels
+    dropout: bool = True  # attention and hidden dropout active (draws random masks)
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads:
@@ -71,6 +77,7 @@ def layer_forward_ops(shape: LayerShape) -> list[Op]:
     h_rank = h // t
     scores = b * heads_per_rank * s * s
     e = shape.dtype_bytes
+    rand = shape.dropout
 
     def gemm(name: str, **dims: int) -> Op:
         return _gemm(name, dtype_bytes=e, **dims)
@@ -80,21 +87,23 @@ def layer_forward_ops(shape: LayerShape) -> list[Op]:
         gemm("qkv (column-parallel)", m=tokens, n=3 * h_rank, k=h),
         elementwise("split/transpose q,k,v", elements=3 * tokens * h_rank, bytes_per_element=2 * e, launches=3),
         gemm("attention scores q k^T", m=s, n=s, k=head_dim, batch=b * heads_per_rank),
-        # unfused 2019 attention: scale, mask (multiply + subtract), softmax: 4 read+write passes
-        elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * e, launches=4),
-        elementwise("attention dropout", elements=scores, bytes_per_element=2 * e + 1),
+        # unfused 2019 attention: scale, mask (multiply + subtract), softmax: 4 read+write passes, then dropout
+        *([elementwise("fused scale+mask+softmax+dropout", elements=scores, bytes_per_element=2 * e, random=rand)]
+          if shape.fused_attention else
+          [elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * e, launches=4),
+           elementwise("attention dropout", elements=scores, bytes_per_element=2 * e + 1, random=rand)]),
         gemm("attention context p v", m=s, n=head_dim, k=s, batch=b * heads_per_rank),
         elementwise("context transpose", elements=tokens * h_rank, bytes_per_element=2 * e),
         gemm("projection (row-parallel)", m=tokens, n=h, k=h_rank),
         # bias add (r+w), dropout (r+w+mask), residual add (2r+w), duplicated on every rank
         elementwise("bias+dropout+residual 1 (dup)", elements=tokens * h, bytes_per_element=7 * e + 1,
-                    launches=3),
+                    launches=3, random=rand),
         elementwise("layernorm_2 (dup)", elements=tokens * h, bytes_per_element=2 * e),
         gemm("fc1 (column-parallel)", m=tokens, n=4 * h_rank, k=h),
         elementwise("gelu", elements=4 * tokens * h_rank, bytes_per_element=2 * e),
         gemm("fc2 (row-parallel)", m=tokens, n=h, k=4 * h_rank),
         elementwise("bias+dropout+residual 2 (dup)", elements=tokens * h, bytes_per_element=7 * e + 1,
-                    launches=3),
+                    launches=3, random=rand),
     ]
 
 
@@ -147,8 +156,13 @@ def head_iteration_ops(*, micro_batch_size: int, seq_length: int, hidden_size: i
 ADAM_BYTES_PER_PARAM = 6 + 12 + 4 + 28 + 6 + 2
 
 
-def optimizer_ops(*, params_per_rank: float) -> list[Op]:
-    """The optimizer step on one rank's ``params_per_rank`` parameters: memory-bound, ~7 kernels per tensor
-    fused into flat buffers (we charge 7 launches in all)."""
-    return [elementwise("mixed-precision Adam step", elements=params_per_rank,
-                        bytes_per_element=ADAM_BYTES_PER_PARAM, launches=7)]
+#: fp32 Adam (CPU runs): p, g, m, v read (16) + p, m, v written (12) + grad-norm read (4) + zero grads (4).
+FP32_ADAM_BYTES_PER_PARAM = 16 + 12 + 4 + 4
+
+
+def optimizer_ops(*, params_per_rank: float, bytes_per_param: float = ADAM_BYTES_PER_PARAM,
+                  launches: int = 7) -> list[Op]:
+    """The optimizer step on one rank's ``params_per_rank`` parameters: memory-bound; ``launches`` kernels
+    (flat buffers: ~7; per-tensor optimizers: ~7 per parameter tensor)."""
+    return [elementwise("Adam step", elements=params_per_rank, bytes_per_element=bytes_per_param,
+                        launches=launches)]

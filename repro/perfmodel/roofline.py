@@ -32,7 +32,8 @@ def op_time(op: Op, device: Accelerator, efficiency: Efficiency) -> float:
     """Seconds one kernel takes on ``device`` at the achieved fractions in ``efficiency``."""
     compute = op.flops / (efficiency.gemm * wave_efficiency(op, device) * device.peak_flops)
     memory = op.bytes / (efficiency.memory * device.memory_bandwidth)
-    return max(compute, memory) + op.launches * efficiency.kernel_overhead
+    random = op.random_elements * device.rng_seconds_per_element
+    return max(compute, memory) + random + op.launches * efficiency.kernel_overhead
 
 
 def ops_time(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .collectives import allreduce_time, ring_time
 from .hardware import Cluster, Efficiency, Link
-from .ops import LayerShape, head_iteration_ops, layer_iteration_ops, optimizer_ops
+from .ops import ADAM_BYTES_PER_PARAM, LayerShape, head_iteration_ops, layer_iteration_ops, optimizer_ops
 from .parallel_comm import tp_allreduce_message_bytes, tp_allreduces_per_layer
 from .roofline import ops_time
 
@@ -56,6 +56,10 @@ class Layout:
     activation_recompute: bool = True
     grad_bytes: int = 2  # bytes per gradient element in the data-parallel all-reduce
     activation_bytes: int = 2  # bytes per activation element (2: fp16/bf16 on GPUs, 4: fp32 on CPUs)
+    fused_attention: bool = False  # SDPA-style fused softmax instead of Megatron-LM 2019's unfused kernels
+    dropout: bool = True
+    optimizer_bytes_per_param: float = ADAM_BYTES_PER_PARAM
+    optimizer_launches: int = 7
     dp_overlap: float = 0.0  # fraction of the backward time that can hide the gradient all-reduce
 
     def __post_init__(self) -> None:
@@ -121,7 +125,8 @@ def dp_link(cluster: Cluster, *, tp_size: int, pp_size: int, dp_size: int) -> Li
 def layer_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficiency) -> tuple[float, float]:
     """(compute, tensor-parallel communication) seconds of one layer for one micro-batch."""
     shape = LayerShape(layout.micro_batch_size, model.seq_length, model.hidden_size, model.num_heads,
-                       layout.tp_size, layout.activation_bytes)
+                       layout.tp_size, layout.activation_bytes, layout.fused_attention,
+                       layout.dropout)
     compute = ops_time(layer_iteration_ops(shape, activation_recompute=layout.activation_recompute),
                        cluster.device, eff)
     if layout.tp_size == 1:
@@ -170,7 +175,8 @@ def iteration_time(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Effi
     pipeline = (m - 1) * max(stage_times) + sum(stage_times)
 
     params_per_rank = model.num_params / (layout.tp_size * layout.pp_size)
-    optimizer = ops_time(optimizer_ops(params_per_rank=params_per_rank), cluster.device, eff)
+    optimizer = ops_time(optimizer_ops(params_per_rank=params_per_rank, bytes_per_param=layout.optimizer_bytes_per_param,
+                                       launches=layout.optimizer_launches), cluster.device, eff)
     dp_exposed = 0.0
     if layout.dp_size > 1:
         link = dp_link(cluster, tp_size=layout.tp_size, pp_size=layout.pp_size, dp_size=layout.dp_size)
