@@ -7,9 +7,11 @@ result, same bytes on the wire); :func:`overlap_sublayers` swaps a model's OP, F
 from repro.overlap.chunking import row_chunks, sequence_chunk_shape
 from repro.overlap.column_parallel import OverlappedColumnParallelLinear
 from repro.overlap.row_parallel import OverlappedRowParallelLinear
+from repro.overlap.sequence_parallel import SequenceParallelColumnLinear, SequenceParallelRowLinear
 from repro.overlap.swap import T3_SUBLAYERS, overlap_sublayers, overlapped_twin
 
 __all__ = [
-    "OverlappedColumnParallelLinear", "OverlappedRowParallelLinear", "T3_SUBLAYERS", "overlap_sublayers",
+    "OverlappedColumnParallelLinear", "OverlappedRowParallelLinear", "SequenceParallelColumnLinear",
+    "SequenceParallelRowLinear", "T3_SUBLAYERS", "overlap_sublayers",
     "overlapped_twin", "row_chunks", "sequence_chunk_shape",
 ]
