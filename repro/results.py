@@ -9,7 +9,7 @@ Layout (DESIGN.md, "data flows one way")::
 
 A row is ``{"metric", "value", "unit", <the experiment's own columns>, "experiment", "scale", "point",
 "run_id", "provenance": {config, git commit, torch version, device, job id, date, ...}}``. A run id is a UTC
-timestamp plus a short random suffix, so runs sort by time and two runs never share a file. When an experiment
+timestamp (microseconds) plus a short random suffix, so runs sort by time and two runs never share a file. When an experiment
 point has been run more than once, :func:`latest` keeps the newest run's rows.
 """
 
@@ -49,9 +49,9 @@ def runs_dir(root: Path) -> Path:
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
-    """``20261122T041000Z-3f9a2c``: sortable by time, unique by its random suffix."""
+    """``20261122T041000.123456Z-3f9a2c``: sorts by time (to the microsecond), unique by its random suffix."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+    return f"{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:6]}"
 
 
 @lru_cache(maxsize=1)

@@ -12,6 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 
 
@@ -28,14 +29,20 @@ def _sum_point(point: Point, ctx: RunContext) -> list[dict]:
     return rows
 
 
+def _value(rows, metric: str, n: int) -> float | None:
+    hit = rows[(rows["metric"] == metric) & (rows["n"] == n)] if len(rows) else rows
+    return float(hit["value"].iloc[0]) if len(hit) else None
+
+
 def _sum_claims(rows) -> list[ClaimCheck]:
-    """Maps the triangle number of n=4 (10) onto a real claim id, so the claims report has something to join."""
-    hit = rows[(rows["metric"] == "triangle") & (rows["n"] == 4)] if len(rows) else rows
-    if len(hit) == 0:
-        return [ClaimCheck("megatron_lm_2019", "comm_allreduce_per_layer", None, "exact", "not run")]
-    value = float(hit["value"].iloc[0])
-    verdict = "reproduced" if value == 10.0 else "differs"
-    return [ClaimCheck("megatron_lm_2019", "comm_allreduce_per_layer", value, "exact", verdict, "fake")]
+    """Maps fake numbers onto real claim ids, so the claims report has something to join: the all-reduce of
+    ranks 1 + 2 = 3 against ZeRO's "3 GB of fp16 weights" (reproduced), the triangle number of 3 (6) against
+    K = 12 (differs), and a GPU-only claim."""
+    return [
+        check_value("zero_2019", "gpt2_1p5B_fp16_weights", _value(rows, "rank_sum", 4), note="fake"),
+        check_value("zero_2019", "K_adam", _value(rows, "triangle", 3), rel=0.1, note="fake"),
+        needs_gpu("megatron_lm_2019", "baseline_tflops_1gpu", note="fake"),
+    ]
 
 
 def _fail_point(point: Point, ctx: RunContext) -> list[dict]:

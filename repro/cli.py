@@ -1,0 +1,209 @@
+"""The ``repro`` command.
+
+    repro list [--scale S]                      experiments, their points and budgets, and their newest runs
+    repro run EXP [EXP ...] --scale ci          run locally (world size 1 in-process, larger ones on local ranks)
+    repro submit EXP --scale paper [--wait]     sbatch slurm/EXP.sbatch with nodes, tasks, GPUs and array sized
+    repro figures [--scale ci]                  results/figures/*.png|svg
+    repro claims [--scale ci]                   results/claims.md and results/claims.csv
+    repro reproduce --scale ci                  run everything, then figures and claims, showing what changed
+
+Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit) print one
+line and exit with status 2; a failed point or job exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from repro import results as R
+from repro.experiments import SCALES, Registry, registry
+from repro.experiments.resources import DEVICES, NeedsGPU
+from repro.experiments.submit import SlurmMissing, SubmitError
+
+SCALE_CHOICES = list(SCALES)
+
+
+def _scale(value: str, *, allow_any: bool = False) -> str:
+    allowed = SCALE_CHOICES + (["any"] if allow_any else [])
+    if value not in allowed:
+        raise ValueError(f"unknown scale {value!r}; scales are {', '.join(allowed)}")
+    return value
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    reg = registry()
+    for module, error in reg.errors.items():
+        print(f"repro: warning: {module} was not loaded: {error.strip().splitlines()[-1]}", file=sys.stderr)
+    return reg
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    reg = _registry(args)
+    rows = R.load_rows(args.results_dir)
+    print(f"{'experiment':30s} {'paper':20s} {'ci':>9s} {'paper':>10s} {'budget':>7s}  newest ci run")
+    for exp in reg:
+        def summary(scale: str) -> str:
+            points = exp.points.get(scale, ())
+            gpu = "G" if any(p.needs_gpu for p in points) else ""
+            return f"{len(points)}p/{max((p.world_size for p in points), default=0)}r{gpu}"
+        mine = rows[(rows["experiment"] == exp.name) & (rows["scale"] == "ci")] if len(rows) else rows
+        newest = max(mine["run_id"]) if len(mine) else "not run"
+        budget = exp.budget_s.get("ci")
+        print(f"{exp.name:30s} {exp.paper:20s} {summary('ci'):>9s} {summary('paper'):>10s} "
+              f"{(f'{budget:.0f}s' if budget else '-'):>7s}  {newest}")
+    if args.scale:
+        for exp in reg:
+            for point in exp.points_for(_scale(args.scale)):
+                print(f"  {exp.name}/{point.name}: world_size={point.world_size} memory={point.memory_gib:g}GiB"
+                      f"{' needs GPU' if point.needs_gpu else ''} {dict(point.params)}")
+    print(f"({len(reg)} experiments; p = points, r = largest world size, G = needs GPU)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from repro.experiments.runner import run_experiment
+
+    reg = _registry(args)
+    scale = _scale(args.scale)
+    experiments = [reg.get(name) for name in args.experiments]  # all names checked before anything runs
+    status = 0
+    for exp in experiments:
+        print(f"{exp.name} at scale {scale}:")
+        report = run_experiment(exp, scale, points=args.point, results=args.results_dir, force=args.force,
+                                device=args.device, progress=print)
+        budget = f" (budget {report.budget_s:.0f} s{', OVER' if report.over_budget else ''})" if report.budget_s else ""
+        print(f"{exp.name}: {'ok' if report.ok else 'FAILED'} in {report.elapsed_s:.1f} s{budget}; run "
+              f"{report.run_id} -> {report.path}")
+        for outcome in report.outcomes:
+            if outcome.status == "failed":
+                print(f"--- {exp.name}/{outcome.point} failed ---\n{outcome.message}", file=sys.stderr)
+        if report.replaced:
+            print(f"  --force replaced {len(report.replaced)} earlier run(s): "
+                  + ", ".join(p.name for p in report.replaced))
+        elif report.earlier:
+            print(f"  kept {len(report.earlier)} earlier run(s) of these points (the newest wins in figures and "
+                  "claims; --force replaces them)")
+        status = status or (0 if report.ok else 1)
+    return status
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from repro.experiments import submit as S
+
+    reg = _registry(args)
+    exp = reg.get(args.experiment)
+    job = S.plan(exp, _scale(args.scale), gpus_per_node=args.gpus_per_node, nodes=args.nodes, cpu=args.cpu,
+                 array=args.array, partition=args.partition, time_limit=args.time, mem_gb=args.mem,
+                 extra=args.sbatch_arg or ())
+    print("sbatch command: " + " ".join(job.argv))
+    if args.dry_run:
+        return 0
+    env = {"REPRO_DEVICE": "cpu"} if args.cpu else {}
+    if args.results_dir:
+        env["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
+    job_id = S.submit(job, env=env)
+    print(f"submitted job {job_id} ({'array, ' if job.array else ''}log {job.log_pattern})")
+    if not args.wait:
+        return 0
+    states = S.wait(job_id, timeout_s=args.timeout)
+    for state in states:
+        print(state.describe())
+    return 0 if all(s.ok for s in states) else 1
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from repro.experiments.reproduce import make_figures
+
+    reg = _registry(args)
+    rendered = make_figures(reg, R.results_dir(args.results_dir), _scale(args.scale, allow_any=True), names=args.only)
+    for name, files in rendered.files.items():
+        print(f"{name}: " + ", ".join(str(f) for f in files))
+    for name, error in rendered.errors.items():
+        print(f"figure {name} failed:\n{error}", file=sys.stderr)
+    return 1 if rendered.errors else 0
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    from repro.experiments.reproduce import make_claims
+
+    reg = _registry(args)
+    out = make_claims(reg, R.results_dir(args.results_dir), _scale(args.scale, allow_any=True))
+    print(out.report["verdict"].value_counts().to_string())
+    for problem in out.checks.problems:
+        print(f"repro: warning: {problem.strip().splitlines()[0]}", file=sys.stderr)
+    print(f"-> {out.claims_files[0]}, {out.claims_files[1]}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from repro.experiments.reproduce import reproduce
+
+    reg = _registry(args)
+    if args.only:
+        for name in args.only:
+            reg.get(name)
+    out = reproduce(reg, _scale(args.scale), root=args.results_dir, force=args.force, device=args.device,
+                    only=args.only, say=lambda m: print(m, flush=True))
+    return 0 if out.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repro", description="Reproduce the papers' figures and tables.")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="results root (default: $REPRO_RESULTS_DIR or results/ of the checkout)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="list experiments")
+    p.add_argument("--scale", help="also list every point of this scale")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("run", help="run experiments on this machine")
+    p.add_argument("experiments", nargs="+", metavar="EXP")
+    p.add_argument("--scale", default="ci")
+    p.add_argument("--point", action="append", help="only this point (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace the earlier runs of these points")
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("submit", help="submit an experiment to Slurm")
+    p.add_argument("experiment", metavar="EXP")
+    p.add_argument("--scale", default="ci")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default 8 when a point needs GPUs, else 0)")
+    p.add_argument("--nodes", type=int)
+    p.add_argument("--cpu", action="store_true", help="run GPU points on CPU (REPRO_DEVICE=cpu, no GPUs asked)")
+    p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
+                   help="one point per array task (default: when the scale has several points)")
+    p.add_argument("--partition")
+    p.add_argument("--time", help="time limit, e.g. 02:00:00")
+    p.add_argument("--mem", type=int, help="GB per node (default: the points' declared memory; 0 = all)")
+    p.add_argument("--sbatch-arg", action="append", help="extra sbatch option (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command only")
+    p.add_argument("--wait", action="store_true", help="wait for the job and report its state and exit code")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("figures", help="draw the figures")
+    p.add_argument("--scale", default="any", help="ci, paper, or any (newest rows of the largest scale run)")
+    p.add_argument("--only", action="append", help="only this figure (repeatable)")
+    p.set_defaults(func=cmd_figures)
+    p = sub.add_parser("claims", help="write the claims report")
+    p.add_argument("--scale", default="any", help="ci, paper, or any")
+    p.set_defaults(func=cmd_claims)
+    p = sub.add_parser("reproduce", help="run everything, then figures and claims")
+    p.add_argument("--scale", default="ci")
+    p.add_argument("--only", action="append", help="only this experiment (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them")
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.set_defaults(func=cmd_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError) as err:
+        print(f"repro: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

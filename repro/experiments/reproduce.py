@@ -1,0 +1,164 @@
+"""``repro reproduce``: run every experiment at one scale, then draw the figures and write the claims report,
+printing progress, each experiment's time against its budget, and what changed since the previous outputs.
+
+Also home of the two steps the CLI exposes alone: :func:`make_claims` (``repro claims``) and
+:func:`make_figures` (``repro figures``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from repro import claims as C
+from repro import results as R
+from repro.experiments import Registry
+from repro.experiments.resources import NeedsGPU
+from repro.experiments.runner import RunReport, run_experiment
+from repro.figures import FigureContext, Rendered, render_all
+from repro.paper import load_claims
+
+CI_TOTAL_BUDGET_S = 20 * 60
+
+
+@dataclass
+class Outputs:
+    report: pd.DataFrame
+    checks: C.CheckSet
+    claims_files: tuple[Path, Path]
+    figures: Rendered | None = None
+
+
+def _rows(root: Path, scale: str) -> pd.DataFrame:
+    return R.load_rows(root, scale=None if scale == "any" else scale)
+
+
+def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
+    """Collect the experiments' claim checks on the newest rows and write claims.md / claims.csv under root."""
+    claims = load_claims()
+    rows = _rows(root, scale)
+    checks = C.collect_checks(reg, rows, scale=scale, claims=claims)
+    report = C.build_report(checks, claims)
+    runs = rows.groupby("experiment")["run_id"].nunique() if len(rows) else pd.Series(dtype=int)
+    info = (f"Rows: {len(rows)} from {int(runs.sum())} run(s) of {len(runs)} experiment(s) under `results/runs/` "
+            "(newest run of each point).")
+    markdown = C.render_markdown(report, checks, scale=scale, rows_info=info)
+    files = C.write_report(report, markdown, root)
+    return Outputs(report, checks, files)
+
+
+def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | None = None,
+                 names: list[str] | None = None) -> Rendered:
+    """Draw the figures from the newest rows and the claim checks into root/figures."""
+    claims = load_claims()
+    rows = _rows(root, scale)
+    if checks is None:
+        checks = C.collect_checks(reg, rows, scale=scale, claims=claims)
+    ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale, out_dir=root / "figures",
+                        known=frozenset(reg.names()))
+    return render_all(ctx, names)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+@dataclass
+class Reproduction:
+    runs: list[RunReport] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    outputs: Outputs | None = None
+    value_changes: pd.DataFrame | None = None
+    verdict_changes: pd.DataFrame | None = None
+    changed_figures: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        figures_ok = self.outputs is None or self.outputs.figures is None or not self.outputs.figures.errors
+        return all(r.ok for r in self.runs) and figures_ok
+
+
+def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: bool = False, device: str = "auto",
+              only: list[str] | None = None, say: Callable[[str], None] = print) -> Reproduction:
+    """Run ``only`` (default: every experiment) at ``scale``, then figures and claims; report what changed."""
+    root = R.results_dir(root)
+    names = only or reg.names()
+    experiments = [reg.get(n) for n in names]
+    before_rows = _rows(root, scale)
+    old_claims_path = root / "claims.csv"
+    before_claims = pd.read_csv(old_claims_path) if old_claims_path.exists() else pd.DataFrame()
+    figure_dir = root / "figures"
+    before_figs = {p.name: _digest(p) for p in figure_dir.glob("*.png")} if figure_dir.exists() else {}
+    out = Reproduction()
+    start = time.perf_counter()
+    for index, exp in enumerate(experiments, 1):
+        budget = exp.budget_s.get(scale)
+        points = len(exp.points_for(scale))
+        say(f"[{index}/{len(experiments)}] {exp.name}: {points} point(s) at scale {scale}"
+            + (f", budget {budget:.0f} s" if budget else ""))
+        try:
+            report = run_experiment(exp, scale, results=root, force=force, device=device, skip_needs_gpu=True,
+                                    progress=say)
+        except (ValueError, NeedsGPU) as err:
+            out.skipped[exp.name] = str(err)
+            say(f"    skipped: {err}")
+            continue
+        out.runs.append(report)
+        status = "ok" if report.ok else "FAILED"
+        over = " (OVER BUDGET)" if report.over_budget else ""
+        say(f"    {status} in {report.elapsed_s:.1f} s{over}; rows -> {report.path}")
+    say("figures and claims ...")
+    outputs = make_claims(reg, root, scale)
+    outputs.figures = make_figures(reg, root, scale, outputs.checks)
+    out.outputs = outputs
+    out.elapsed_s = time.perf_counter() - start
+    out.value_changes = R.value_changes(before_rows, _rows(root, scale)) if len(before_rows) else None
+    out.verdict_changes = C.verdict_changes(before_claims, outputs.report) if len(before_claims) else None
+    after_figs = {p.name: _digest(p) for p in figure_dir.glob("*.png")}
+    out.changed_figures = sorted(n for n, d in after_figs.items() if before_figs.get(n) != d)
+    _summarise(out, scale, say)
+    return out
+
+
+def _summarise(out: Reproduction, scale: str, say: Callable[[str], None]) -> None:
+    say("")
+    say(f"{'experiment':32s} {'points':>6s} {'time (s)':>9s} {'budget (s)':>10s}  status")
+    for r in out.runs:
+        failed = [o.point for o in r.outcomes if o.status == "failed"]
+        gpu = [o.point for o in r.outcomes if o.status == "needs GPU"]
+        status = "ok" if not failed else f"FAILED: {', '.join(failed)}"
+        if gpu:
+            status += f" ({len(gpu)} point(s) need a GPU)"
+        budget = f"{r.budget_s:.0f}" if r.budget_s else "-"
+        say(f"{r.experiment:32s} {len(r.outcomes):6d} {r.elapsed_s:9.1f} {budget:>10s}  {status}")
+    for name, why in out.skipped.items():
+        say(f"{name:32s} {'-':>6s} {'-':>9s} {'-':>10s}  skipped: {why.splitlines()[0]}")
+    total = sum(r.elapsed_s for r in out.runs)
+    say(f"experiments: {total:.1f} s; with figures and claims: {out.elapsed_s:.1f} s"
+        + (f" (ci target < {CI_TOTAL_BUDGET_S} s)" if scale == "ci" else ""))
+    if out.outputs is not None:
+        counts = out.outputs.report["verdict"].value_counts().to_dict()
+        say(f"claims: {counts} -> {out.outputs.claims_files[0]}")
+        figs = out.outputs.figures
+        if figs is not None:
+            say(f"figures: {sum(len(v) for v in figs.files.values())} files under "
+                f"{next(iter(figs.files.values()))[0].parent if figs.files else '-'}")
+            for name, error in figs.errors.items():
+                say(f"figure {name} FAILED: {error.strip().splitlines()[-1]}")
+    if out.value_changes is not None:
+        say(f"changed values since the previous rows: {len(out.value_changes)}")
+        for row in out.value_changes.head(15).itertuples():
+            say(f"    {row.experiment}/{row.point} {row.metric}: {row.old_value} -> {row.new_value} {row.unit}")
+    if out.verdict_changes is not None:
+        say(f"changed claims since the previous report: {len(out.verdict_changes)}")
+        for row in out.verdict_changes.head(15).itertuples():
+            say(f"    {row.paper}/{row.claim_id}: {row.verdict_old} ({row.reproduced_value_old}) -> "
+                f"{row.verdict_new} ({row.reproduced_value_new})")
+    if out.changed_figures:
+        say(f"figures that changed: {', '.join(out.changed_figures)}")

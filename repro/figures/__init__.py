@@ -1,0 +1,55 @@
+"""``repro figures``: paper vs reproduced, one function per figure, PNG and SVG under ``results/figures/``.
+
+Each figure function takes a :class:`FigureContext` (paper claims, newest result rows, the experiments' claim
+checks) and returns the files it wrote. Figures whose experiments have not run still draw the paper's values
+and mark the reproduction "not yet run".
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from repro.figures.common import FigureContext, style
+from repro.figures.evals_overview import claims_overview, evals, mtnlg_throughput
+from repro.figures.infinity_gna import gna_speedup, infinity_efficiency
+from repro.figures.megatron import parameter_counts, weak_scaling
+from repro.figures.zero import communication_volume, memory_by_stage
+
+#: name -> function; the name is also the file stem.
+FIGURES: dict[str, Callable[[FigureContext], list[Path]]] = {
+    "megatron_weak_scaling": weak_scaling,
+    "parameter_counts": parameter_counts,
+    "zero_memory_by_stage": memory_by_stage,
+    "zero_communication_volume": communication_volume,
+    "zero_infinity_efficiency": infinity_efficiency,
+    "gna_speedup": gna_speedup,
+    "evals": evals,
+    "mtnlg_throughput": mtnlg_throughput,
+    "claims_overview": claims_overview,
+}
+
+__all__ = ["FIGURES", "FigureContext", "Rendered", "render_all"]
+
+
+@dataclass
+class Rendered:
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def render_all(ctx: FigureContext, names: list[str] | None = None) -> Rendered:
+    """Draw the chosen figures (all by default); one failing figure is reported, the others still drawn."""
+    style()
+    unknown = [n for n in (names or []) if n not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; known: {', '.join(FIGURES)}")
+    out = Rendered()
+    for name in names or list(FIGURES):
+        try:
+            out.files[name] = FIGURES[name](ctx)
+        except Exception:  # noqa: BLE001 - keep drawing the others, report this one
+            out.errors[name] = traceback.format_exc()
+    return out

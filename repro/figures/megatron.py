@@ -1,0 +1,150 @@
+"""Megatron-LM figures: weak-scaling efficiency (Fig. 5) and the parameter-count table (Tables 1-2, with the
+MT-NLG and ZeRO configurations whose counts follow the same closed form)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, FigureContext, caption, mark_missing,
+                                  not_run_text, numeric, save)
+
+WEAK = "megatron_weak_scaling"
+
+
+def _gpus(claim_id: str) -> int:
+    return int(re.search(r"_(\d+)gpu$", claim_id).group(1))
+
+
+def _measured_axis(frame: pd.DataFrame) -> str | None:
+    for column in ("gpus", "world_size", "tp_size", "tp", "ranks"):
+        if column in frame.columns and numeric(frame[column]).notna().any():
+            return column
+    return None
+
+
+def weak_scaling(ctx: FigureContext) -> list[Path]:
+    """Fig. 5: paper bars (MP, MP+DP) beside the performance model's prediction, and the measured efficiency of
+    the scale that was run (CPU ranks at ci scale, so the shape, not the V100 numbers, is what compares)."""
+    paper = ctx.paper("megatron_lm_2019", r"fig5_eff_(mp|mpdp)_\d+gpu")
+    model = ctx.reproduced("megatron_lm_2019", paper["claim_id"])
+    predicted_rows = ctx.rows_of(WEAK, pattern=r"predict|model")
+    fig, (ax_paper, ax_measured) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    labels, x, labelled = [], np.arange(len(paper)), False
+    for i, row in enumerate(paper.itertuples()):
+        mode = "MP+DP" if "_mpdp_" in row.claim_id else "MP"
+        labels.append(f"{_gpus(row.claim_id)}\n{mode}")
+        ax_paper.bar(i - 0.2, row.value_num, 0.4, color=PAPER_COLOR, label="paper (Fig. 5, V100)" if i == 0 else None)
+        ax_paper.text(i - 0.2, row.value_num + 1, f"{row.value_num:.0f}", ha="center", fontsize=7)
+        if row.claim_id in model:
+            ax_paper.bar(i + 0.2, model[row.claim_id], 0.4, color=MODEL_COLOR,
+                         label=None if labelled else "reproduced: performance model")
+            labelled = True
+            ax_paper.text(i + 0.2, model[row.claim_id] + 1, f"{model[row.claim_id]:.0f}", ha="center", fontsize=7)
+    if not model:
+        mark_missing(ax_paper, not_run_text(WEAK, ctx), y=0.25)
+    ax_paper.set_xticks(x, labels)
+    ax_paper.set_ylim(0, 115)
+    ax_paper.set_ylabel("weak-scaling efficiency vs 1 GPU (%)")
+    ax_paper.set_xlabel("GPUs (8.3B model at 8-way MP; MP+DP with 64-way DP)")
+    ax_paper.set_title("Paper (Fig. 5) vs performance model")
+    ax_paper.legend(loc="lower left", fontsize=8)
+
+    measured = ctx.rows_of(WEAK, pattern=r"efficiency")
+    measured = measured[~measured["metric"].str.contains("predict|model", regex=True)] if len(measured) else measured
+    axis = _measured_axis(measured) if len(measured) else None
+    if axis is not None:
+        for metric, group in measured.groupby("metric"):
+            group = group.assign(_x=numeric(group[axis]), _y=numeric(group["value"])).dropna(subset=["_x", "_y"])
+            group = group.sort_values("_x")
+            ax_measured.plot(group["_x"], group["_y"], "o-", color=MEASURED_COLOR, label=f"measured: {metric}")
+        ax_measured.set_xlabel(axis.replace("_", " "))
+        ax_measured.set_xscale("log", base=2)
+        ax_measured.legend(fontsize=8)
+    else:
+        mark_missing(ax_measured, not_run_text(WEAK, ctx))
+    ax_measured.set_ylabel("efficiency (%)")
+    ax_measured.set_title(f"Measured at {ctx.scale} scale")
+    extra = f" Model-prediction rows: {len(predicted_rows)}." if len(predicted_rows) else ""
+    caption(fig, "Megatron-LM weak scaling. Paper: Shoeybi et al. 2019, Fig. 5 bar labels (V100 DGX-2H, 1.2B-8.3B "
+                 "configs of Table 1; results/paper/megatron_lm_2019/figure_5.csv). Reproduced: "
+                 f"{ctx.status(WEAK)}; the model prediction is the analytic performance model at the paper's "
+                 f"configuration, the measured points are this machine's ranks at scale '{ctx.scale}'.{extra}")
+    return save(fig, ctx, "megatron_weak_scaling")
+
+
+#: (label, paper id (verbatim), paper id (recomputed from the config), paper key, config ids)
+_COUNT_ROWS = [
+    ("GPT-2 1.2B (T1)", "megatron_lm_2019", "t1_1p2B_params", "t1_1p2B_params_recomputed", "t1_1p2B"),
+    ("GPT-2 2.5B (T1)", "megatron_lm_2019", "t1_2p5B_params", "t1_2p5B_params_recomputed", "t1_2p5B"),
+    ("GPT-2 4.2B (T1)", "megatron_lm_2019", "t1_4p2B_params", "t1_4p2B_params_recomputed", "t1_4p2B"),
+    ("GPT-2 8.3B (T1)", "megatron_lm_2019", "t1_8p3B_params", "t1_8p3B_params_recomputed", "t1_8p3B"),
+    ("GPT-2 355M (T2)", "megatron_lm_2019", None, "t2_355M_params_recomputed", "t2_355M"),
+    ("ZeRO 60B (T4)", "zero_2019", None, "t4_check_60B", None),
+    ("ZeRO 170B (T4)", "zero_2019", None, "t4_check_170B", None),
+    ("MT-NLG 530B", "mt_nlg_2022", "params", "params_repro", None),
+]
+
+
+def _claim(ctx: FigureContext, paper: str, claim_id: str | None) -> float:
+    if claim_id is None:
+        return float("nan")
+    hit = ctx.claims[(ctx.claims["paper"] == paper) & (ctx.claims["claim_id"] == claim_id)]
+    return float(hit["value_num"].iloc[0]) if len(hit) else float("nan")
+
+
+def parameter_counts(ctx: FigureContext) -> list[Path]:
+    """Parameter counts: the paper's rounded number, the closed form 12Lh^2+13Lh+(V+s)h+2h evaluated on the
+    paper's config (the claims table's derived value), and the count this suite reproduced (any experiment)."""
+    table = []
+    for label, paper, verbatim, derived, config in _COUNT_ROWS:
+        ids = [c for c in (derived, verbatim) if c]
+        got = ctx.reproduced(paper, ids)
+        value = next((got[c] for c in ids if c in got), float("nan"))
+        dims = ""
+        if config:
+            h, a, layers = (_claim(ctx, paper, f"{config}_{k}") for k in ("hidden", "heads", "layers"))
+            dims = f"L={layers:.0f}, h={h:.0f}, a={a:.0f}"
+        table.append({"model": label, "config": dims, "paper": _claim(ctx, paper, verbatim),
+                      "recomputed": _claim(ctx, paper, derived), "reproduced": value})
+    frame = pd.DataFrame(table)
+    fig, (ax_bar, ax_table) = plt.subplots(2, 1, figsize=(11, 7.5), gridspec_kw={"height_ratios": [1.2, 1]})
+    x = np.arange(len(frame))
+    ax_bar.bar(x - 0.2, frame["recomputed"].fillna(frame["paper"]), 0.4, color=PAPER_COLOR,
+               label="paper (config -> closed form)")
+    have = frame["reproduced"].notna()
+    ax_bar.bar(x[have] + 0.2, frame.loc[have, "reproduced"], 0.4, color=MODEL_COLOR, label="reproduced")
+    if not have.any():
+        mark_missing(ax_bar, "reproduced: not yet run (no experiment has checked a parameter count)")
+    ax_bar.set_yscale("log")
+    ax_bar.set_xticks(x, frame["model"], fontsize=8)
+    ax_bar.set_ylabel("parameters (billions)")
+    ax_bar.legend(fontsize=8)
+    ax_bar.set_title("Parameter counts: paper vs reproduced")
+    ax_table.axis("off")
+    cells = []
+    for row in frame.itertuples():
+        ref = row.recomputed if pd.notna(row.recomputed) else row.paper
+        rel = (row.reproduced / ref - 1) * 100 if pd.notna(row.reproduced) and pd.notna(ref) else float("nan")
+        cells.append([row.model, row.config, _fmt(row.paper), _fmt(row.recomputed), _fmt(row.reproduced),
+                      "" if np.isnan(rel) else f"{rel:+.2f}%"])
+    tab = ax_table.table(cellText=cells, colLabels=["model", "config", "paper (B)", "paper, recomputed (B)",
+                                                    "reproduced (B)", "diff"], loc="center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(8)
+    tab.scale(1, 1.3)
+    experiments = sorted(set(ctx.checks.loc[ctx.checks["claim_id"].isin(
+        [c for r in _COUNT_ROWS for c in r[2:4] if c]), "experiment"])) if len(ctx.checks) else []
+    source = ", ".join(ctx.status(e) for e in experiments) or "no experiment has run"
+    caption(fig, "Parameter counts. Paper: Megatron-LM Tables 1-2 (V=51,200 padded vocabulary, s=1024), ZeRO Table 4, "
+                 "MT-NLG (105 layers, h=20480); 'recomputed' is the claims table's closed-form value from the "
+                 f"paper's config (results/paper/*). Reproduced: {source} (scale '{ctx.scale}').")
+    return save(fig, ctx, "parameter_counts")
+
+
+def _fmt(value: float) -> str:
+    return "" if pd.isna(value) else f"{value:.4g}"

@@ -1,0 +1,142 @@
+"""ZeRO figures: per-device model-state memory by stage and N_d (Table 1; formula vs measured ledger) and
+communication volume by stage (sec. 7: DP 2psi, P_os+g 2psi, P_os+g+p 3psi)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, FigureContext, caption, mark_missing,
+                                  numeric, save)
+
+STAGES = {"baseline": "baseline DP", "Pos": "$P_{os}$", "Posg": "$P_{os+g}$", "Posgp": "$P_{os+g+p}$"}
+STAGE_COLORS = {"baseline": "#555555", "Pos": "#4C72B0", "Posg": "#DD8452", "Posgp": "#55A868"}
+_CELL = re.compile(r"t1_(?P<model>[\d.]+[BT])_(?P<stage>Pos|Posg|Posgp)_nd(?P<nd>\d+)$")
+_LEDGER_STAGE = {"0": "baseline", "1": "Pos", "2": "Posg", "3": "Posgp", "baseline": "baseline", "ddp": "baseline",
+                 "pos": "Pos", "posg": "Posg", "posgp": "Posgp"}
+
+
+def _table1(ctx: FigureContext) -> pd.DataFrame:
+    cells = ctx.paper("zero_2019", r"t1_[\d.]+[BT]_(Pos|Posg|Posgp)_nd\d+")
+    parsed = cells["claim_id"].str.extract(_CELL)
+    frame = pd.concat([cells[["claim_id", "value_num"]], parsed], axis=1)
+    frame["nd"] = frame["nd"].astype(int)
+    got = ctx.reproduced("zero_2019", frame["claim_id"])
+    frame["reproduced"] = frame["claim_id"].map(got)
+    return frame
+
+
+def _ledger_rows(ctx: FigureContext, pattern: str) -> pd.DataFrame:
+    """Measured rows of any ZeRO experiment whose metric matches ``pattern`` and that name a stage and N_d."""
+    if ctx.rows.empty:
+        return ctx.rows
+    frames = []
+    for name in sorted(set(ctx.rows["experiment"])):
+        if not name.startswith("zero") or name.startswith("zero_infinity"):
+            continue
+        rows = ctx.rows_of(name, pattern=pattern)
+        stage_col = next((c for c in ("stage", "zero_stage") if c in rows.columns), None)
+        nd_col = next((c for c in ("nd", "dp_size", "world_size", "n_d") if c in rows.columns), None)
+        if len(rows) and stage_col and nd_col:
+            frames.append(rows.assign(_stage=rows[stage_col].astype(str).str.lower().map(_LEDGER_STAGE),
+                                      _nd=numeric(rows[nd_col]), _value=numeric(rows["value"]), _exp=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def memory_by_stage(ctx: FigureContext) -> list[Path]:
+    """Table 1 per model size (paper cells vs the formula this suite computed), and the per-rank bytes the memory
+    ledger measured at the scale that was run, against the formula for the same toy model."""
+    table = _table1(ctx)
+    models = list(dict.fromkeys(table["model"]))
+    fig, axes = plt.subplots(1, len(models) + 1, figsize=(4.0 * (len(models) + 1), 4.6))
+    for ax, model in zip(axes, models):
+        sub = table[table["model"] == model]
+        for stage, group in sub.groupby("stage", sort=False):
+            group = group.sort_values("nd")
+            ax.plot(group["nd"], group["value_num"], "s", mfc="none", ms=8, color=STAGE_COLORS[stage],
+                    label=f"paper {STAGES[stage]}")
+            have = group.dropna(subset=["reproduced"])
+            if len(have):
+                ax.plot(have["nd"], have["reproduced"], "-", color=STAGE_COLORS[stage], lw=1.5,
+                        label=f"formula {STAGES[stage]}")
+        if sub["reproduced"].isna().all():
+            mark_missing(ax, "reproduced: not yet run\n(repro run zero_memory_tables)", y=0.2)
+        ax.set_xscale("log", base=4)
+        ax.set_yscale("log")
+        ax.set_xlabel("$N_d$ (data-parallel degree)")
+        ax.set_ylabel("GB per device (model states)")
+        ax.set_title(f"{model} model, K=12 (Table 1)")
+    axes[0].legend(fontsize=6, ncol=2)
+    ax = axes[-1]
+    measured = _ledger_rows(ctx, r"measured|ledger")
+    formula = _ledger_rows(ctx, r"formula|expected|predicted")
+    if len(measured):
+        for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
+            group = group.sort_values("_nd")
+            ax.plot(group["_nd"], group["_value"], "o", color=STAGE_COLORS[stage], label=f"ledger {STAGES[stage]}")
+        for stage, group in formula.dropna(subset=["_stage"]).groupby("_stage") if len(formula) else []:
+            group = group.sort_values("_nd")
+            ax.plot(group["_nd"], group["_value"], "-", color=STAGE_COLORS[stage], alpha=0.7,
+                    label=f"formula {STAGES[stage]}")
+        ax.set_ylabel(f"{measured['unit'].iloc[0]} per rank")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=6)
+        source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
+    else:
+        mark_missing(ax, "measured ledger: not yet run\n(ZeRO stage experiments)")
+        source = "no ZeRO stage experiment has run"
+    ax.set_xlabel("$N_d$ (ranks)")
+    ax.set_title(f"Measured per-rank memory ({ctx.scale} scale)")
+    tables = sorted(set(ctx.checks.loc[ctx.checks["claim_id"].isin(table["claim_id"]), "experiment"])) \
+        if len(ctx.checks) else []
+    caption(fig, "ZeRO per-device model-state memory. Paper: Rajbhandari et al. 2019, Table 1 (squares; "
+                 "results/paper/zero_2019/table_1.csv), 2psi + 2psi + K psi with K=12 split over N_d by stage. "
+                 f"Formula lines: {', '.join(ctx.status(e) for e in tables) or 'not yet run'}. "
+                 f"Measured: bytes of parameters, gradients and optimizer states held per rank, {source}.")
+    return save(fig, ctx, "zero_memory_by_stage")
+
+
+_COMM = [("comm_dp", "baseline DP"), ("comm_posg", "$P_{os+g}$"), ("comm_posgp", "$P_{os+g+p}$")]
+
+
+def communication_volume(ctx: FigureContext) -> list[Path]:
+    """Communication per step in units of psi: the paper's 2/2/3, what the collective ledger counted."""
+    fig, (ax, ax_measured) = plt.subplots(1, 2, figsize=(11, 4.4))
+    paper = ctx.paper("zero_2019", r"comm_(dp|posg|posgp)")
+    got = ctx.reproduced("zero_2019", paper["claim_id"])
+    x = np.arange(len(_COMM))
+    values = [float(paper.loc[paper["claim_id"] == cid, "value_num"].iloc[0]) for cid, _ in _COMM]
+    ax.bar(x - 0.2, values, 0.4, color=PAPER_COLOR, label="paper (sec. 7)")
+    rep = [got.get(cid, np.nan) for cid, _ in _COMM]
+    if any(np.isfinite(rep)):
+        ax.bar(x + 0.2, rep, 0.4, color=MODEL_COLOR, label="reproduced (ledger)")
+        for i, v in enumerate(rep):
+            if np.isfinite(v):
+                ax.text(i + 0.2, v + 0.05, f"{v:.3g}", ha="center", fontsize=8)
+    else:
+        mark_missing(ax, "reproduced: not yet run\n(ZeRO stage experiments)", y=0.8)
+    ax.set_xticks(x, [label for _, label in _COMM])
+    ax.set_ylabel("elements communicated per rank per step (x psi)")
+    ax.set_title("Paper vs reproduced")
+    ax.legend(fontsize=8, loc="upper left")
+    measured = _ledger_rows(ctx, r"comm|volume|bytes_sent|traffic")
+    if len(measured):
+        for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
+            group = group.sort_values("_nd")
+            ax_measured.plot(group["_nd"], group["_value"], "o-", color=STAGE_COLORS[stage], label=STAGES[stage])
+        ax_measured.set_xlabel("$N_d$ (ranks)")
+        ax_measured.set_ylabel(str(measured["unit"].iloc[0]))
+        ax_measured.legend(fontsize=8)
+        source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
+    else:
+        mark_missing(ax_measured, "measured: not yet run")
+        source = "no ZeRO stage experiment has run"
+    ax_measured.set_title(f"Measured by the collective ledger ({ctx.scale} scale)")
+    caption(fig, "ZeRO communication volume by stage. Paper: Rajbhandari et al. 2019, sec. 7 (baseline all-reduce "
+                 "2psi; P_os+g reduce-scatter + all-gather 2psi; P_os+g+p 3psi = 1.5x). Reproduced: bytes counted "
+                 f"per collective by repro.dist's ledger on gloo CPU ranks, {source}.")
+    return save(fig, ctx, "zero_communication_volume")

@@ -1,0 +1,99 @@
+"""The papers' own numbers: ``results/paper/paper_claims.csv``, a copy of ``../shared/paper_claims.csv`` with a
+parsed numeric value and a table key per claim (written by ``scripts/paper_tables.py``).
+
+Figures and the claims report read the committed copy, so they work on a checkout without ``../shared``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from repro.results import REPO_ROOT
+
+PAPER_DIR = REPO_ROOT / "results" / "paper"
+CLAIMS_FILE = PAPER_DIR / "paper_claims.csv"
+SHARED_CLAIMS = REPO_ROOT.parent / "shared" / "paper_claims.csv"
+COLUMNS = ["paper", "claim_id", "quantity", "setting", "value", "unit", "source", "verbatim_or_derived", "notes"]
+
+#: How each paper is named in captions.
+PAPER_TITLES = {
+    "megatron_lm_2019": "Megatron-LM (Shoeybi et al. 2019)",
+    "zero_2019": "ZeRO (Rajbhandari et al. 2019)",
+    "zero_infinity_2021": "ZeRO-Infinity (Rajbhandari et al. 2021)",
+    "gna_2025": "GNA (Hassani et al. 2025)",
+    "mt_nlg_2022": "MT-NLG 530B (Smith et al. 2022)",
+    "t3_2024": "T3 (Pati et al. 2024)",
+}
+
+_TABLE = re.compile(r"\b(Table|Figure|Fig\.)\s*([0-9]+|[IVX]+)\b")
+
+
+def parse_value(text: object) -> float:
+    """The number in a value cell, NaN for formulas, shapes, ranges and words (``'1.2'`` -> 1.2)."""
+    if text is None or (isinstance(text, float) and pd.isna(text)):
+        return float("nan")
+    try:
+        return float(str(text).replace(",", "").strip())
+    except ValueError:
+        return float("nan")
+
+
+def table_key(source: object) -> str:
+    """``'MEG-A: Table 1'`` -> ``table_1``; ``'MEG-A: Figure 5 bar labels'`` -> ``figure_5``; prose -> ``text``."""
+    source = "" if source is None or (isinstance(source, float) and pd.isna(source)) else str(source)
+    match = _TABLE.search(source)
+    if match:
+        kind = "table" if match.group(1) == "Table" else "figure"
+        return f"{kind}_{match.group(2).lower()}"
+    if source.startswith("derived"):
+        return "derived"
+    if source.startswith("not found"):
+        return "not_found"
+    return "text"
+
+
+def tidy(raw: pd.DataFrame) -> pd.DataFrame:
+    """Add ``value_num`` and ``table`` to the raw claims table; check its columns and unique ids."""
+    missing = [c for c in COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"paper claims table lacks columns {missing}; expected {COLUMNS}")
+    dupes = raw[raw.duplicated(["paper", "claim_id"], keep=False)]
+    if len(dupes):
+        pairs = sorted(set(zip(dupes["paper"], dupes["claim_id"])))
+        raise ValueError(f"(paper, claim_id) must be unique; repeated: {pairs[:5]}")
+    out = raw[COLUMNS].copy()
+    out["value_num"] = out["value"].map(parse_value)
+    out["table"] = out["source"].map(table_key)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> pd.DataFrame:
+    return tidy(pd.read_csv(path, dtype={"value": str}, keep_default_na=False, na_values=[""]))
+
+
+def load_claims(path: Path | None = None) -> pd.DataFrame:
+    """The paper claims table (committed copy first, ``../shared`` as a fallback)."""
+    if path is None:
+        path = CLAIMS_FILE if CLAIMS_FILE.exists() else SHARED_CLAIMS
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"no paper claims table at {path}; run `python scripts/paper_tables.py` (reads {SHARED_CLAIMS})"
+        )
+    return _load(str(path)).copy()
+
+
+def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> float:
+    """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell)."""
+    claims = load_claims() if claims is None else claims
+    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+    if hit.empty:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    value = float(hit["value_num"].iloc[0])
+    if pd.isna(value):
+        raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {hit['value'].iloc[0]!r}")
+    return value

@@ -1,0 +1,72 @@
+"""Discovery of experiments by walking the package, and validation of what modules declare."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.experiments import Registry, discover, registry, validate_experiment
+from repro.experiments.base import Experiment, Point
+
+
+def _exp(**overrides) -> Experiment:
+    fields = dict(name="x", paper="zero_2019", title="t",
+                  points={"ci": (Point("a"),), "paper": (Point("b"),)}, run_point=lambda p, c: [])
+    fields.update(overrides)
+    return Experiment(**fields)
+
+
+def test_shipped_modules_all_load_and_are_valid():
+    reg = registry(refresh=True)
+    assert reg.errors == {}, f"experiment modules failed to load: {reg.errors}"
+    for exp in reg:
+        assert validate_experiment(exp) == []
+        assert exp.paper in {"megatron_lm_2019", "zero_2019", "zero_infinity_2021", "gna_2025", "mt_nlg_2022",
+                             "t3_2024"}, exp.name
+
+
+def test_extra_modules_are_discovered(fake_registry: Registry):
+    assert {"fake_sum", "fake_fail", "fake_gpu", "fake_huge"} <= set(fake_registry.names())
+    assert fake_registry.get("fake_sum").budget_s["ci"] == 60.0
+
+
+def test_unknown_experiment_names_the_known_ones_and_a_near_miss(fake_registry: Registry):
+    with pytest.raises(ValueError, match=r"unknown experiment 'fake_sun'.*did you mean 'fake_sum'.*fake_fail"):
+        fake_registry.get("fake_sun")
+
+
+def test_unknown_scale_and_point_are_clear():
+    exp = _exp()
+    with pytest.raises(ValueError, match=r"no scale 'big'.*\['ci', 'paper'\]"):
+        exp.points_for("big")
+    with pytest.raises(ValueError, match=r"no point 'z'.*\['a'\]"):
+        exp.point_named("ci", "z")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"points": {"ci": (Point("a"),)}}, "scales \\['paper'\\] are missing"),
+        ({"points": {"ci": (Point("a"), Point("a")), "paper": (Point("b"),)}}, "used twice"),
+        ({"points": {"ci": (Point("a", world_size=0),), "paper": (Point("b"),)}}, "world_size=0"),
+        ({"points": {"ci": (Point("a", params={"f": object()}),), "paper": (Point("b"),)}}, "JSON"),
+        ({"name": "has space"}, "identifier"),
+        ({"budget_s": {"ci": 0}}, "budget_s"),
+    ],
+)
+def test_invalid_declarations_are_named(overrides, problem):
+    problems = validate_experiment(_exp(**overrides))
+    assert any(__import__("re").search(problem, p) for p in problems), problems
+
+
+def test_a_broken_module_is_reported_not_fatal(tmp_path):
+    bad = tmp_path / "bad_mod.py"
+    bad.write_text("raise ImportError('missing dependency xyz')\n")
+    dup = tmp_path / "dup_mod.py"
+    dup.write_text(
+        "from repro.experiments.base import Experiment, Point\n"
+        "E = Experiment(name='dup', paper='zero_2019', title='t', points={'ci': (Point('a'),), "
+        "'paper': (Point('a'),)}, run_point=lambda p, c: [])\nEXPERIMENTS = (E, E)\n")
+    reg = discover(extra=[str(bad), str(dup)])
+    assert "missing dependency xyz" in reg.errors[str(bad)]
+    assert "declared twice" in reg.errors[str(dup)]
+    assert "dup" in reg  # the first declaration is kept

@@ -1,0 +1,57 @@
+"""Reading rows back: newest run per point, value changes, Slurm provenance, run ids."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+
+from repro import results as R
+
+
+def _write(root, run_id, point, value, scale="ci"):
+    R.append_rows(root, experiment="e", scale=scale, point=point, run_id=run_id,
+                  rows=[{"metric": "m", "value": value, "unit": "u", "tag": {"k": 1}}], prov={"job_id": None})
+
+
+def test_latest_run_wins_per_point_and_scale(tmp_path):
+    _write(tmp_path, "20260101T000000Z-aaaaaa", "p1", 1.0)
+    _write(tmp_path, "20260101T000000Z-aaaaaa", "p2", 2.0)
+    _write(tmp_path, "20260102T000000Z-bbbbbb", "p1", 3.0)
+    _write(tmp_path, "20260103T000000Z-cccccc", "p1", 9.0, scale="paper")
+    ci = R.load_rows(tmp_path, scale="ci")
+    assert dict(zip(ci.point, ci.value)) == {"p1": 3.0, "p2": 2.0}
+    assert ci["tag"].iloc[0] == '{"k": 1}'  # nested values become JSON text
+    assert len(R.load_rows(tmp_path, latest_only=False)) == 4
+    assert R.earlier_runs(tmp_path, "e", "ci", ["p1"]) == [R.run_path(tmp_path, "e", "20260102T000000Z-bbbbbb")]
+    assert len(R.earlier_runs(tmp_path, "e", "ci")) == 2
+
+
+def test_empty_results_give_an_empty_table(tmp_path):
+    frame = R.load_rows(tmp_path)
+    assert frame.empty and list(frame.columns) == R.KEY_COLUMNS
+
+
+def test_value_changes_lists_changed_new_and_vanished_rows():
+    old = pd.DataFrame({"experiment": ["e"] * 3, "scale": "ci", "point": ["a", "b", "c"], "metric": "m",
+                        "unit": "u", "run_id": "r1", "value": [1.0, 2.0, 3.0]})
+    new = pd.DataFrame({"experiment": ["e"] * 3, "scale": "ci", "point": ["a", "b", "d"], "metric": "m",
+                        "unit": "u", "run_id": "r2", "value": [1.0, 2.5, 4.0]})
+    changes = R.value_changes(old, new)
+    assert set(changes["point"]) == {"b", "c", "d"}
+    row = changes[changes.point == "b"].iloc[0]
+    assert (row.old_value, row.new_value) == (2.0, 2.5)
+
+
+def test_slurm_provenance_names_array_tasks():
+    env = {"SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "15", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NODELIST": "n1"}
+    assert R.slurm_provenance(env) == {"job_id": "15_2", "array_task_id": 2, "nodelist": "n1"}
+    assert R.slurm_provenance({"SLURM_JOB_ID": "9"})["job_id"] == "9"
+    assert R.slurm_provenance({})["job_id"] is None
+
+
+def test_run_ids_sort_by_time_and_are_unique():
+    early = R.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    late = R.new_run_id(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
+    assert early < late and early.startswith("20260101T000000.000000Z-")
+    assert len({R.new_run_id() for _ in range(50)}) == 50
