@@ -35,7 +35,7 @@ from repro.overlap.row_parallel import wait_all
 from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 
-def _chunk_rows(x5: torch.Tensor, chunk: int) -> torch.Tensor:
+def chunk_rows(x5: torch.Tensor, chunk: int) -> torch.Tensor:
     """Chunk ``chunk`` of a ``[b, tp, n, L, f]`` view as ``[tp * b * L, f]`` rows, destination rank first."""
     b, tp, _, length, features = x5.shape
     return x5[:, :, chunk].transpose(0, 1).reshape(tp * b * length, features)
@@ -55,7 +55,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
         out = torch.empty(n, b, length, weight.shape[0], dtype=x.dtype, device=x.device)  # [n, b, L, out]
         partials, handles = [], []
         for chunk in range(n):
-            partial = (_chunk_rows(x5, chunk) @ weight.t()).view(tp * b, length, -1)  # [tp*b, L, out]
+            partial = (chunk_rows(x5, chunk) @ weight.t()).view(tp * b, length, -1)  # [tp*b, L, out]
             partials.append(partial)  # kept alive until its reduce-scatter is done
             handles.append(comm.reduce_scatter_tensor(out[chunk], partial, group, async_op=True))
         wait_all(handles)
@@ -78,7 +78,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
             if grad_x is not None:
                 grad_x[:, :, chunk] = (grad_rows @ weight).view(tp, b, length, k).transpose(0, 1)
             if grad_weight is not None:
-                grad_weight.addmm_(grad_rows.t(), _chunk_rows(x5, chunk))
+                grad_weight.addmm_(grad_rows.t(), chunk_rows(x5, chunk))
         return (grad_x.view(b, s, k) if grad_x is not None else None), grad_weight, None, None
 
 
@@ -114,7 +114,7 @@ class _AllGatherMatmul(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = torch.empty(n, b, length, k, dtype=grad_out.dtype, device=grad_out.device)
             for chunk in range(n):
-                partial = (_chunk_rows(grad5, chunk) @ weight).view(tp * b, length, k)  # partial dX, [tp*b, L, k]
+                partial = (chunk_rows(grad5, chunk) @ weight).view(tp * b, length, k)  # partial dX, [tp*b, L, k]
                 partials.append(partial)
                 handles.append(comm.reduce_scatter_tensor(grad_x[chunk], partial, ctx.group, async_op=True))
         grad_rows = grad_out.reshape(-1, grad_out.shape[-1])  # dW and db need no communication: overlap them
