@@ -95,10 +95,10 @@ def _flag(row, key: str) -> bool:
 
 
 def claims(rows) -> list[ClaimCheck]:
+    if rows is None or len(rows) == 0 or "claim_id" not in rows:
+        return []
     checks = [_formula_check("formula_pos", 1), _formula_check("formula_posg", 2),
               _formula_check("formula_posgp", 3)]
-    if rows is None or len(rows) == 0 or "claim_id" not in rows:
-        return checks
     for _, row in rows[rows["claim_id"].notna()].iterrows():
         claim_id, note, tol = row["claim_id"], "", {"abs": 1e-9}
         if _flag(row, "truncated_by_paper"):
