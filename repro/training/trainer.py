@@ -1,0 +1,161 @@
+"""A small trainer for GPT under any (tp x pp x dp) layout: the loop the tp/pp/dp experiments share.
+
+One step (Megatron / MT-NLG sec. 2.4): cut the global batch into this dp rank's ``m`` micro-batches, run them
+through the pipeline with 1F1B (:mod:`repro.pipeline.engine`), sum the tied-embedding gradient of the first and
+last stage, average gradients over dp (or let ZeRO-1 reduce them), clip by the global norm, step the optimizer.
+The loss each step reports is the mean per-token loss of the whole global batch, the same on every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+import torch
+
+from repro.dist import comm
+from repro.dist.groups import ParallelGroups, init_parallel
+from repro.models.config import GPTConfig
+from repro.pipeline.engine import StepResult, run_1f1b
+from repro.pipeline.partition import check_micro_batches, layers_per_stage
+from repro.pipeline.stage import GPTStage
+from repro.pipeline.tied import allreduce_tied_embedding_grad
+from repro.tensor_parallel import RNGTracker
+from repro.training.data import local_micro_batches, synthetic_tokens
+from repro.training.optim import build_optimizer
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How to train. Global batch = ``micro_batch_size x micro_batches x dp``. Adam betas are MT-NLG's."""
+
+    steps: int
+    micro_batches: int
+    micro_batch_size: int = 2
+    seq_len: int = 16
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_grad: float | None = None
+    zero_stage: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "micro_batches", "micro_batch_size", "seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+        if self.clip_grad is not None and not self.clip_grad > 0:
+            raise ValueError(f"clip_grad={self.clip_grad} must be positive (or None for no clipping)")
+        if self.zero_stage not in (0, 1):
+            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0 (DDP all-reduce) or 1 (ZeRO-1 over dp)")
+
+
+class PipelineTrainer:
+    """This rank's stage of the model, its optimizer, and :meth:`step` on global batches ``[B, seq + 1]``."""
+
+    def __init__(
+        self, config: GPTConfig, groups: ParallelGroups, settings: TrainSettings, *,
+        initial_state: Mapping[str, torch.Tensor] | None = None,
+        on_action: Callable[[str, int], None] | None = None,
+    ) -> None:
+        layers_per_stage(config.num_layers, groups.pp_size)  # raises when pp does not divide the layers
+        check_micro_batches(settings.micro_batches, groups.pp_size)
+        if settings.seq_len > config.max_position_embeddings:
+            raise ValueError(
+                f"seq_len={settings.seq_len} exceeds max_position_embeddings={config.max_position_embeddings}"
+            )
+        self.config, self.groups, self.settings, self.on_action = config, groups, settings, on_action
+        # Megatron's seeding: replicated dropout equal across tp, different per stage; tp regions per tp rank.
+        torch.manual_seed(settings.seed + 100 * groups.pp_rank)
+        tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank)
+        self.stage = GPTStage(config, pp_rank=groups.pp_rank, pp_size=groups.pp_size, tp_group=groups.tp,
+                              seed=settings.seed, rng_tracker=tracker)
+        if initial_state is not None:
+            self.stage.load_consolidated(initial_state)
+        self.optimizer = build_optimizer(self.stage, settings, groups)
+        self.last_result: StepResult | None = None
+
+    @property
+    def global_batch_size(self) -> int:
+        s = self.settings
+        return s.micro_batch_size * s.micro_batches * self.groups.dp_size
+
+    def step(self, batch: torch.Tensor) -> float:
+        """One optimizer step on the global batch ``[B, seq + 1]``; returns its mean per-token loss."""
+        s, groups = self.settings, self.groups
+        if tuple(batch.shape) != (self.global_batch_size, s.seq_len + 1):
+            raise ValueError(
+                f"batch of shape {tuple(batch.shape)} expected ({self.global_batch_size}, {s.seq_len + 1}) = "
+                f"(micro_batch_size {s.micro_batch_size} x micro_batches {s.micro_batches} x dp "
+                f"{groups.dp_size}, seq_len + 1)"
+            )
+        micro = local_micro_batches(batch, dp_rank=groups.dp_rank, dp_size=groups.dp_size,
+                                    num_micro_batches=s.micro_batches)
+        self.stage.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        m = s.micro_batches
+        result = run_1f1b(
+            forward_fn=lambda x, i: self.stage(x),
+            loss_fn=lambda hidden, i: self.stage.loss(hidden, micro[i][1]).mean() / m,
+            inputs=[ids for ids, _ in micro] if self.stage.is_first else None,
+            num_micro_batches=m,
+            activation_shape=(s.micro_batch_size, s.seq_len, self.config.hidden_size),
+            pp_group=groups.pp,
+            on_action=self.on_action,
+        )
+        allreduce_tied_embedding_grad(self.stage, groups.embedding)
+        self.optimizer.step()  # reduces over dp (all-reduce or ZeRO-1), clips, updates
+        self.last_result = result
+        return self._report_loss(result)
+
+    def _report_loss(self, result: StepResult) -> float:
+        """Mean loss of the global batch: summed on the last stage, averaged over dp, sent to every stage."""
+        loss = torch.tensor(sum(result.losses) if self.stage.is_last else 0.0, dtype=torch.float64)
+        if self.stage.is_last:
+            comm.all_reduce(loss, self.groups.dp)
+            loss /= self.groups.dp_size
+        comm.broadcast(loss, self.groups.pp, src_group_rank=self.groups.pp_size - 1)
+        return float(loss)
+
+
+def train_gpt(
+    config: GPTConfig,
+    groups: ParallelGroups | None,
+    steps: int,
+    micro_batches: int,
+    *,
+    data: torch.Tensor | Iterable[torch.Tensor] | None = None,
+    initial_state: Mapping[str, torch.Tensor] | None = None,
+    on_step: Callable[[int, float, PipelineTrainer], None] | None = None,
+    **settings,
+) -> list[float]:
+    """Train ``steps`` steps and return the loss of each (every rank gets the same list).
+
+    ``data``: ``[steps, B, seq + 1]`` tokens (or an iterable of ``[B, seq + 1]`` batches) with
+    ``B = micro_batch_size x micro_batches x dp``; by default a synthetic learnable stream
+    (:func:`~repro.training.data.synthetic_tokens`) seeded by ``seed``. ``settings`` are the other fields of
+    :class:`TrainSettings` (``micro_batch_size``, ``seq_len``, ``lr``, ``optimizer``, ``clip_grad``,
+    ``zero_stage``, ``seed`` ...). ``groups=None`` means a single process.
+    """
+    groups = groups if groups is not None else init_parallel()
+    trainer = PipelineTrainer(config, groups, TrainSettings(steps=steps, micro_batches=micro_batches, **settings),
+                              initial_state=initial_state)
+    s = trainer.settings
+    if data is None:
+        data = synthetic_tokens(vocab_size=config.vocab_size, seq_len=s.seq_len,
+                                batch_size=trainer.global_batch_size, steps=steps, seed=s.seed)
+    losses: list[float] = []
+    for index, batch in enumerate(data):
+        if index == steps:
+            break
+        losses.append(trainer.step(batch))
+        if on_step is not None:
+            on_step(index, losses[-1], trainer)
+    if len(losses) < steps:
+        raise ValueError(f"data ran out after {len(losses)} batches; steps={steps} asked for more")
+    return losses
