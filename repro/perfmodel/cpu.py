@@ -13,7 +13,13 @@
 ``predict_cpu_step_time(model, tp_size=, dp_size=, micro_batch_size=, calibration=)`` runs the same op-level model
 (``step_time.iteration_time``) with those numbers, so comparing with a measured run is one line::
 
-    predicted = predict_cpu_step_time(cfg, tp_size=2, dp_size=1, micro_batch_size=4, calibration=calibrate_cpu())
+    model = gpt_config_from_model(models_gpt_config, seq_length=128, tp_size=2)
+    predicted = predict_cpu_step_time(model, tp_size=2, dp_size=1, micro_batch_size=4,
+                                      calibration=calibrate_cpu(threads=1, world_size=2))
+
+Assumptions (documented, not fitted): fp32 activations and gradients, SDPA-fused attention, per-tensor Adam,
+gradient all-reduce after backward (no overlap), each rank on ``threads`` threads with the others idle during
+calibration (concurrent ranks share memory bandwidth, so the model is optimistic when ranks contend).
 """
 
 from __future__ import annotations
@@ -177,3 +183,11 @@ def predict_cpu_step_time(model: GPTConfig, *, tp_size: int, dp_size: int, micro
     return predict_cpu_step(model, tp_size=tp_size, dp_size=dp_size, micro_batch_size=micro_batch_size,
                             calibration=calibration, activation_recompute=activation_recompute,
                             dropout=dropout).total
+
+
+def gpt_config_from_model(config, *, seq_length: int, tp_size: int = 1) -> GPTConfig:
+    """The step-time model's view of a ``repro.models.GPTConfig`` (duck-typed: hidden_size, num_layers,
+    num_attention_heads, padded_vocab_size(tp)) trained at ``seq_length``."""
+    return GPTConfig(num_layers=config.num_layers, hidden_size=config.hidden_size,
+                     num_heads=config.num_attention_heads, vocab_size=config.padded_vocab_size(tp_size),
+                     seq_length=seq_length)

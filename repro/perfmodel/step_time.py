@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from .collectives import allreduce_time, ring_time
+from .flops import gpt_param_count
 from .hardware import Cluster, Efficiency, Link
 from .ops import ADAM_BYTES_PER_PARAM, LayerShape, head_iteration_ops, layer_iteration_ops, optimizer_ops
 from .parallel_comm import tp_allreduce_message_bytes, tp_allreduces_per_layer
@@ -37,8 +38,7 @@ class GPTConfig:
 
     @property
     def num_params(self) -> float:
-        from .flops import gpt_param_count
-
+        """The MT-NLG closed form (``flops.gpt_param_count``)."""
         return gpt_param_count(num_layers=self.num_layers, hidden_size=self.hidden_size,
                                vocab_size=self.vocab_size, seq_length=self.seq_length)
 
