@@ -63,7 +63,8 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their results by rank.
 
-    ``fork`` is used where available (fast, and ``fn`` may be a closure); ``spawn`` elsewhere.
+    ``fork`` is used where available (fast, and ``fn`` may be a closure; ranks run single-threaded); ``spawn``
+    elsewhere or when asked (``fn`` and its arguments must then be picklable).
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a positive integer")
@@ -71,7 +72,10 @@ def spawn(
     ctx = mp.get_context(method)
     results = ctx.Queue()
     port = free_port()
-    threads = max(1, (os.cpu_count() or 1) // world_size)
+    # GNU OpenMP's thread pool does not survive fork: a forked child that runs a multi-threaded kernel after the
+    # parent used the pool deadlocks. Forked ranks therefore compute single-threaded; use start_method="spawn" for
+    # multi-threaded ranks (each then re-imports torch, about a second per rank).
+    threads = 1 if method == "fork" else max(1, (os.cpu_count() or 1) // world_size)
     procs = [
         ctx.Process(
             target=_child,
