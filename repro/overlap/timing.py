@@ -5,8 +5,9 @@ measures the overlapped sublayer against the sequential one. The same four quant
 ranks of a real process group, plus a diagnostic fifth, ``chunked``: the overlapped layer's chunks run one after
 the other with blocking collectives, which separates the cost of cutting the GEMM from the gain of overlapping it.
 The modes are interleaved round by round (so drift in a shared machine's load hits
-all of them alike); each mode's median over rounds is taken, then the maximum over ranks (the slowest rank sets the
-step time).
+all of them alike). A round's time is the slowest rank's (it sets the step time); each mode is then summarised by
+its fastest round, the usual estimator on a machine shared with other processes (their interference only ever
+adds time), and by its median round, kept beside it.
 
 Sublayers (T3's names; ``h`` hidden, ``f`` FFN size, ``T`` tokens):
 
@@ -74,7 +75,8 @@ def transformer_sublayers(hidden_size: int, ffn_size: int | None = None) -> dict
 
 @dataclass(frozen=True)
 class SublayerTiming:
-    """Measured seconds (median over rounds, max over ranks) and what follows from them."""
+    """Measured seconds (fastest round, each round's time the slowest rank's) and what follows from them.
+    ``median_s`` holds the median round of every mode, in :data:`MODES` order."""
 
     sublayer: str
     timed_pass: str
@@ -89,6 +91,7 @@ class SublayerTiming:
     sequential_s: float
     chunked_s: float
     overlapped_s: float
+    median_s: tuple[float, ...] = ()
 
     @property
     def comm_share(self) -> float:
@@ -128,6 +131,9 @@ class SublayerTiming:
 
     def as_dict(self) -> dict:
         plain = dataclasses.asdict(self)
+        medians = plain.pop("median_s")
+        for mode, value in zip(MODES, medians):
+            plain[f"{mode}_median_s"] = value
         for name in ("comm_share", "speedup_pct", "ideal_s", "ideal_speedup_pct", "predicted_s", "realised_fraction"):
             plain[name] = getattr(self, name)
         return plain
@@ -241,12 +247,14 @@ def time_sublayer(
                 elapsed = _timed(run, group, prepare)
                 if round_index >= warmup:
                     samples[mode].append(elapsed)
-    medians = torch.tensor([statistics.median(samples[mode]) for mode in MODES], dtype=torch.float64)
-    comm.all_reduce(medians, group, op=torch.distributed.ReduceOp.MAX)
-    gemm_s, comm_s, sequential_s, chunked_s, overlapped_s = (float(v) for v in medians)
+    per_round = torch.tensor([samples[mode] for mode in MODES], dtype=torch.float64)  # [modes, rounds]
+    comm.all_reduce(per_round, group, op=torch.distributed.ReduceOp.MAX)  # each round: the slowest rank
+    fastest = per_round.min(dim=1).values.tolist()
+    medians = tuple(statistics.median(row) for row in per_round.tolist())
+    gemm_s, comm_s, sequential_s, chunked_s, overlapped_s = fastest
     return SublayerTiming(
         sublayer=spec.name, timed_pass=spec.timed_pass, tokens=tokens, in_features=spec.in_features,
         out_features=spec.out_features, tp_size=group.size, num_chunks=num_chunks, rounds=rounds,
         gemm_s=gemm_s, comm_s=comm_s, sequential_s=sequential_s, chunked_s=chunked_s,
-        overlapped_s=overlapped_s,
+        overlapped_s=overlapped_s, median_s=medians,
     )

@@ -44,3 +44,19 @@ def max_rel_err(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tenso
         raise ValueError(f"different tensors: {sorted(set(actual) ^ set(expected))}")
     worst = max(((rel_err(actual[k], expected[k]), k) for k in expected), key=lambda pair: pair[0])
     return worst
+
+
+def compare_with_ledger(plain: nn.Module, overlapped: nn.Module, inputs: torch.Tensor, grad_out: torch.Tensor,
+                        ledger) -> dict:
+    """Run both modules forward and backward; return the worst relative error (and which tensor) and the bytes
+    and calls each put on ``ledger`` (a :class:`~repro.dist.ledger.CollectiveLedger`)."""
+    before = ledger.snapshot()
+    expected = forward_backward(plain, inputs, grad_out)
+    plain_moved = ledger.since(before)
+    before = ledger.snapshot()
+    actual = forward_backward(overlapped, inputs, grad_out)
+    overlapped_moved = ledger.since(before)
+    err, worst = max_rel_err(actual, expected)
+    return {"max_rel_err": err, "worst_tensor": worst, "plain_bytes": plain_moved.bytes(),
+            "overlapped_bytes": overlapped_moved.bytes(), "plain_calls": plain_moved.calls(),
+            "overlapped_calls": overlapped_moved.calls()}

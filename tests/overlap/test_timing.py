@@ -29,6 +29,7 @@ def test_time_every_sublayer_on_two_ranks():
         row = timing.as_dict()
         assert row["ideal_s"] == max(timing.gemm_s, timing.comm_s)
         assert row["predicted_s"] >= row["ideal_s"]
+        assert all(row[f"{mode}_median_s"] >= row[f"{mode}_s"] for mode in MODES)
 
 
 def test_derived_figures():
