@@ -151,20 +151,29 @@ def evaluate_megatron(
 _LEVEL1_HEADING = re.compile(r"^ = [^=].* = $")
 
 
+def is_article_heading(lines: Sequence[str], index: int) -> bool:
+    """A level-1 heading (" = Title = ") between blank lines; this excludes the few equation lines such as
+    " = 1 henry and capacitance C = " inside the test article "Constant k filter"."""
+    if not _LEVEL1_HEADING.match(lines[index].rstrip("\n")):
+        return False
+    before = lines[index - 1].strip() if index > 0 else ""
+    after = lines[index + 1].strip() if index + 1 < len(lines) else ""
+    return before == "" and after == ""
+
+
 def split_articles(raw_text: str) -> list[str]:
-    """WikiText as documents: a new article starts at each level-1 heading line (" = Title = ").
+    """WikiText as documents: a new article starts at each level-1 heading (60 articles in the test file).
 
     The pieces concatenate back to ``raw_text`` exactly; lines before the first heading join the first article.
     This is the document granularity lm-eval's ``wikitext`` task scores (one request per Wikipedia article).
     """
-    articles: list[list[str]] = []
-    for line in raw_text.splitlines(keepends=True):
-        if _LEVEL1_HEADING.match(line.rstrip("\n")) and articles and any(s.strip() for s in articles[-1]):
-            articles.append([])
-        if not articles:
+    lines = raw_text.splitlines(keepends=True)
+    articles: list[list[str]] = [[]]
+    for index, line in enumerate(lines):
+        if is_article_heading(lines, index) and any(s.strip() for s in articles[-1]):
             articles.append([])
         articles[-1].append(line)
-    return ["".join(lines) for lines in articles]
+    return ["".join(piece) for piece in articles if piece]
 
 
 def count_words(page: str) -> int:

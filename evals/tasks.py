@@ -1,0 +1,125 @@
+"""Named evaluations over a checkpoint, returning result rows: what the CLI, the experiments and the toy run call.
+
+Every task builds its model on the caller's tensor-parallel group (``tp_group``); :func:`run_at_tp` spawns ``tp``
+local processes (gloo) and returns rank 0's rows, so the same checkpoint can be evaluated at any tp size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from evals import lambada as lambada_mod
+from evals import wikitext as wikitext_mod
+from evals.loaders import load_lambada, load_race, load_wikitext
+from evals.model_builders import load_gpt_for_eval
+from evals.race_zeroshot import documents_of, evaluate_race_zeroshot
+from evals.records import row
+from evals.tokenization import gpt2_tokenizer
+from repro.dist.comm import CommGroup
+
+TASKS = ("wikitext", "lambada", "race_zeroshot")
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation. ``limit`` keeps the first N examples (LAMBADA passages, WikiText articles, RACE articles);
+    ``max_tokens`` keeps a BPE prefix of the WikiText stream for Megatron's windows (quick runs only)."""
+
+    task: str
+    checkpoint: str
+    data_dir: str | None = None
+    tp: int = 1
+    seq_len: int | None = None  # default: the model's max_position_embeddings
+    stride: int | None = 32  # Megatron's --overlapping-eval
+    batch_size: int = 8
+    limit: int | None = None
+    max_tokens: int | None = None
+    split: str = "test"
+    levels: tuple[str, ...] = ("middle", "high")
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+        if self.tp < 1:
+            raise ValueError(f"tp={self.tp} must be >= 1")
+
+
+def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
+    settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("checkpoint", "data_dir", "progress")}
+    settings["levels"] = list(spec.levels)
+    settings.update(extra)
+    return settings
+
+
+def run_eval(spec: EvalSpec, *, tp_group: CommGroup | None = None) -> list[dict[str, Any]]:
+    tokenizer = gpt2_tokenizer(spec.data_dir)
+    model, loaded = load_gpt_for_eval(spec.checkpoint, tokenizer, tp_group=tp_group)
+    name = f"{loaded.source}:{spec.checkpoint}"
+    seq_len = spec.seq_len or model.max_length
+    common = {"model": name, "checkpoint_sha256": loaded.sha256}
+    rows: list[dict[str, Any]] = []
+    if spec.task == "wikitext":
+        loaded_text = load_wikitext(spec.split, spec.data_dir)
+        text = loaded_text.records
+        settings = _settings(spec, seq_len=seq_len)
+        window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec.stride)
+        meg = wikitext_mod.evaluate_megatron(model, tokenizer, text, window, batch_size=spec.batch_size,
+                                             progress=spec.progress, max_tokens=spec.max_tokens)
+        articles = wikitext_mod.split_articles(text)[: spec.limit]
+        doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
+                                              batch_size=spec.batch_size, progress=spec.progress)
+        kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=settings, **common)
+        rows += [
+            row("token_perplexity", meg.token_perplexity, "perplexity", definition="megatron_token", **kw),
+            row("adjusted_perplexity", meg.adjusted_perplexity, "perplexity", definition="megatron_adjusted", **kw),
+            row("bpe_tokens", meg.num_tokenized, "count", definition="megatron_token", **kw),
+            row("original_tokens", meg.num_original, "count", definition="megatron_adjusted", **kw),
+            row("word_perplexity", doc.word_perplexity, "perplexity", definition="lm_eval", **kw),
+            row("byte_perplexity", doc.byte_perplexity, "perplexity", definition="lm_eval", **kw),
+            row("bits_per_byte", doc.bits_per_byte, "bits/byte", definition="lm_eval", **kw),
+            row("words", doc.num_words, "count", definition="lm_eval", **kw),
+        ]
+    elif spec.task == "lambada":
+        loaded_text = load_lambada(spec.data_dir)
+        texts = loaded_text.records[: spec.limit]
+        results = lambada_mod.evaluate_lambada(model, tokenizer, texts, batch_size=spec.batch_size,
+                                               progress=spec.progress)
+        kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
+        for definition, result in results.items():
+            rows += [
+                row("accuracy", 100.0 * result.accuracy, "%", definition=definition, **kw),
+                row("last_word_perplexity", result.perplexity, "perplexity", definition=definition, **kw),
+                row("examples", result.num_examples, "count", definition=definition, **kw),
+            ]
+    else:  # race_zeroshot
+        docs, shas = [], []
+        for level in spec.levels:
+            loaded_race = load_race(spec.split, level, spec.data_dir)
+            docs += documents_of(loaded_race.records, level)[: spec.limit]
+            shas.append(loaded_race.data_sha256)
+        result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
+        kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
+        for level in (*spec.levels, "all"):
+            rows.append(row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}",
+                            **kw))
+        rows.append(row("documents", len(docs), "count", definition="lm_eval_zeroshot_all", **kw))
+    return rows
+
+
+def _rank_main(rank: int, world_size: int, spec: EvalSpec) -> list[dict[str, Any]]:
+    from repro.dist import init_parallel
+
+    groups = init_parallel(tp=world_size)
+    return run_eval(dataclasses.replace(spec, progress=spec.progress and rank == 0), tp_group=groups.tp)
+
+
+def run_at_tp(spec: EvalSpec, *, timeout_s: float = 3600.0) -> list[dict[str, Any]]:
+    """Run ``spec`` in-process at tp=1, or on ``spec.tp`` spawned processes (rank 0's rows are returned)."""
+    if spec.tp == 1:
+        return run_eval(spec)
+    from repro.dist import spawn
+
+    return spawn(_rank_main, spec.tp, spec, timeout_s=timeout_s)[0]
