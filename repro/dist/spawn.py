@@ -47,6 +47,8 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything must reach the parent
         results.put(("error", rank, traceback.format_exc()))
+        results.close()
+        results.join_thread()  # the queue's feeder thread must flush before _exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)

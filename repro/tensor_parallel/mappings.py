@@ -27,9 +27,9 @@ def split_last_dim(x: torch.Tensor, group: CommGroup) -> torch.Tensor:
 def gather_last_dim(x: torch.Tensor, group: CommGroup) -> torch.Tensor:
     """Concatenate every rank's chunk along the last dimension (all-gather)."""
     x = x.contiguous()
-    out = torch.empty((group.size, *x.shape), dtype=x.dtype, device=x.device)
-    comm.all_gather_into_tensor(out, x, group)
-    return torch.cat(out.unbind(0), dim=-1)
+    out = torch.empty((group.size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    comm.all_gather_into_tensor(out, x, group)  # rank chunks stacked along dim 0
+    return torch.cat(out.chunk(group.size, dim=0), dim=-1)
 
 
 class _CopyToTensorParallel(torch.autograd.Function):

@@ -1,0 +1,41 @@
+"""Helpers for parity tests: relative errors and sharding of reference weights for one tensor-parallel rank."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from repro.models.config import TransformerConfig
+from repro.models.sharding import merge_state_dicts, shard_state_dict
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """||actual - expected|| / ||expected|| in float64 (0 when both are zero)."""
+    actual, expected = actual.detach().double(), expected.detach().double()
+    if actual.shape != expected.shape:
+        raise ValueError(f"shapes differ: {tuple(actual.shape)} vs {tuple(expected.shape)}")
+    denom = expected.norm()
+    diff = (actual - expected).norm()
+    return float(diff / denom) if denom > 0 else float(diff)
+
+
+def assert_rel_close(actual: torch.Tensor, expected: torch.Tensor, tol: float, what: str = "tensor") -> None:
+    err = rel_err(actual, expected)
+    if not err <= tol:
+        raise AssertionError(f"{what}: relative error {err:.3e} > {tol:.1e}")
+
+
+def shard_prefixed(
+    full: Mapping[str, torch.Tensor], prefix: str, config: TransformerConfig, tp_rank: int, tp_size: int
+) -> dict[str, torch.Tensor]:
+    """Shard the state dict of a sub-module whose names lack the model prefix (e.g. ``attention.``)."""
+    shards = shard_state_dict({prefix + k: v for k, v in full.items()}, config, tp_rank, tp_size)
+    return {k[len(prefix):]: v for k, v in shards.items()}
+
+
+def merge_prefixed(
+    shards: list[Mapping[str, torch.Tensor]], prefix: str, config: TransformerConfig
+) -> dict[str, torch.Tensor]:
+    merged = merge_state_dicts([{prefix + k: v for k, v in s.items()} for s in shards], config)
+    return {k[len(prefix):]: v for k, v in merged.items()}
