@@ -1,0 +1,87 @@
+"""Buckets: runs of parameters that share one flat buffer layout (see ``partition.py`` for the arithmetic).
+
+A bucket never mixes parameter groups (so one set of hyperparameters applies to its shard) and its runtime
+buffers are owned by the stage that uses it: stages 0-2 keep ``flat_param`` whole, stage 3 only while gathered;
+stages 0-1 keep ``flat_grad`` whole, stages 2-3 only while a bucket's gradients are being collected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from repro.zero.partition import FlatLayout, Piece, flat_layout, group_into_buckets
+
+
+@dataclass(eq=False)
+class Bucket:
+    index: int
+    group_index: int
+    params: list[nn.Parameter]
+    names: list[str]
+    layout: FlatLayout
+    rank: int
+    flat_param: torch.Tensor | None = None
+    flat_grad: torch.Tensor | None = None
+    grad_shard: torch.Tensor | None = None
+    arrived: set[int] = field(default_factory=set)
+    shapes: list[torch.Size] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Stage 3 swaps parameters' storage for empty placeholders, so their shapes are remembered here.
+        self.shapes = [p.shape for p in self.params]
+
+    @property
+    def key(self) -> str:
+        return f"b{self.index}"
+
+    @property
+    def shard_range(self) -> tuple[int, int]:
+        return self.layout.shard_range(self.rank)
+
+    @property
+    def pieces(self) -> list[Piece]:
+        return self.layout.pieces(self.rank)
+
+    def param_view(self, flat: torch.Tensor, index: int) -> torch.Tensor:
+        """Tensor ``index`` as a view of the flat buffer ``flat``, in its parameter's shape."""
+        lo, hi = self.layout.tensor_range(index)
+        return flat[lo:hi].view(self.shapes[index])
+
+    def flatten(self, tensors: list[torch.Tensor], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A zero-padded flat copy of ``tensors`` laid out as this bucket."""
+        flat = torch.zeros(self.layout.padded_numel, dtype=dtype, device=device)
+        for index, tensor in enumerate(tensors):
+            lo, hi = self.layout.tensor_range(index)
+            flat[lo:hi].copy_(tensor.detach().reshape(-1))
+        return flat
+
+    def shard_ranges_excluding(self, excluded: set[int]) -> list[tuple[int, int]] | None:
+        """Ranges of this rank's shard that belong to parameters not in ``excluded`` (ids); None = everything."""
+        if not excluded:
+            return None
+        return [(p.shard_offset, p.shard_offset + p.numel) for p in self.pieces if id(self.params[p.index]) not in excluded]
+
+
+def build_buckets(
+    groups: list[list[nn.Parameter]],
+    names: dict[int, str],
+    *,
+    world_size: int,
+    rank: int,
+    bucket_numel: int,
+) -> list[Bucket]:
+    """Cut each parameter group into buckets of about ``bucket_numel`` elements, laid out for ``world_size``."""
+    buckets: list[Bucket] = []
+    for group_index, params in enumerate(groups):
+        numels = [p.numel() for p in params]
+        for indices in group_into_buckets(numels, bucket_numel) if params else []:
+            chosen = [params[i] for i in indices]
+            buckets.append(Bucket(
+                index=len(buckets), group_index=group_index, params=chosen,
+                names=[names.get(id(p), f"param{id(p)}") for p in chosen],
+                layout=flat_layout([p.numel() for p in chosen], world_size), rank=rank,
+            ))
+    return buckets

@@ -1,0 +1,145 @@
+"""The wrapped optimizer: any torch optimizer stepping fp32 master shards that live in a tier.
+
+ZeRO is built by wrapping an optimizer (DESIGN.md): the Adam math is torch.optim.AdamW's own, applied to the
+elements a rank owns. Each sub-group (a bucket's shard) gets its own instance of the optimizer class, holding one
+flat master tensor; its state tensors (exp_avg, exp_avg_sq, ...) are handed to the tier after the first step and
+fetched back before every later one. The step loop over sub-groups is DeepSpeed's stage-3 loop (fetch, unscale,
+step, write back, release) and ZeRO-Infinity's: the next sub-group's reads are issued before this one computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import torch
+
+from repro.zero.offload.tiers import ResidentTier, Tier
+
+OptimizerFactory = Callable[..., torch.optim.Optimizer]
+
+
+def optimizer_defaults(optimizer_cls: OptimizerFactory, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters ``optimizer_cls(**kwargs)`` would use (read from a throw-away instance)."""
+    probe = optimizer_cls([torch.zeros(1, requires_grad=True)], **kwargs)
+    return {k: v for k, v in probe.defaults.items()}
+
+
+class SubGroup:
+    """One sub-group: its key prefix in the tier, its optimizer and the names of its swappable state tensors."""
+
+    def __init__(self, key: str, numel: int, optimizer: torch.optim.Optimizer, holder: torch.Tensor) -> None:
+        self.key, self.numel = key, numel
+        self.optimizer, self.holder = optimizer, holder
+        self.state_names: list[str] = []
+
+    @property
+    def master_key(self) -> str:
+        return f"{self.key}.master"
+
+    def state_key(self, name: str) -> str:
+        return f"{self.key}.{name}"
+
+
+class TieredOptimizer:
+    """Sub-group optimizers whose fp32 master weights and states are stored in ``tier``."""
+
+    def __init__(self, optimizer_cls: OptimizerFactory, tier: Tier) -> None:
+        self.optimizer_cls, self.tier = optimizer_cls, tier
+        self.groups: dict[str, SubGroup] = {}
+
+    def add(self, key: str, master: torch.Tensor, hparams: dict[str, Any]) -> None:
+        """Register a sub-group. ``master`` is kept without a copy when it is fp32 and already in the tier's memory
+        (an fp32 model's own parameter shard), otherwise copied to fp32 in the tier."""
+        alias = master.dtype == torch.float32 and isinstance(self.tier, ResidentTier)
+        self.tier.create(f"{key}.master", master if alias else master.detach().float(), alias=alias)
+        holder = torch.empty(0, dtype=torch.float32, device=self.tier.compute_device, requires_grad=True)
+        optimizer = self.optimizer_cls([{"params": [holder], **hparams}])
+        self.groups[key] = SubGroup(key, master.numel(), optimizer, holder)
+
+    def prefetch(self, key: str) -> None:
+        group = self.groups[key]
+        self.tier.prefetch(group.master_key)
+        for name in group.state_names:
+            self.tier.prefetch(group.state_key(name))
+
+    def master(self, key: str) -> torch.Tensor:
+        """The fp32 master shard (fetched; valid until :meth:`release`)."""
+        return self.tier.fetch(self.groups[key].master_key)
+
+    def step(self, key: str, grad: torch.Tensor, hparams: dict[str, Any]) -> torch.Tensor:
+        """One optimizer step of sub-group ``key`` with fp32 gradient ``grad``; returns the updated master."""
+        group = self.groups[key]
+        master = self.master(key)
+        group.holder.data = master
+        state = group.optimizer.state[group.holder]
+        for name in group.state_names:
+            state[name] = self.tier.fetch(group.state_key(name))
+        group.optimizer.param_groups[0].update(hparams)
+        group.holder.grad = grad.to(master.device)
+        group.optimizer.step()
+        group.holder.grad = None
+        for name, value in list(state.items()):
+            if not (isinstance(value, torch.Tensor) and value.dim() > 0 and value.numel() == group.numel):
+                continue  # scalars such as Adam's step stay with the optimizer
+            if name not in group.state_names:  # created by the optimizer's first step
+                group.state_names.append(name)
+                self.tier.create(group.state_key(name), value, alias=True)
+            else:
+                self.tier.writeback(group.state_key(name), value)
+        self.tier.writeback(group.master_key, master)
+        return master
+
+    def release(self, key: str) -> None:
+        """Hand the sub-group's tensors back to the tier (NVMe buffers become reusable)."""
+        group = self.groups[key]
+        group.holder.data = torch.empty(0, dtype=torch.float32, device=group.holder.device)
+        state = group.optimizer.state[group.holder]
+        for name in group.state_names:
+            state[name] = torch.empty(0, dtype=torch.float32)
+            self.tier.release(group.state_key(name))
+        self.tier.release(group.master_key)
+
+    # -- inspection and checkpoints ------------------------------------------------------------------------
+    def keys_by_kind(self) -> Iterator[tuple[str, str]]:
+        """(kind, tier key) of everything stored: "master" or "optimizer_states"."""
+        for group in self.groups.values():
+            yield "master", group.master_key
+            for name in group.state_names:
+                yield "optimizer_states", group.state_key(name)
+
+    def state_dict(self, key: str) -> dict[str, Any]:
+        group = self.groups[key]
+        out: dict[str, Any] = {"master": self.master(key).detach().cpu().clone(), "tensors": {}, "scalars": {}}
+        for name in group.state_names:
+            out["tensors"][name] = self.tier.fetch(group.state_key(name)).detach().cpu().clone()
+            self.tier.release(group.state_key(name))
+        for name, value in group.optimizer.state[group.holder].items():
+            if name not in group.state_names:
+                out["scalars"][name] = value.clone() if isinstance(value, torch.Tensor) else value
+        self.tier.release(group.master_key)
+        return out
+
+    def load_state_dict(self, key: str, state: dict[str, Any]) -> torch.Tensor:
+        """Restore a sub-group; returns the restored master (fetched; release it afterwards)."""
+        group = self.groups[key]
+        if state["master"].numel() != group.numel:
+            raise ValueError(f"checkpoint shard {key} has {state['master'].numel()} elements, expected {group.numel}")
+        master = self.master(key)
+        master.copy_(state["master"].reshape(-1).to(master.device))
+        self.tier.writeback(group.master_key, master)
+        opt_state = group.optimizer.state[group.holder]
+        opt_state.clear()
+        for name, value in state["scalars"].items():
+            opt_state[name] = value.clone() if isinstance(value, torch.Tensor) else value
+        for name, value in state["tensors"].items():
+            value = value.reshape(-1).to(self.tier.compute_device)
+            if name in group.state_names:
+                stored = self.tier.fetch(group.state_key(name))
+                stored.copy_(value)
+                self.tier.writeback(group.state_key(name), stored)
+                self.tier.release(group.state_key(name))
+            else:
+                group.state_names.append(name)
+                self.tier.create(group.state_key(name), value.clone())
+            opt_state[name] = torch.empty(0, dtype=torch.float32)
+        return self.tier.fetch(group.master_key)

@@ -1,0 +1,134 @@
+"""Stage 3's parameter units: what one module owns, gathered just in time and released after use.
+
+ZeRO sec. 5.3: with P_p each rank stores 1/N_d of the parameters; before a module runs forward (and again before
+its backward) its parameters are all-gathered from their owners, and they are freed as soon as the module is done.
+A *unit* is one module's directly-owned parameters (one bucket per parameter group). Gathering is asynchronous,
+so the next unit can be gathered while this one computes: :class:`PrefetchTrace` records the order units are
+needed in during the first step and replays it afterwards (ZeRO-Infinity sec. 6.2 prefetches the same way:
+the all-gather of operator i+1 and the NVMe read of operator i+2 are issued while operator i runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from repro.dist import comm
+from repro.dist.comm import CommGroup
+from repro.zero.buckets import Bucket
+from repro.zero.ledger import TransientTracker, tensor_bytes
+from repro.zero.offload.tiers import Tier
+
+
+def param_key(bucket: Bucket) -> str:
+    return f"{bucket.key}.param"
+
+
+@dataclass(eq=False)
+class ParamUnit:
+    index: int
+    module: nn.Module
+    buckets: list[Bucket]
+    refcount: int = 0
+    gathered: bool = False
+    in_backward: bool = False
+    inflight: list[tuple[Bucket, torch.Tensor, torch.Tensor, Any]] = field(default_factory=list)
+
+    @property
+    def numel(self) -> int:
+        return sum(b.layout.numel for b in self.buckets)
+
+
+def released_placeholder(param: nn.Parameter) -> torch.Tensor:
+    return torch.empty(0, dtype=param.dtype, device=param.device)
+
+
+class UnitGatherer:
+    """All-gathers a unit's shards from the parameter tier into full buffers, and frees them again."""
+
+    def __init__(
+        self, *, dp_group: CommGroup, param_tier: Tier, dtype: torch.dtype, device: torch.device,
+        transient: TransientTracker,
+    ) -> None:
+        self.dp_group, self.param_tier = dp_group, param_tier
+        self.dtype, self.device, self.transient = dtype, device, transient
+        self.gathers = 0
+
+    def read_ahead(self, unit: ParamUnit) -> None:
+        """Start reading the unit's shards from a slow tier (no communication)."""
+        if not unit.gathered and not unit.inflight:
+            for bucket in unit.buckets:
+                self.param_tier.prefetch(param_key(bucket))
+
+    def start(self, unit: ParamUnit) -> None:
+        """Issue the unit's all-gathers (asynchronous)."""
+        if unit.gathered or unit.inflight:
+            return
+        for bucket in unit.buckets:
+            shard = self.param_tier.fetch(param_key(bucket)).to(self.device, non_blocking=True)
+            full = torch.empty(bucket.layout.padded_numel, dtype=self.dtype, device=self.device)
+            self.transient.add("working_params", tensor_bytes(full))
+            work = comm.all_gather_into_tensor(full, shard, self.dp_group, async_op=True)
+            unit.inflight.append((bucket, full, shard, work))
+        self.gathers += 1
+
+    def wait(self, unit: ParamUnit) -> None:
+        """Make the unit's parameters usable: views of the gathered buffers."""
+        if unit.gathered:
+            return
+        self.start(unit)
+        for bucket, full, _shard, work in unit.inflight:
+            if work is not None:
+                work.wait()
+            self.param_tier.release(param_key(bucket))
+            bucket.flat_param = full
+            for index, param in enumerate(bucket.params):
+                param.data = bucket.param_view(full, index)
+        unit.inflight.clear()
+        unit.gathered = True
+
+    def release(self, unit: ParamUnit) -> None:
+        """Free the full parameters (ZeRO sec. 5.3: "discarded once the forward/backward of the layer is done")."""
+        if unit.inflight:
+            self.wait(unit)
+        for bucket in unit.buckets:
+            if bucket.flat_param is not None:
+                self.transient.remove("working_params", tensor_bytes(bucket.flat_param))
+                bucket.flat_param = None
+            for param in bucket.params:
+                param.data = released_placeholder(param)
+        unit.gathered = False
+        unit.refcount = 0
+        unit.in_backward = False
+
+
+class PrefetchTrace:
+    """The sequence of unit indices needed during the first step; replayed to say which units come next."""
+
+    def __init__(self, depth: int = 2) -> None:
+        self.order: list[int] = []
+        self.recording = True
+        self.position = 0
+        self.depth = depth
+
+    def need(self, index: int) -> list[int]:
+        """Record (first step) or follow (later steps) the use of unit ``index``; return the next ``depth`` units."""
+        if self.recording:
+            self.order.append(index)
+            return []
+        if self.position < len(self.order) and self.order[self.position] == index:
+            self.position += 1
+        else:  # the model took another path: resynchronise on the next occurrence, if any
+            try:
+                self.position = self.order.index(index, self.position) + 1
+            except ValueError:
+                return []
+        return self.order[self.position: self.position + self.depth]
+
+    def end_step(self) -> None:
+        if self.order:
+            self.recording = False
+        self.position = 0

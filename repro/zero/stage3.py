@@ -1,0 +1,211 @@
+"""Stage 3, P_os+g+p (ZeRO sec. 5.3): partition the parameters too.
+
+Each rank stores only its 1/N_d shard of every parameter, so the model states fall to (2 + 2 + K) psi / N_d.
+Module hooks gather a module's parameters just before its forward, free them just after, gather them again when
+the gradient of the module's output arrives (before its backward) and free them once all of their gradients
+have been reduce-scattered. The parameters are all-gathered twice (forward, backward) and the gradients
+reduce-scattered once: 3 psi per step, 1.5x plain DP (ZeRO sec. 7.2.2).
+
+Parameters may live on a slower tier (ZeRO-Infinity: ``param_tier`` = cpu or nvme); the fp32 master weights and
+optimizer states on theirs (``optimizer_tier``). A parameter that a module uses outside its own forward (GPT's
+output layer reuses the word embedding) is registered as *external* to the module whose forward uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from repro.zero.buckets import Bucket
+from repro.zero.ledger import Item
+from repro.zero.offload.tiers import ResidentTier, Tier
+from repro.zero.param_units import ParamUnit, PrefetchTrace, UnitGatherer, param_key, released_placeholder
+from repro.zero.partition import flat_layout
+from repro.zero.stage2 import ZeroStage2
+
+
+def default_external_parameters(module: nn.Module) -> dict[nn.Module, list[nn.Parameter]]:
+    """GPT ties its output layer to the word embedding and calls it from the model's own forward."""
+    from repro.models.gpt import GPTModel
+
+    if isinstance(module, GPTModel):
+        return {module: [module.embedding.word_embeddings.weight]}
+    return {}
+
+
+class ZeroStage3(ZeroStage2):
+    """``ZeroStage3(model, dp_group=..., lr=...)``: partitions ``model``'s parameters (all of them by default)."""
+
+    stage = 3
+
+    def __init__(
+        self,
+        module: nn.Module,
+        params: Iterable[nn.Parameter] | Iterable[dict] | None = None,
+        *,
+        param_tier: Tier | None = None,
+        external_parameters: Mapping[nn.Module, Sequence[nn.Parameter]] | None = None,
+        prefetch: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.module = module
+        first = next(module.parameters())
+        self.param_tier = param_tier if param_tier is not None else ResidentTier("device", first.device)
+        self.units: list[ParamUnit] = []
+        self.trace = PrefetchTrace() if prefetch else None
+        kwargs.setdefault("param_names", list(module.named_parameters()))
+        super().__init__(module.parameters() if params is None else params, **kwargs)
+        self.gatherer = UnitGatherer(
+            dp_group=self.dp_group, param_tier=self.param_tier, dtype=self.precision.dtype, device=self.device,
+            transient=self.transient,
+        )
+        self.param_tier.flush()
+        external = default_external_parameters(module) if external_parameters is None else external_parameters
+        self._units_of: dict[nn.Module, list[ParamUnit]] = {unit.module: [unit] for unit in self.units}
+        unit_of_param = {id(p): unit for unit in self.units for b in unit.buckets for p in b.params}
+        for user, used in external.items():
+            extra = [unit_of_param[id(p)] for p in used if id(p) in unit_of_param]
+            self._units_of.setdefault(user, [])
+            self._units_of[user] += [u for u in dict.fromkeys(extra) if u not in self._units_of[user]]
+        self._handles = []
+        for user in self._units_of:
+            self._handles.append(user.register_forward_pre_hook(self._pre_forward))
+            self._handles.append(user.register_forward_hook(self._post_forward))
+
+    # -- layout: one unit per module, one bucket per parameter group inside it -----------------------------
+    def _build_buckets(self, trainable: list[list[nn.Parameter]], bucket_numel: int) -> list[Bucket]:
+        group_of = {id(p): g for g, params in enumerate(trainable) for p in params}
+        world, rank = self._layout_world()
+        buckets: list[Bucket] = []
+        seen: set[int] = set()
+        for module in self.module.modules():
+            mine = [p for p in module.parameters(recurse=False) if id(p) in group_of and id(p) not in seen]
+            if not mine:
+                continue
+            seen.update(id(p) for p in mine)
+            unit = ParamUnit(len(self.units), module, [])
+            for group in sorted({group_of[id(p)] for p in mine}):
+                chosen = [p for p in mine if group_of[id(p)] == group]
+                bucket = Bucket(len(buckets), group, chosen, [self._names.get(id(p), f"param{id(p)}") for p in chosen],
+                                flat_layout([p.numel() for p in chosen], world), rank)
+                buckets.append(bucket)
+                unit.buckets.append(bucket)
+            self.units.append(unit)
+        missing = [self._names.get(id(p), str(tuple(p.shape))) for g in trainable for p in g if id(p) not in seen]
+        if missing:
+            raise ValueError(f"stage 3 partitions the parameters of the module it wraps; {missing} are not in it")
+        return buckets
+
+    def _init_params(self, bucket: Bucket) -> None:
+        full = bucket.flatten(bucket.params, dtype=self.precision.dtype, device=self.device)
+        lo, hi = bucket.shard_range
+        self.param_tier.create(param_key(bucket), full[lo:hi].clone())
+        for param in bucket.params:
+            param.data = released_placeholder(param)
+
+    def _master_source(self, bucket: Bucket) -> torch.Tensor:
+        shard = self.param_tier.fetch(param_key(bucket))
+        if not isinstance(self.param_tier, ResidentTier):
+            shard = shard.clone()
+            self.param_tier.release(param_key(bucket))
+        return shard
+
+    def _write_params(self, bucket: Bucket, master: torch.Tensor) -> None:
+        key = param_key(bucket)
+        if isinstance(self.param_tier, ResidentTier) and self.param_tier.fetch(key).data_ptr() == master.data_ptr():
+            return  # fp32: the master weights are the parameter shard
+        self.param_tier.writeback(key, master.to(self.precision.dtype))
+
+    # -- hooks -----------------------------------------------------------------------------------------------
+    def _need(self, unit: ParamUnit) -> None:
+        """Gather ``unit`` (waiting for it) and start gathering the units that follow it in the trace."""
+        self.gatherer.start(unit)
+        upcoming = self.trace.need(unit.index) if self.trace is not None else []
+        if upcoming:
+            self.gatherer.start(self.units[upcoming[0]])
+            for index in upcoming[1:]:
+                self.gatherer.read_ahead(self.units[index])
+        self.gatherer.wait(unit)
+
+    def _pre_forward(self, module: nn.Module, args: Any) -> None:
+        for unit in self._units_of[module]:
+            unit.refcount += 1
+            self._need(unit)
+
+    def _post_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        units = self._units_of[module]
+        if torch.is_grad_enabled():
+            for tensor in _tensors(output):
+                if tensor.requires_grad:
+                    tensor.register_hook(lambda grad, units=units: self._pre_backward(units))
+        for unit in units:
+            unit.refcount -= 1
+            if unit.refcount <= 0 and not unit.in_backward:
+                self.gatherer.release(unit)
+
+    def _pre_backward(self, units: list[ParamUnit]) -> None:
+        for unit in units:
+            if not unit.in_backward:
+                unit.in_backward = True
+                self._need(unit)
+
+    def _reduce_bucket(self, bucket: Bucket) -> None:
+        """Once all gradients of a unit are on their way to their owners, its full parameters can go."""
+        super()._reduce_bucket(bucket)
+        unit = self._unit_of_bucket(bucket)
+        if unit.in_backward and all(b.flat_grad is None for b in unit.buckets):
+            self.gatherer.release(unit)
+
+    def _unit_of_bucket(self, bucket: Bucket) -> ParamUnit:
+        if not hasattr(self, "_bucket_units"):
+            self._bucket_units = {b.index: u for u in self.units for b in u.buckets}
+        return self._bucket_units[bucket.index]
+
+    def release_all(self) -> None:
+        """Free every gathered unit (end of a step; also after an evaluation pass)."""
+        for unit in self.units:
+            if unit.gathered or unit.inflight:
+                self.gatherer.release(unit)
+
+    def _reduce_gradients(self) -> list[torch.Tensor]:
+        shards = super()._reduce_gradients()
+        self.release_all()
+        if self.trace is not None:
+            self.trace.end_step()
+        return shards
+
+    # -- inspection ------------------------------------------------------------------------------------------
+    def _model_items(self) -> Iterator[Item]:
+        for bucket in self.buckets:
+            key = param_key(bucket)
+            if isinstance(self.param_tier, ResidentTier):
+                yield "params", self.param_tier.name, self.param_tier.fetch(key)
+            else:
+                numel, dtype = self.param_tier.stored(key)
+                yield "params", self.param_tier.name, numel * torch.empty(0, dtype=dtype).element_size()
+        for bucket in self.buckets:
+            if bucket.grad_shard is not None:
+                yield "grads", self._device_tier(), bucket.grad_shard
+        for bucket in self.buckets:
+            if bucket.flat_param is not None:
+                yield "working_params", self._device_tier(), bucket.flat_param
+
+    def close(self) -> None:
+        """Remove the module hooks and the tiers' files."""
+        for handle in self._handles:
+            handle.remove()
+        self.param_tier.close()
+        self.tier.close()
+
+
+def _tensors(output: Any) -> Iterator[torch.Tensor]:
+    if isinstance(output, torch.Tensor):
+        yield output
+    elif isinstance(output, (tuple, list)):
+        for item in output:
+            yield from _tensors(item)
+    elif isinstance(output, dict):
+        for item in output.values():
+            yield from _tensors(item)
