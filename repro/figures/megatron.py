@@ -27,12 +27,21 @@ def _measured_axis(frame: pd.DataFrame) -> str | None:
     return None
 
 
+def _measured_rows(ctx: FigureContext) -> pd.DataFrame:
+    """Rows of Megatron experiments that measured an efficiency (metric names carry "measured")."""
+    if ctx.rows.empty:
+        return ctx.rows
+    names = sorted(n for n in set(ctx.rows["experiment"]) if n.startswith("megatron"))
+    frames = [ctx.rows_of(n, pattern=r"measured.*efficiency|efficiency.*measured") for n in names]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def weak_scaling(ctx: FigureContext) -> list[Path]:
     """Fig. 5: paper bars (MP, MP+DP) beside the performance model's prediction, and the measured efficiency of
     the scale that was run (CPU ranks at ci scale, so the shape, not the V100 numbers, is what compares)."""
     paper = ctx.paper("megatron_lm_2019", r"fig5_eff_(mp|mpdp)_\d+gpu")
     model = ctx.reproduced("megatron_lm_2019", paper["claim_id"])
-    predicted_rows = ctx.rows_of(WEAK, pattern=r"predict|model")
     fig, (ax_paper, ax_measured) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
     labels, x, labelled = [], np.arange(len(paper)), False
     for i, row in enumerate(paper.itertuples()):
@@ -54,26 +63,25 @@ def weak_scaling(ctx: FigureContext) -> list[Path]:
     ax_paper.set_title("Paper (Fig. 5) vs performance model")
     ax_paper.legend(loc="lower left", fontsize=8)
 
-    measured = ctx.rows_of(WEAK, pattern=r"efficiency")
-    measured = measured[~measured["metric"].str.contains("predict|model", regex=True)] if len(measured) else measured
+    measured = _measured_rows(ctx)
     axis = _measured_axis(measured) if len(measured) else None
     if axis is not None:
-        for metric, group in measured.groupby("metric"):
+        for (exp, metric), group in measured.groupby(["experiment", "metric"]):
             group = group.assign(_x=numeric(group[axis]), _y=numeric(group["value"])).dropna(subset=["_x", "_y"])
             group = group.sort_values("_x")
-            ax_measured.plot(group["_x"], group["_y"], "o-", color=MEASURED_COLOR, label=f"measured: {metric}")
+            ax_measured.plot(group["_x"], group["_y"], "o-", color=MEASURED_COLOR, label=f"{exp}: {metric}")
         ax_measured.set_xlabel(axis.replace("_", " "))
         ax_measured.set_xscale("log", base=2)
         ax_measured.legend(fontsize=8)
     else:
-        mark_missing(ax_measured, not_run_text(WEAK, ctx))
+        mark_missing(ax_measured, "measured: not yet run\n(no Megatron experiment has measured\nweak scaling on "
+                                  "this machine)")
     ax_measured.set_ylabel("efficiency (%)")
     ax_measured.set_title(f"Measured at {ctx.scale} scale")
-    extra = f" Model-prediction rows: {len(predicted_rows)}." if len(predicted_rows) else ""
     caption(fig, "Megatron-LM weak scaling. Paper: Shoeybi et al. 2019, Fig. 5 bar labels (V100 DGX-2H, 1.2B-8.3B "
                  "configs of Table 1; results/paper/megatron_lm_2019/figure_5.csv). Reproduced: "
                  f"{ctx.status(WEAK)}; the model prediction is the analytic performance model at the paper's "
-                 f"configuration, the measured points are this machine's ranks at scale '{ctx.scale}'.{extra}")
+                 f"configuration, the measured points are this machine's ranks at scale '{ctx.scale}'.")
     return save(fig, ctx, "megatron_weak_scaling")
 
 

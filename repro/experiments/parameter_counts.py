@@ -1,0 +1,108 @@
+"""Parameter counts of the papers' GPT configurations (Megatron-LM Tables 1-2, ZeRO Table 4, MT-NLG 530B):
+the closed form 12Lh^2 + 13Lh + (V + s)h + 2h (``repro.models.count_parameters``) beside the number of parameters
+a :class:`~repro.models.GPTModel` of that configuration actually instantiates.
+
+The models are built on torch's ``meta`` device, so even the 530B model costs no memory and the "measured"
+count is the real module tree, not the formula again. Megatron pads the 50,257-token GPT-2 vocabulary to a
+multiple of 128 x 8 = 1024 for 8-way model parallelism (sec. 5.1), i.e. V = 51,200.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from repro.claims import check_value
+from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
+
+GPT2_VOCAB = 50257
+#: label -> (layers, hidden, heads, sequence length, paper, claim-id prefix)
+CONFIGS = {
+    "1p2B": (40, 1536, 16, 1024, "megatron_lm_2019", "t1_1p2B"),
+    "2p5B": (54, 1920, 20, 1024, "megatron_lm_2019", "t1_2p5B"),
+    "4p2B": (64, 2304, 24, 1024, "megatron_lm_2019", "t1_4p2B"),
+    "8p3B": (72, 3072, 32, 1024, "megatron_lm_2019", "t1_8p3B"),
+    "355M": (24, 1024, 16, 1024, "megatron_lm_2019", "t2_355M"),
+    "mtnlg530B": (105, 20480, 128, 2048, "mt_nlg_2022", "params"),
+}
+#: ZeRO Table 4 checks use 12 L h^2 (the transformer blocks only): label -> (layers, hidden)
+ZERO_T4 = {"60B": (75, 8192), "170B": (212, 8192)}
+
+
+def _config(layers: int, hidden: int, heads: int, seq: int) -> GPTConfig:
+    # make_vocab_size_divisible_by=1024: the 8-way padding (128 x 8) on one unsharded model, V = 51,200
+    return GPTConfig(vocab_size=GPT2_VOCAB, hidden_size=hidden, num_layers=layers, num_attention_heads=heads,
+                     max_position_embeddings=seq, make_vocab_size_divisible_by=1024)
+
+
+def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    rows = []
+    for label in point.params["models"]:
+        layers, hidden, heads, seq, paper, prefix = CONFIGS[label]
+        config = _config(layers, hidden, heads, seq)
+        with torch.device("meta"):
+            model = GPTModel(config)
+        common = {"model": label, "paper": paper, "layers": layers, "hidden": hidden, "heads": heads, "seq": seq,
+                  "padded_vocab": config.padded_vocab_size(1)}
+        rows.append({"metric": "closed_form_params", "value": count_parameters(config) / 1e9,
+                     "unit": "billion params", **common})
+        rows.append({"metric": "instantiated_params", "value": count_model_parameters(model) / 1e9,
+                     "unit": "billion params", **common})
+        rows.append({"metric": "hidden_per_head", "value": float(hidden // heads), "unit": "count", **common})
+        del model
+    for label, (layers, hidden) in ZERO_T4.items():
+        rows.append({"metric": "block_params_12Lh2", "value": 12 * layers * hidden**2 / 1e9,
+                     "unit": "billion params", "model": label, "paper": "zero_2019", "layers": layers,
+                     "hidden": hidden})
+    rows.append({"metric": "padded_vocab", "value": float(_config(1, 64, 1, 8).padded_vocab_size(1)),
+                 "unit": "tokens", "model": "gpt2", "paper": "megatron_lm_2019"})
+    return rows
+
+
+def _value(rows, metric: str, model: str) -> float | None:
+    hit = rows[(rows["metric"] == metric) & (rows["model"] == model)]
+    return float(hit["value"].iloc[0]) if len(hit) else None
+
+
+def claims(rows) -> list[ClaimCheck]:
+    """The instantiated count against the paper's count (rounded to 0.1B) and its config-derived count (3
+    decimals); hidden size per head; the padded vocabulary; ZeRO's 12Lh^2 checks."""
+    if rows is None or len(rows) == 0:
+        return []
+    checks = []
+    for label, (_, _, _, _, paper, prefix) in CONFIGS.items():
+        got = _value(rows, "instantiated_params", label)
+        closed = _value(rows, "closed_form_params", label)
+        note = (f"GPTModel on the meta device; closed form {closed:.4f}B" if closed is not None else "")
+        if paper == "mt_nlg_2022":
+            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note))
+            checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B"))
+            continue
+        checks.append(check_value(paper, f"{prefix}_params_recomputed", got, abs=0.0005, note=note))
+        if prefix.startswith("t1_"):
+            checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B"))
+        else:
+            checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label)))
+    per_head = {_value(rows, "hidden_per_head", label) for label in ("1p2B", "2p5B", "4p2B", "8p3B")}
+    if len(per_head) == 1:
+        checks.append(check_value("megatron_lm_2019", "t1_hidden_per_head", per_head.pop(),
+                                  note="h / heads of all four Table 1 configs"))
+    checks.append(check_value("megatron_lm_2019", "padded_vocab", _value(rows, "padded_vocab", "gpt2")))
+    for label in ZERO_T4:
+        checks.append(check_value("zero_2019", f"t4_check_{label}", _value(rows, "block_params_12Lh2", label),
+                                  abs=0.05))
+    return checks
+
+
+MODELS = tuple(CONFIGS)
+EXPERIMENT = Experiment(
+    name="parameter_counts",
+    paper="megatron_lm_2019",
+    title="Parameter counts of the GPT configs (Megatron Tables 1-2, ZeRO Table 4, MT-NLG): closed form vs module",
+    points={"ci": (Point("meta-models", {"models": MODELS}),), "paper": (Point("meta-models", {"models": MODELS}),)},
+    run_point=run_point,
+    claims=claims,
+    description=__doc__ or "",
+    budget_s={"ci": 60.0, "paper": 60.0},
+    metrics=("closed_form_params", "instantiated_params", "hidden_per_head", "block_params_12Lh2", "padded_vocab"),
+)

@@ -1,0 +1,91 @@
+"""The sbatch files and the shared launcher, checked without a cluster: syntax, no hard-wired GPUs, in sync with
+the experiments, early failures, and a full launch through a stand-in ``srun`` that runs its command here."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from repro.experiments import registry
+from repro.experiments.sbatch import render, sbatch_path
+from repro.results import REPO_ROOT, load_rows
+
+SLURM = REPO_ROOT / "slurm"
+FAKE = REPO_ROOT / "tests" / "experiments" / "fake_experiments.py"
+SCRIPTS = sorted(SLURM.glob("*.sbatch")) + [SLURM / "launch.sh", *sorted((SLURM / "local").glob("*.sh"))]
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(SLURM)))
+def test_scripts_pass_bash_n(path: Path):
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("path", sorted(SLURM.glob("*.sbatch")), ids=lambda p: p.name)
+def test_sbatch_files_never_request_gpus(path: Path):
+    directives = [line for line in path.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert directives, "no #SBATCH directives"
+    assert not [d for d in directives if re.search(r"--gres|--gpus|-G\b|--gpu", d)], directives
+    assert "slurm/launch.sh" in path.read_text()
+
+
+def test_every_experiment_has_an_up_to_date_sbatch_file():
+    stale = [exp.name for exp in registry(refresh=True)
+             if not sbatch_path(exp.name).exists() or sbatch_path(exp.name).read_text() != render(exp)]
+    assert not stale, f"missing or stale sbatch files for {stale}: run python scripts/write_sbatch.py"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(REPRO_ROOT=str(REPO_ROOT), REPRO_EXTRA_EXPERIMENTS=str(FAKE), REPRO_RESULTS_DIR=str(tmp_path / "res"),
+               SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS_PER_NODE="2",
+               SLURM_CPUS_ON_NODE="2")
+    env.update(extra)
+    return env
+
+
+def _launch(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SLURM / "launch.sh"), *args], capture_output=True, text=True, env=env,
+                          timeout=240, cwd=REPO_ROOT)
+
+
+def test_launch_outside_slurm_says_how_to_submit(tmp_path):
+    proc = _launch(_env(tmp_path), "fake_sum", "ci")
+    assert proc.returncode == 2 and "not inside a Slurm allocation" in proc.stderr
+
+
+def test_launch_fails_early_for_gpu_points_without_gpus(tmp_path):
+    proc = _launch(_env(tmp_path, SLURM_JOB_ID="41"), "fake_gpu", "ci")
+    assert proc.returncode == 3, proc.stderr
+    assert "needs GPUs but this allocation has none" in proc.stderr and "--gpus-per-node" in proc.stderr
+    assert "REPRO_DEVICE=cpu" in proc.stderr
+
+
+def test_launch_rejects_unknown_experiment_and_array_index(tmp_path):
+    proc = _launch(_env(tmp_path, SLURM_JOB_ID="42"), "no_such_exp", "ci")
+    assert proc.returncode == 2 and "unknown experiment 'no_such_exp'" in proc.stderr
+    proc = _launch(_env(tmp_path, SLURM_JOB_ID="42", SLURM_ARRAY_TASK_ID="7"), "fake_sum", "ci")
+    assert proc.returncode == 2 and "point index 7 is out of range" in proc.stderr
+
+
+def test_launch_runs_every_point_through_srun_and_torchrun(tmp_path):
+    """A stand-in srun that drops its options and runs the command: the launcher's sizing, the torchrun c10d
+    rendezvous (2 ranks) and the rows with the job id all work as in a real allocation."""
+    shim = tmp_path / "bin" / "srun"
+    shim.parent.mkdir()
+    shim.write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    env = _env(tmp_path, SLURM_JOB_ID="4242", PATH=f"{shim.parent}:{os.environ['PATH']}",
+               REPRO_MASTER_PORT=str(29000 + os.getpid() % 1000))
+    proc = _launch(env, "fake_sum", "ci")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = load_rows(tmp_path / "res")
+    values = {(r.point, r.metric): r.value for r in rows.itertuples()}
+    assert values == {("n3", "triangle"): 6.0, ("n4_ws2", "triangle"): 10.0, ("n4_ws2", "rank_sum"): 3.0}
+    assert set(rows["prov_job_id"]) == {"4242"} and rows["run_id"].nunique() == 1
+    assert set(rows.loc[rows.point == "n4_ws2", "prov_launcher"]) == {"torchrun"}
