@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import socket
 import sys
@@ -42,7 +43,9 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
         if world_size > 1:
             init_distributed(backend, timeout_s=timeout_s)
         value = fn(rank, world_size, *args, **kwargs)
-        results.put(("ok", rank, value))
+        # Plain pickle (not the queue's ForkingPickler, which shares tensors through file descriptors that die
+        # with this process before the parent reads them).
+        results.put(("ok", rank, pickle.dumps(value)))
         if dist.is_initialized():
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything must reach the parent
@@ -111,7 +114,7 @@ def spawn(
                     continue
             if status == "error":
                 raise SpawnError(f"rank {rank} of {world_size} failed:\n{value}")
-            values[rank] = value
+            values[rank] = pickle.loads(value)
         for proc in procs:
             proc.join(timeout=30)
     finally:
