@@ -94,6 +94,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     exp = reg.get(args.experiment)
+    if not args.dry_run:
+        S.require("sbatch")  # before anything is written
     job = S.plan(exp, _scale(args.scale), gpus_per_node=args.gpus_per_node, nodes=args.nodes, cpu=args.cpu,
                  array=args.array, partition=args.partition, time_limit=args.time, mem_gb=args.mem,
                  extra=args.sbatch_arg or ())

@@ -61,7 +61,7 @@ class Plan:
 def plan(
     experiment: Experiment, scale: str, *, gpus_per_node: int | None = None, nodes: int | None = None,
     cpu: bool = False, array: bool | None = None, partition: str | None = None, time_limit: str | None = None,
-    mem_gb: int | None = None, log_dir: Path | None = None, slurm_dir: Path = SLURM_DIR,
+    mem_gb: int | None = None, log_dir: Path | None = None, slurm_dir: Path | None = None,
     extra: Sequence[str] = (),
 ) -> Plan:
     """Build the sbatch argv (writes ``slurm/<name>.sbatch`` first if it does not exist)."""
@@ -83,7 +83,7 @@ def plan(
     log_dir = log_dir or (REPO_ROOT / "results" / "slurm-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_pattern = str(log_dir / ("%x-%A_%a.out" if use_array else "%x-%j.out"))
-    path = write(experiment, slurm_dir, overwrite=False)
+    path = write(experiment, slurm_dir or SLURM_DIR, overwrite=False)
     argv = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={per_node}", f"--output={log_pattern}"]
     if mem_per_node > 0:
         argv.append(f"--mem={mem_per_node}G")

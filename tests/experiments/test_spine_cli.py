@@ -1,0 +1,107 @@
+"""The `repro` command end to end on the fake experiments: list, run, submit errors, reproduce (figures, claims,
+changes), and the clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.image as mpimg
+import pandas as pd
+import pytest
+
+from repro.cli import main
+from repro.experiments import Registry
+from repro.experiments import submit as S
+from repro.experiments.reproduce import make_figures, reproduce
+from repro.figures import FIGURES
+
+
+def test_list_and_run(fake_env, capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "fake_sum" in out and "2p/2r" in out
+    assert main(["run", "fake_sum", "--scale", "ci", "--point", "n3"]) == 0
+    out = capsys.readouterr().out
+    assert "fake_sum: ok" in out and "run 20" in out
+    assert main(["run", "fake_sum", "--point", "n3"]) == 0
+    assert "kept 1 earlier run(s)" in capsys.readouterr().out
+    assert main(["run", "fake_sum", "--point", "n3", "--force"]) == 0
+    assert "--force replaced 2 earlier run(s)" in capsys.readouterr().out
+    assert main(["run", "fake_fail"]) == 1
+    assert "fake failure in point boom" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "nope"], "unknown experiment 'nope'"),
+        (["run", "fake_sum", "--scale", "huge"], "unknown scale 'huge'; scales are ci, paper"),
+        (["run", "fake_sum", "--point", "zz"], "no point 'zz'"),
+        (["run", "fake_huge", "--scale", "paper"], "needs about 1000000.0 GiB"),
+        (["run", "fake_gpu"], "needs 1 GPU(s)"),
+        (["claims", "--scale", "tiny"], "unknown scale 'tiny'"),
+        (["figures", "--only", "nope"], "unknown figure(s) ['nope']"),
+    ],
+)
+def test_bad_input_is_a_clear_error(fake_env, capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_submit_without_slurm_is_a_clear_error(fake_env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+    monkeypatch.setattr(S, "SLURM_DIR", tmp_path)
+    assert main(["submit", "fake_sum", "--scale", "ci"]) == 2
+    assert "`sbatch` is not on PATH" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written before the check
+
+
+def test_submit_sizes_the_job_and_asks_gpus_only_when_needed(fake_registry: Registry, tmp_path):
+    logs = tmp_path / "logs"
+    job = S.plan(fake_registry.get("fake_sum"), "ci", slurm_dir=tmp_path, log_dir=logs)
+    assert "--array=0-1" in job.argv and "--ntasks-per-node=2" in job.argv
+    assert not [a for a in job.argv if a.startswith("--gpu")] and job.argv[-2:] == (str(tmp_path / "fake_sum.sbatch"), "ci")
+    gpu = S.plan(fake_registry.get("fake_gpu"), "paper", slurm_dir=tmp_path, log_dir=logs)
+    assert "--gpus-per-node=8" in gpu.argv
+    assert not [a for a in S.plan(fake_registry.get("fake_gpu"), "paper", slurm_dir=tmp_path, log_dir=logs,
+                                  cpu=True).argv if a.startswith("--gpu")]
+    wide = S.plan(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, slurm_dir=tmp_path, log_dir=logs)
+    assert "--nodes=2" in wide.argv and "--gpus-per-node=1" in wide.argv
+    with pytest.raises(ValueError, match="--nodes 1 is too few"):
+        S.plan(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, nodes=1, slurm_dir=tmp_path, log_dir=logs)
+
+
+def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Registry, fake_env, monkeypatch):
+    subset = Registry()
+    for name in ("fake_sum", "fake_gpu"):
+        subset.add(fake_registry.get(name), "fake")
+    lines: list[str] = []
+    first = reproduce(subset, "ci", root=fake_env, say=lines.append)
+    assert first.ok, "\n".join(lines)
+    text = "\n".join(lines)
+    assert "[1/2] fake_gpu" in text and "[2/2] fake_sum" in text and "need a GPU" in text
+    assert "experiments:" in text and "ci target < 1200 s" in text
+    for name in FIGURES:
+        png, svg = fake_env / "figures" / f"{name}.png", fake_env / "figures" / f"{name}.svg"
+        assert mpimg.imread(png).shape[0] > 200 and svg.read_text().lstrip().startswith("<?xml")
+    report = pd.read_csv(fake_env / "claims.csv")
+    assert {"paper", "claim_id", "paper_value", "reproduced_value", "tolerance", "verdict", "command"} <= set(
+        report.columns)
+    assert report.set_index("claim_id").loc["gpt2_1p5B_fp16_weights", "verdict"] == "reproduced"
+    assert report.set_index("claim_id").loc["K_adam", "verdict"] == "differs"
+    assert "fake_sum" in (fake_env / "claims.md").read_text()
+    # a second reproduction with a changed value reports the change
+    monkeypatch.setenv("REPRO_FAKE_MARKER", "changed")
+    lines.clear()
+    second = reproduce(subset, "ci", root=fake_env, force=True, say=lines.append, only=["fake_sum"])
+    assert second.value_changes is not None and "marker" in set(second.value_changes["metric"])
+    assert len(list((fake_env / "runs" / "fake_sum").glob("*.jsonl"))) == 1  # --force replaced the first run
+
+
+def test_figures_are_deterministic_and_mark_missing_runs(fake_registry: Registry, fake_env):
+    first = make_figures(fake_registry, fake_env, "ci", names=["gna_speedup"])
+    svg = first.files["gna_speedup"][1].read_text()
+    second = make_figures(fake_registry, fake_env, "ci", names=["gna_speedup"])
+    assert not first.errors and second.files["gna_speedup"][1].read_text() == svg
+    assert "not yet" in svg  # gna_simulator has no rows here
+    assert json.dumps(sorted(first.files)) == '["gna_speedup"]'
