@@ -1,0 +1,48 @@
+"""Generalized Neighborhood Attention (GNA, Hassani et al. 2025): spec, reference, fast CPU kernel, Flex backend,
+tile-level simulator and an nn.Module. Tensor layout everywhere: [batch, *grid, heads, head_dim].
+
+Files, one concept each:
+    spec.py       parameters and their 1-D semantics (window, stride, dilation, causal)
+    reference.py  dense masked attention: the definition
+    tiling.py     token permutation into multi-dimensional tiles, per-dimension tile classification
+    plan.py       which KV tiles each query tile visits, grouped for batched matmuls
+    fast.py       tile-sparse CPU kernel, forward and backward
+    flex.py       FlexAttention backend with a GNA block mask
+    simulator.py  upper-bound speedups from tile counts, Amdahl end-to-end estimates, tile choice
+    module.py     backend ladder and the NeighborhoodAttention layer
+"""
+
+from repro.gna.fast import fast_attention
+from repro.gna.flex import flex_gna, gna_block_mask, gna_mask_mod
+from repro.gna.module import NeighborhoodAttention, neighborhood_attention
+from repro.gna.reference import gna_mask, reference_attention
+from repro.gna.simulator import (
+    SimResult,
+    choose_tile_shapes,
+    dynamic_tiling_block_sparse,
+    end_to_end_speedup,
+    flopwise_speedup,
+    simulate,
+    sparsity,
+)
+from repro.gna.spec import GNASpec, mask_1d
+
+__all__ = [
+    "GNASpec",
+    "NeighborhoodAttention",
+    "SimResult",
+    "choose_tile_shapes",
+    "dynamic_tiling_block_sparse",
+    "end_to_end_speedup",
+    "fast_attention",
+    "flex_gna",
+    "flopwise_speedup",
+    "gna_block_mask",
+    "gna_mask",
+    "gna_mask_mod",
+    "mask_1d",
+    "neighborhood_attention",
+    "reference_attention",
+    "simulate",
+    "sparsity",
+]

@@ -48,7 +48,7 @@ def _flat_index(tiles: torch.Tensor, heads: slice, tiles_per_head: int) -> torch
 
 
 def _probabilities(q, k, bucket: Bucket, groups: slice, heads_count: int) -> torch.Tensor:
-    """Softmax of the (already scaled) scores of one chunk: [items, M, K], masked entries exactly 0."""
+    """Softmax of the scores of one chunk (q already scaled): [items, M, K], masked entries exactly 0."""
     scores = torch.bmm(q, k.transpose(1, 2))
     if bucket.blocked is not None:
         items, m, n = scores.shape
@@ -58,12 +58,12 @@ def _probabilities(q, k, bucket: Bucket, groups: slice, heads_count: int) -> tor
 
 
 class _TiledAttention(torch.autograd.Function):
-    """Attention over tiled tensors q [BH*Tq, tq, D] (pre-scaled), k [BH*Tk, tk, D], v [BH*Tk, tk, Dv]."""
+    """Attention over tiled tensors q [BH*Tq, tq, D], k [BH*Tk, tk, D], v [BH*Tk, tk, Dv]."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: TilePlan, batch_heads: int):
+    def forward(ctx, q, k, v, plan: TilePlan, batch_heads: int, scale: float):
         tq, tk = plan.q_tile_numel, plan.kv_tile_numel
-        out = torch.zeros(q.shape[0], tq, v.shape[-1], dtype=q.dtype, device=q.device)
+        out = torch.empty(q.shape[0], tq, v.shape[-1], dtype=q.dtype, device=q.device)  # every row is written
         for bucket in plan.buckets:
             nq, nk = bucket.q_tiles.shape[1], bucket.kv_tiles.shape[1]
             score_bytes = nq * tq * nk * tk * q.element_size()
@@ -71,23 +71,25 @@ class _TiledAttention(torch.autograd.Function):
                 q_rows = _flat_index(bucket.q_tiles[groups], heads, plan.num_q_tiles)
                 kv_rows = _flat_index(bucket.kv_tiles[groups], heads, plan.num_kv_tiles)
                 items = q_rows.numel() // nq
-                q_c = q.index_select(0, q_rows).view(items, nq * tq, -1)
+                # Scale the gathered queries rather than every score: D / K of the work.
+                q_c = q.index_select(0, q_rows).view(items, nq * tq, -1).mul_(scale)
                 k_c = k.index_select(0, kv_rows).view(items, nk * tk, -1)
                 v_c = v.index_select(0, kv_rows).view(items, nk * tk, -1)
                 probs = _probabilities(q_c, k_c, bucket, groups, heads.stop - heads.start)
                 out.index_copy_(0, q_rows, torch.bmm(probs, v_c).view(items * nq, tq, -1))
         ctx.save_for_backward(q, k, v, out)
-        ctx.plan, ctx.batch_heads = plan, batch_heads
+        ctx.plan, ctx.batch_heads, ctx.scale = plan, batch_heads, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out = ctx.saved_tensors
-        plan, batch_heads = ctx.plan, ctx.batch_heads
+        plan, batch_heads, scale = ctx.plan, ctx.batch_heads, ctx.scale
         tq, tk = plan.q_tile_numel, plan.kv_tile_numel
         grad_out = grad_out.contiguous()
         delta = (grad_out * out).sum(-1)  # [BH*Tq, tq]: rowsum(dO * O)
-        grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        grad_q = torch.empty_like(q)  # every query row belongs to exactly one group
+        grad_k, grad_v = torch.zeros_like(k), torch.zeros_like(v)
         for bucket in plan.buckets:
             nq, nk = bucket.q_tiles.shape[1], bucket.kv_tiles.shape[1]
             score_bytes = nq * tq * nk * tk * q.element_size()
@@ -95,7 +97,7 @@ class _TiledAttention(torch.autograd.Function):
                 q_rows = _flat_index(bucket.q_tiles[groups], heads, plan.num_q_tiles)
                 kv_rows = _flat_index(bucket.kv_tiles[groups], heads, plan.num_kv_tiles)
                 items = q_rows.numel() // nq
-                q_c = q.index_select(0, q_rows).view(items, nq * tq, -1)
+                q_c = q.index_select(0, q_rows).view(items, nq * tq, -1).mul_(scale)
                 k_c = k.index_select(0, kv_rows).view(items, nk * tk, -1)
                 v_c = v.index_select(0, kv_rows).view(items, nk * tk, -1)
                 do_c = grad_out.index_select(0, q_rows).view(items, nq * tq, -1)
@@ -103,9 +105,9 @@ class _TiledAttention(torch.autograd.Function):
                 probs = _probabilities(q_c, k_c, bucket, groups, heads.stop - heads.start)
                 grad_v.index_add_(0, kv_rows, torch.bmm(probs.transpose(1, 2), do_c).view(items * nk, tk, -1))
                 grad_scores = torch.bmm(do_c, v_c.transpose(1, 2)).sub_(delta_c).mul_(probs)  # dS
-                grad_q.index_copy_(0, q_rows, torch.bmm(grad_scores, k_c).view(items * nq, tq, -1))
+                grad_q.index_copy_(0, q_rows, torch.bmm(grad_scores, k_c).mul_(scale).view(items * nq, tq, -1))
                 grad_k.index_add_(0, kv_rows, torch.bmm(grad_scores.transpose(1, 2), q_c).view(items * nk, tk, -1))
-        return grad_q, grad_k, grad_v, None, None
+        return grad_q, grad_k, grad_v, None, None, None
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -137,12 +139,11 @@ def fast_attention(
     batch, heads = query.shape[0], query.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     dtype = _compute_dtype(query.dtype)
-    # Scale folded into q: one pass over Q instead of one over every score block.
-    q_t = permute_to_tiles(query.to(dtype) * scale, plan.q_layouts).contiguous()
-    k_t = permute_to_tiles(key.to(dtype), plan.kv_layouts).contiguous()
-    v_t = permute_to_tiles(value.to(dtype), plan.kv_layouts).contiguous()
+    q_t = permute_to_tiles(query, plan.q_layouts).to(dtype)
+    k_t = permute_to_tiles(key, plan.kv_layouts).to(dtype)
+    v_t = permute_to_tiles(value, plan.kv_layouts).to(dtype)
     out_t = _TiledAttention.apply(
-        q_t.flatten(0, 1), k_t.flatten(0, 1), v_t.flatten(0, 1), plan, batch * heads
+        q_t.flatten(0, 1), k_t.flatten(0, 1), v_t.flatten(0, 1), plan, batch * heads, scale
     )
     out = unpermute_from_tiles(out_t.view(batch * heads, plan.num_q_tiles, plan.q_tile_numel, -1), plan.q_layouts, batch)
     return out.to(query.dtype)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from repro.gna.spec import GNASpec, dilation_group_size, key_interval_1d
 
@@ -143,18 +142,33 @@ def all_dim_tiles(
 # ---- token permutation of tensors in the [batch, *grid, heads, dim] layout ----------------------------------------
 
 
+def _is_identity(layout: DimLayout) -> bool:
+    return layout.padded == layout.extent and bool((layout.order == torch.arange(layout.extent)).all())
+
+
+def _gather_index(layouts: Sequence[DimLayout]) -> torch.Tensor:
+    """Flat source token (row-major over the grid) of every permuted position; padding points one past the end."""
+    extents = [layout.extent for layout in layouts]
+    index = torch.zeros((), dtype=torch.long)
+    for layout, extent in zip(layouts, extents):
+        index = index[..., None] * extent + layout.order.clamp(min=0)
+    valid = torch.ones((), dtype=torch.bool)
+    for layout in layouts:
+        valid = valid[..., None] & (layout.order >= 0)
+    return torch.where(valid, index, math.prod(extents)).reshape(-1)
+
+
 def permute_to_tiles(x: torch.Tensor, layouts: Sequence[DimLayout]) -> torch.Tensor:
-    """[B, *grid, H, D] -> [B * H, num_tiles, tile_numel, D] (differentiable; padding is zeros).
+    """[B, *grid, H, D] -> [B * H, num_tiles, tile_numel, D], contiguous (differentiable; padding is zeros).
 
     Tiles are numbered row-major over the tile grid, and tokens row-major inside a tile.
     """
     ndim = len(layouts)
     batch, heads, dim = x.shape[0], x.shape[-2], x.shape[-1]
-    for axis, layout in enumerate(layouts):
-        # Append one zero slice that padding positions point at, then gather the permuted order.
-        pad = [0, 0] * (ndim + 1 - axis) + [0, 1]
-        index = torch.where(layout.order >= 0, layout.order, layout.extent).to(x.device)
-        x = F.pad(x, pad).index_select(1 + axis, index)
+    if not all(_is_identity(layout) for layout in layouts):
+        flat = x.flatten(1, ndim)  # [B, N, H, D]; one zero token appended for padding positions to point at
+        flat = torch.cat([flat, flat.new_zeros(batch, 1, heads, dim)], dim=1)
+        x = flat.index_select(1, _gather_index(layouts).to(x.device))
     split = [batch]
     for layout in layouts:
         split += [layout.num_tiles, layout.tile]
@@ -175,11 +189,13 @@ def unpermute_from_tiles(x: torch.Tensor, layouts: Sequence[DimLayout], batch: i
     axes = [0]
     for i in range(ndim):
         axes += [2 + i, 2 + ndim + i]
-    x = x.permute(*axes, 1, 2 + 2 * ndim).reshape(batch, *[l.padded for l in layouts], heads, dim)
-    for axis, layout in enumerate(layouts):
-        # Position of every original coordinate in the permuted order.
-        position = torch.empty(layout.extent, dtype=torch.long)
-        valid = layout.order >= 0
-        position[layout.order[valid]] = torch.arange(layout.padded)[valid]
-        x = x.index_select(1 + axis, position.to(x.device))
-    return x
+    x = x.permute(*axes, 1, 2 + 2 * ndim).reshape(batch, -1, heads, dim)  # [B, padded tokens, H, D]
+    if not all(_is_identity(layout) for layout in layouts):
+        # Permuted position of every original token: invert the gather index (padding positions dropped).
+        index = _gather_index(layouts)
+        tokens = math.prod(layout.extent for layout in layouts)
+        position = torch.empty(tokens, dtype=torch.long)
+        valid = index < tokens
+        position[index[valid]] = torch.arange(index.numel())[valid]
+        x = x.index_select(1, position.to(x.device))
+    return x.reshape(batch, *[layout.extent for layout in layouts], heads, dim)

@@ -1,0 +1,122 @@
+"""FlexAttention backend: GNA as a ``mask_mod`` plus a block mask built from the same tiling (GNA §3.2).
+
+Tokens are permuted into multi-dimensional tiles exactly as for the CPU kernel (:mod:`repro.gna.tiling`), so
+Flex's 1-D blocks of ``prod(q_tile)`` queries and ``prod(kv_tile)`` keys are our tiles and its block sparsity is the
+tile sparsity the simulator counts. The mask_mod looks a token's per-dimension position up in small tables and tests
+it against the query's KV interval in every dimension. Meant for GPUs; on CPU it runs forward (eagerly, or compiled
+with ``compile=True``). Layout [batch, *grid, heads, head_dim].
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Sequence
+
+import torch
+
+from repro.gna.plan import build_plan
+from repro.gna.reference import check_qkv
+from repro.gna.spec import GNASpec
+from repro.gna.tiling import DimLayout, all_dim_tiles, permute_to_tiles, unpermute_from_tiles
+
+
+def _positions(layouts: Sequence[DimLayout]) -> list[torch.Tensor]:
+    """Per-dimension permuted position of every index of the flattened tiled sequence (tile-major)."""
+    ndim = len(layouts)
+    tiles = [layout.num_tiles for layout in layouts]
+    inner = [layout.tile for layout in layouts]
+    index = torch.arange(math.prod(tiles) * math.prod(inner))
+    tile_id, offset = index // math.prod(inner), index % math.prod(inner)
+    positions = []
+    for i in range(ndim):
+        tile_coord = (tile_id // math.prod(tiles[i + 1 :])) % tiles[i]
+        offset_coord = (offset // math.prod(inner[i + 1 :])) % inner[i]
+        positions.append(tile_coord * inner[i] + offset_coord)
+    return positions
+
+
+def gna_mask_mod(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu") -> Callable:
+    """A Flex ``mask_mod(b, h, q_idx, kv_idx)`` over the tiled token order of :func:`repro.gna.tiling.permute_to_tiles`."""
+    dims = all_dim_tiles(grid, spec, q_tile, kv_tile)
+    q_positions = _positions([d.q_layout for d in dims])
+    kv_positions = _positions([d.kv_layout for d in dims])
+    # Per flattened query index: its KV interval in every dimension; per key index: its position in every dimension.
+    q_lo = torch.stack([d.lo[p] for d, p in zip(dims, q_positions)]).to(device)  # [ndim, Lq]
+    q_hi = torch.stack([d.hi[p] for d, p in zip(dims, q_positions)]).to(device)
+    kv_pos = torch.stack(kv_positions).to(device)  # [ndim, Lk]
+    ndim = len(dims)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        allowed = (kv_pos[0, kv_idx] >= q_lo[0, q_idx]) & (kv_pos[0, kv_idx] <= q_hi[0, q_idx])
+        for i in range(1, ndim):
+            allowed = allowed & (kv_pos[i, kv_idx] >= q_lo[i, q_idx]) & (kv_pos[i, kv_idx] <= q_hi[i, q_idx])
+        return allowed
+
+    return mask_mod
+
+
+def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu"):
+    """Flex BlockMask of the tiled sequence with blocks = (query tile, KV tile)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    grid = spec.validate_grid(grid)
+    dims = all_dim_tiles(grid, spec, q_tile, kv_tile)
+    q_len = math.prod(d.q_layout.padded for d in dims)
+    kv_len = math.prod(d.kv_layout.padded for d in dims)
+    return create_block_mask(
+        gna_mask_mod(grid, spec, q_tile, kv_tile, device),
+        B=None,
+        H=None,
+        Q_LEN=q_len,
+        KV_LEN=kv_len,
+        device=device,
+        BLOCK_SIZE=(math.prod(q_tile), math.prod(kv_tile)),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex() -> Callable:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_gna(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    spec: GNASpec,
+    scale: float | None = None,
+    q_tile: Sequence[int] | None = None,
+    kv_tile: Sequence[int] | None = None,
+    compile: bool = False,
+    block_mask=None,
+) -> torch.Tensor:
+    """GNA through ``torch.nn.attention.flex_attention``. ``block_mask`` may be passed in to reuse one built by
+    :func:`gna_block_mask` with the same grid, spec and tiles."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from repro.gna.simulator import choose_tile_shapes
+
+    grid = check_qkv(query, key, value, spec)
+    if (q_tile is None) != (kv_tile is None):
+        raise ValueError(f"give both q_tile and kv_tile or neither, got q_tile={q_tile}, kv_tile={kv_tile}")
+    if q_tile is None:
+        q_tile, kv_tile = choose_tile_shapes(grid, spec)
+    plan = build_plan(grid, spec, tuple(q_tile), tuple(kv_tile))
+    if block_mask is None:
+        block_mask = gna_block_mask(grid, spec, q_tile, kv_tile, device=query.device.type)
+    batch, heads = query.shape[0], query.shape[-2]
+
+    def sequence(x: torch.Tensor, layouts) -> torch.Tensor:  # [B, *grid, H, D] -> [B, H, L, D]
+        tiled = permute_to_tiles(x, layouts)
+        return tiled.reshape(batch, heads, -1, x.shape[-1])
+
+    q = sequence(query, plan.q_layouts)
+    k = sequence(key, plan.kv_layouts)
+    v = sequence(value, plan.kv_layouts)
+    attend = _compiled_flex() if compile else flex_attention
+    out = attend(q, k, v, block_mask=block_mask, scale=scale)  # [B, H, Lq, Dv]
+    out = out.reshape(batch * heads, plan.num_q_tiles, plan.q_tile_numel, -1)
+    return unpermute_from_tiles(out, plan.q_layouts, batch)
