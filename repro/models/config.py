@@ -58,8 +58,7 @@ class TransformerConfig:
                 f"num_attention_heads={self.num_attention_heads} is not divisible by tp={tp_size}: "
                 "each tensor-parallel rank must own whole heads"
             )
-        if self.hidden_size % tp_size != 0:
-            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by tp={tp_size}")
+        # hidden_size = heads x head_dim, so whole heads per rank also split the hidden size evenly.
         if self.ffn_size % tp_size != 0:
             raise ValueError(f"ffn_hidden_size={self.ffn_size} is not divisible by tp={tp_size}")
 
