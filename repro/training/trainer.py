@@ -132,6 +132,7 @@ def train_gpt(
     data: torch.Tensor | Iterable[torch.Tensor] | None = None,
     initial_state: Mapping[str, torch.Tensor] | None = None,
     on_step: Callable[[int, float, PipelineTrainer], None] | None = None,
+    on_action: Callable[[str, int], None] | None = None,
     **settings,
 ) -> list[float]:
     """Train ``steps`` steps and return the loss of each (every rank gets the same list).
@@ -140,11 +141,12 @@ def train_gpt(
     ``B = micro_batch_size x micro_batches x dp``; by default a synthetic learnable stream
     (:func:`~repro.training.data.synthetic_tokens`) seeded by ``seed``. ``settings`` are the other fields of
     :class:`TrainSettings` (``micro_batch_size``, ``seq_len``, ``lr``, ``optimizer``, ``clip_grad``,
-    ``zero_stage``, ``seed`` ...). ``groups=None`` means a single process.
+    ``zero_stage``, ``seed`` ...). ``groups=None`` means a single process. ``on_step(i, loss, trainer)`` is
+    called after each step, ``on_action(kind, micro_batch)`` before each pipeline action (a heartbeat).
     """
     groups = groups if groups is not None else init_parallel()
     trainer = PipelineTrainer(config, groups, TrainSettings(steps=steps, micro_batches=micro_batches, **settings),
-                              initial_state=initial_state)
+                              initial_state=initial_state, on_action=on_action)
     s = trainer.settings
     if data is None:
         data = synthetic_tokens(vocab_size=config.vocab_size, seq_len=s.seq_len,

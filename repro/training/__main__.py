@@ -1,0 +1,5 @@
+import sys
+
+from repro.training.cli import main
+
+sys.exit(main())

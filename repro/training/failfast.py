@@ -1,0 +1,74 @@
+"""Make a multi-process job die as a whole when one rank dies, instead of hanging (issue 7: within 60 s).
+
+Under ``repro.dist.spawn`` (and torchrun's single-node agent) a parent kills the surviving ranks. Under srun
+without ``--kill-on-bad-exit``, or ranks started by hand, nobody does; the survivors must notice by themselves:
+
+1. **A dead peer closes its sockets.** gloo then fails every pending and later operation with that peer at once
+   ("Connection closed by peer"): the neighbours of the dead rank raise within a second.
+2. **A raising rank must exit at once.** :func:`run_fail_fast` prints the traceback and leaves with
+   ``os._exit(1)``, skipping interpreter shutdown (process-group destructors may wait on peers). Its sockets close
+   in turn, so the failure spreads through every group it belonged to, stage by stage, until all ranks are gone.
+3. **A peer that is alive but stuck** (never sends) is caught by the process-group timeout
+   (``init_distributed(timeout_s=...)`` bounds every collective and receive) and, as a last resort, by
+   :class:`Watchdog`: if the training loop makes no progress for ``timeout_s`` it exits the process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Callable
+
+EXIT_FAILED = 1
+EXIT_HUNG = 124  # what ``timeout`` reports: the job made no progress
+
+
+class Watchdog:
+    """Exit the process with :data:`EXIT_HUNG` when :meth:`beat` has not been called for ``timeout_s`` seconds."""
+
+    def __init__(self, timeout_s: float, *, name: str = "training loop") -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"watchdog timeout_s={timeout_s} must be positive")
+        self.timeout_s, self.name = timeout_s, name
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="repro-watchdog", daemon=True)
+
+    def beat(self, *_: object) -> None:
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout_s / 4)):
+            silent = time.monotonic() - self._last
+            if silent > self.timeout_s:
+                print(f"[watchdog] {self.name} made no progress for {silent:.0f} s > {self.timeout_s:.0f} s; "
+                      f"exiting with {EXIT_HUNG}", file=sys.stderr, flush=True)
+                os._exit(EXIT_HUNG)
+
+    def __enter__(self) -> "Watchdog":
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_fail_fast(main: Callable[[], int | None]) -> int:
+    """Run ``main()`` and return its exit code; if it raises, print the traceback and ``os._exit(1)``.
+
+    Only for a process's entry point (a torchrun/srun rank), never inside a test process or a library call.
+    """
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - any failure of a rank must end the rank now
+        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "?"))
+        print(f"[rank {rank}] failed; exiting now so that the other ranks fail fast:\n{traceback.format_exc()}",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_FAILED)
+    return int(code or 0)
