@@ -76,7 +76,9 @@ def transformer_sublayers(hidden_size: int, ffn_size: int | None = None) -> dict
 @dataclass(frozen=True)
 class SublayerTiming:
     """Measured seconds (fastest round, each round's time the slowest rank's) and what follows from them.
-    ``median_s`` holds the median round of every mode, in :data:`MODES` order."""
+    ``median_s`` holds the median round of every mode, in :data:`MODES` order; ``paired_speedup_pct`` is the
+    median over rounds of each round's sequential / overlapped ratio (the two run back to back in a round, so load
+    that drifts over seconds cancels in the ratio)."""
 
     sublayer: str
     timed_pass: str
@@ -92,6 +94,7 @@ class SublayerTiming:
     chunked_s: float
     overlapped_s: float
     median_s: tuple[float, ...] = ()
+    paired_speedup_pct: float = float("nan")
 
     @property
     def comm_share(self) -> float:
@@ -251,10 +254,11 @@ def time_sublayer(
     comm.all_reduce(per_round, group, op=torch.distributed.ReduceOp.MAX)  # each round: the slowest rank
     fastest = per_round.min(dim=1).values.tolist()
     medians = tuple(statistics.median(row) for row in per_round.tolist())
+    paired = statistics.median((per_round[MODES.index("sequential")] / per_round[MODES.index("overlapped")]).tolist())
     gemm_s, comm_s, sequential_s, chunked_s, overlapped_s = fastest
     return SublayerTiming(
         sublayer=spec.name, timed_pass=spec.timed_pass, tokens=tokens, in_features=spec.in_features,
         out_features=spec.out_features, tp_size=group.size, num_chunks=num_chunks, rounds=rounds,
         gemm_s=gemm_s, comm_s=comm_s, sequential_s=sequential_s, chunked_s=chunked_s,
-        overlapped_s=overlapped_s, median_s=medians,
+        overlapped_s=overlapped_s, median_s=medians, paired_speedup_pct=(paired - 1.0) * 100.0,
     )

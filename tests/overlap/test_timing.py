@@ -30,6 +30,7 @@ def test_time_every_sublayer_on_two_ranks():
         assert row["ideal_s"] == max(timing.gemm_s, timing.comm_s)
         assert row["predicted_s"] >= row["ideal_s"]
         assert all(row[f"{mode}_median_s"] >= row[f"{mode}_s"] for mode in MODES)
+        assert row["paired_speedup_pct"] > -100
 
 
 def test_derived_figures():
