@@ -20,6 +20,7 @@ from pathlib import Path
 from repro import results as R
 from repro.experiments import SCALES, Registry, registry
 from repro.experiments.resources import DEVICES, NeedsGPU
+from repro.experiments.runner import budget_for
 from repro.experiments.submit import SlurmMissing, SubmitError
 
 SCALE_CHOICES = list(SCALES)
@@ -50,15 +51,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             return f"{len(points)}p/{max((p.world_size for p in points), default=0)}r{gpu}"
         mine = rows[(rows["experiment"] == exp.name) & (rows["scale"] == "ci")] if len(rows) else rows
         newest = max(mine["run_id"]) if len(mine) else "not run"
-        budget = exp.budget_s.get("ci")
+        budget, declared = budget_for(exp, "ci")
         print(f"{exp.name:30s} {exp.paper:20s} {summary('ci'):>9s} {summary('paper'):>10s} "
-              f"{(f'{budget:.0f}s' if budget else '-'):>7s}  {newest}")
+              f"{f'{budget:.0f}s' + ('' if declared else '*'):>7s}  {newest}")
     if args.scale:
         for exp in reg:
             for point in exp.points_for(_scale(args.scale)):
                 print(f"  {exp.name}/{point.name}: world_size={point.world_size} memory={point.memory_gib:g}GiB"
                       f"{' needs GPU' if point.needs_gpu else ''} {dict(point.params)}")
-    print(f"({len(reg)} experiments; p = points, r = largest world size, G = needs GPU)")
+    print(f"({len(reg)} experiments; p = points, r = largest world size, G = needs GPU, * = default ci budget)")
     return 0
 
 

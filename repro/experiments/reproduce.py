@@ -19,7 +19,7 @@ from repro import claims as C
 from repro import results as R
 from repro.experiments import Registry
 from repro.experiments.resources import NeedsGPU
-from repro.experiments.runner import RunReport, run_experiment
+from repro.experiments.runner import RunReport, budget_for, run_experiment
 from repro.figures import FigureContext, Rendered, render_all
 from repro.paper import load_claims
 
@@ -98,10 +98,10 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
     out = Reproduction()
     start = time.perf_counter()
     for index, exp in enumerate(experiments, 1):
-        budget = exp.budget_s.get(scale)
+        budget, declared = budget_for(exp, scale)
         points = len(exp.points_for(scale))
-        say(f"[{index}/{len(experiments)}] {exp.name}: {points} point(s) at scale {scale}"
-            + (f", budget {budget:.0f} s" if budget else ""))
+        say(f"[{index}/{len(experiments)}] {exp.name}: {points} point(s) at scale {scale}, budget {budget:.0f} s"
+            + ("" if declared else " (default)"))
         try:
             report = run_experiment(exp, scale, results=root, force=force, device=device, skip_needs_gpu=True,
                                     progress=say)
@@ -140,7 +140,8 @@ def _summarise(out: Reproduction, scale: str, say: Callable[[str], None]) -> Non
     for name, why in out.skipped.items():
         say(f"{name:32s} {'-':>6s} {'-':>9s} {'-':>10s}  skipped: {why.splitlines()[0]}")
     total = sum(r.elapsed_s for r in out.runs)
-    say(f"experiments: {total:.1f} s; with figures and claims: {out.elapsed_s:.1f} s"
+    budgets = sum(r.budget_s or 0.0 for r in out.runs)
+    say(f"experiments: {total:.1f} s (budgets {budgets:.0f} s); with figures and claims: {out.elapsed_s:.1f} s"
         + (f" (ci target < {CI_TOTAL_BUDGET_S} s)" if scale == "ci" else ""))
     if out.outputs is not None:
         counts = out.outputs.report["verdict"].value_counts().to_dict()

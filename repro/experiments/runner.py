@@ -25,6 +25,15 @@ from repro.experiments.resources import NeedsGPU, check_memory, resolve_device
 
 Progress = Callable[[str], None]
 
+#: Budget assumed for an experiment that declares none (seconds per scale); ``repro reproduce`` reports it.
+DEFAULT_BUDGET_S = 60.0
+
+
+def budget_for(experiment: Experiment, scale: str) -> tuple[float, bool]:
+    """(budget in seconds, whether it was declared) of ``experiment`` at ``scale``."""
+    declared = experiment.budget_s.get(scale)
+    return (float(declared), True) if declared else (DEFAULT_BUDGET_S, False)
+
 
 @dataclass(frozen=True)
 class PointOutcome:
@@ -174,5 +183,5 @@ def run_experiment(
                 old.unlink()
                 replaced.append(old)
     kept = tuple(p for p in earlier if p not in replaced)
-    budget = experiment.budget_s.get(scale)
+    budget, _ = budget_for(experiment, scale)
     return RunReport(experiment.name, scale, run_id, path, tuple(outcomes), total, budget, tuple(replaced), kept)

@@ -3,6 +3,7 @@ overview of every checked claim (paper vs reproduced, coloured by verdict)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -24,6 +25,8 @@ def _paired_bars(ax: plt.Axes, ctx: FigureContext, paper: pd.DataFrame, labels: 
     rep = [got.get(c, np.nan) for c in paper["claim_id"]]
     if any(np.isfinite(rep)):
         ax.bar(x + 0.2, rep, 0.4, color=MODEL_COLOR, label="reproduced")
+    else:
+        mark_missing(ax, "reproduced: not yet run\n(the paper's models are not public;\nsee the right panel)", y=0.25)
     for i, (p, r) in enumerate(zip(paper["value_num"], rep)):
         ax.text(i - 0.2, p, f"{p:.4g}", ha="center", va="bottom", fontsize=6)
         if np.isfinite(r):
@@ -51,6 +54,16 @@ def _measured(ax: plt.Axes, ctx: FigureContext, experiments: tuple[str, ...]) ->
     return sorted(set(rows["_exp"]))
 
 
+def _labels(claim_ids, prefix: str, suffix: str) -> list[str]:
+    """``t3_2p5B_wt103_ppl`` -> ``2.5B``; ``prev_sota`` -> ``prev. SOTA``."""
+    out = []
+    for claim_id in claim_ids:
+        core = claim_id.removeprefix(prefix).removesuffix(suffix)
+        core = re.sub(r"(\d)p(\d)", r"\1.\2", core).replace("prev_sota", "prev. SOTA").replace("_", " ")
+        out.append(re.sub(r"(\d)([mb])\b", lambda m: m.group(1) + m.group(2).upper(), core))
+    return out
+
+
 def evals(ctx: FigureContext) -> list[Path]:
     """WikiText-103 perplexity and LAMBADA accuracy (Table 3) and RACE accuracy (Table 5), paper vs reproduced,
     plus the values measured at the scale that was run."""
@@ -58,10 +71,11 @@ def evals(ctx: FigureContext) -> list[Path]:
     ppl = ctx.paper("megatron_lm_2019", r"t3_(355M|2p5B|8p3B|prev_sota)_wt103_ppl")
     lam = ctx.paper("megatron_lm_2019", r"t3_(355M|2p5B|8p3B|prev_sota)_lambada_acc")
     race = ctx.paper("megatron_lm_2019", r"t5_megatron_(336m|1p3b|3p9b|3p9b_ensemble)_race")
-    model = lambda ids: [c.split("_")[1].replace("p", ".") for c in ids]  # noqa: E731
-    _paired_bars(axes[0], ctx, ppl, model(ppl["claim_id"]), "WikiText-103 perplexity (Table 3)", "perplexity")
-    _paired_bars(axes[1], ctx, lam, model(lam["claim_id"]), "LAMBADA accuracy (Table 3)", "accuracy (%)")
-    race_labels = [c.replace("t5_megatron_", "").replace("_race", "").replace("p", ".") for c in race["claim_id"]]
+    _paired_bars(axes[0], ctx, ppl, _labels(ppl["claim_id"], "t3_", "_wt103_ppl"), "WikiText-103 perplexity (Table 3)",
+                 "perplexity")
+    _paired_bars(axes[1], ctx, lam, _labels(lam["claim_id"], "t3_", "_lambada_acc"), "LAMBADA accuracy (Table 3)",
+                 "accuracy (%)")
+    race_labels = _labels(race["claim_id"], "t5_megatron_", "_race")
     _paired_bars(axes[2], ctx, race, race_labels, "RACE test accuracy (Table 5)", "accuracy (%)")
     used = _measured(axes[3], ctx, (WIKI, RACE))
     axes[3].set_title(f"Measured here ({ctx.scale} scale)", fontsize=9)
@@ -99,7 +113,8 @@ def claims_overview(ctx: FigureContext) -> list[Path]:
     """Every claim an experiment checked with a number: paper value vs reproduced value, one panel per paper."""
     checks = ctx.checks[ctx.checks["reproduced_value"].notna()] if len(ctx.checks) else ctx.checks
     papers = list(PAPER_TITLES)
-    fig, axes = plt.subplots(2, 3, figsize=(14, 8.5))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 9))
+    fig.subplots_adjust(hspace=0.4, wspace=0.3)
     values = ctx.claims.set_index(["paper", "claim_id"])["value_num"]
     for ax, paper in zip(axes.flat, papers):
         mine = checks[checks["paper"] == paper] if len(checks) else checks

@@ -66,6 +66,7 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
         if sub["reproduced"].isna().all():
             mark_missing(ax, "reproduced: not yet run\n(repro run zero_memory_tables)", y=0.2)
         ax.set_xscale("log", base=4)
+        ax.set_xticks(sorted(sub["nd"].unique()), [str(n) for n in sorted(sub["nd"].unique())])
         ax.set_yscale("log")
         ax.set_xlabel("$N_d$ (data-parallel degree)")
         ax.set_ylabel("GB per device (model states)")

@@ -24,6 +24,13 @@ def test_shipped_modules_all_load_and_are_valid():
                              "t3_2024"}, exp.name
 
 
+def test_ci_budgets_fit_in_twenty_minutes():
+    from repro.experiments.runner import budget_for
+
+    budgets = {exp.name: budget_for(exp, "ci")[0] for exp in registry()}
+    assert sum(budgets.values()) <= 20 * 60, budgets
+
+
 def test_extra_modules_are_discovered(fake_registry: Registry):
     assert {"fake_sum", "fake_fail", "fake_gpu", "fake_huge"} <= set(fake_registry.names())
     assert fake_registry.get("fake_sum").budget_s["ci"] == 60.0
