@@ -75,13 +75,14 @@ def build_buckets(
 ) -> list[Bucket]:
     """Cut each parameter group into buckets of about ``bucket_numel`` elements, laid out for ``world_size``."""
     buckets: list[Bucket] = []
+    position = {id(p): i for i, p in enumerate(p for params in groups for p in params)}
     for group_index, params in enumerate(groups):
         numels = [p.numel() for p in params]
         for indices in group_into_buckets(numels, bucket_numel) if params else []:
             chosen = [params[i] for i in indices]
             buckets.append(Bucket(
                 index=len(buckets), group_index=group_index, params=chosen,
-                names=[names.get(id(p), f"param{id(p)}") for p in chosen],
+                names=[names.get(id(p), f"param{position[id(p)]}") for p in chosen],
                 layout=flat_layout([p.numel() for p in chosen], world_size), rank=rank,
             ))
     return buckets

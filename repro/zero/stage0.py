@@ -247,6 +247,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             "dp_size": self.dp_group.size,
             "buckets": [
                 {"key": b.key, "numels": list(b.layout.numels), "names": list(b.names), "group": b.group_index,
+                 "shapes": [list(shape) for shape in b.shapes],
                  "layout_world": b.layout.world_size, "layout_rank": b.rank, "state": self.inner.state_dict(b.key)}
                 for b in self.buckets
             ],

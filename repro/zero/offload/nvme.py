@@ -97,7 +97,12 @@ class NvmeTier:
     def create(self, key: str, tensor: torch.Tensor, *, alias: bool = False) -> None:
         safe = key.replace("/", "_")
         entry = _Entry(os.path.join(self.root, f"{safe}.swp"), tensor.numel(), tensor.dtype)
-        self.io.reserve(entry.path, entry.nbytes)
+        try:
+            self.io.reserve(entry.path, entry.nbytes)
+        except OSError:
+            self.io.forget(entry.path)
+            os.remove(entry.path)
+            raise
         self._entries[key] = entry
         buffer = self._buffer(entry.nbytes)
         buffer.view(tensor.dtype, tensor.numel()).copy_(tensor.detach().reshape(-1))

@@ -1,0 +1,199 @@
+"""Sharded checkpoints of a ZeRO optimizer: save, load (resume), verify, consolidate, all written atomically.
+
+A checkpoint is a directory:
+
+    manifest.json     written last: format, world size, stage, and every shard file's size and sha256
+    rank00000.pt      rank 0's optimizer shard (fp32 master weights, optimizer states, loss scale) + ``extra``
+    rank00001.pt      ...
+
+Atomicity: every file is written to a temporary name, fsynced and renamed; all of them go to ``<dir>.partial``,
+which rank 0 renames to ``<dir>`` only after the manifest is on disk. A crash (or a full disk) leaves the previous
+checkpoint or none, never a half-written one; :func:`verify_checkpoint` rejects a directory without a manifest
+and any file whose size or digest differs from it. Parameters are restored from the master weights, so a resumed
+run continues with exactly the losses of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repro.dist import comm
+from repro.dist.comm import CommGroup
+
+MANIFEST = "manifest.json"
+FORMAT = "repro-zero-checkpoint/1"
+
+
+class CheckpointError(ValueError):
+    """The checkpoint is incomplete, corrupt, or does not fit this optimizer."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that ``path`` either holds all of it or does not change (tmp+fsync+rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _rank_file(rank: int) -> str:
+    return f"rank{rank:05d}.pt"
+
+
+def save_checkpoint(
+    directory: str | os.PathLike, optimizer, *, group: CommGroup | None = None, model_parallel_rank: int = 0,
+    extra: Any = None,
+) -> Path:
+    """Collective over ``group`` (default: the optimizer's dp group; pass the world group under tp/pp)."""
+    group = group if group is not None else optimizer.dp_group
+    final = Path(directory)
+    partial = final.with_name(final.name + ".partial")
+    if group.rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    comm.barrier(group)
+    payload = {"optimizer": optimizer.state_dict(), "extra": extra, "rank": group.rank, "world_size": group.size,
+               "model_parallel_rank": model_parallel_rank}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write_bytes(partial / _rank_file(group.rank), buffer.getvalue())
+    comm.barrier(group)
+    if group.rank == 0:
+        try:
+            files = {}
+            for rank in range(group.size):
+                path = partial / _rank_file(rank)
+                files[path.name] = {"bytes": path.stat().st_size, "sha256": _digest(path)}
+            manifest = {"format": FORMAT, "world_size": group.size, "stage": optimizer.stage,
+                        "dp_size": optimizer.dp_group.size, "files": files}
+            atomic_write_bytes(partial / MANIFEST, json.dumps(manifest, indent=1).encode())
+            _fsync_dir(partial)
+            old = final.with_name(final.name + ".old")
+            if final.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                final.rename(old)
+            partial.rename(final)
+            _fsync_dir(final.parent)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+    comm.barrier(group)
+    return final
+
+
+def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        partial = Path(directory).with_name(Path(directory).name + ".partial")
+        hint = f" (an unfinished save left {partial})" if partial.exists() else ""
+        raise CheckpointError(f"incomplete checkpoint {directory}: no {MANIFEST}, the save did not finish{hint}")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from err
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{directory} is not a repro ZeRO checkpoint (format {manifest.get('format')!r})")
+    return manifest
+
+
+def _verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
+    path = directory / name
+    if not path.exists():
+        raise CheckpointError(f"corrupt checkpoint {directory}: {name} listed in the manifest is missing")
+    size = path.stat().st_size
+    if size != expected["bytes"]:
+        raise CheckpointError(f"corrupt checkpoint {directory}: {name} has {size} bytes, the manifest says "
+                              f"{expected['bytes']} (truncated or partially written)")
+    if _digest(path) != expected["sha256"]:
+        raise CheckpointError(f"corrupt checkpoint {directory}: {name} does not match its sha256 in the manifest")
+    return path
+
+
+def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
+    """Check the manifest and every file against it; return the manifest."""
+    manifest = read_manifest(directory)
+    for name, expected in manifest["files"].items():
+        _verify_file(Path(directory), name, expected)
+    return manifest
+
+
+def _load_payload(path: Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_checkpoint(directory: str | os.PathLike, optimizer, *, group: CommGroup | None = None) -> Any:
+    """Restore this rank's shard into ``optimizer`` (parameters included); returns the ``extra`` saved with it."""
+    group = group if group is not None else optimizer.dp_group
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    if manifest["world_size"] != group.size:
+        raise CheckpointError(f"checkpoint {directory} was written by {manifest['world_size']} ranks, "
+                              f"this job has {group.size}")
+    name = _rank_file(group.rank)
+    if name not in manifest["files"]:
+        raise CheckpointError(f"corrupt checkpoint {directory}: the manifest lists no {name}")
+    payload = _load_payload(_verify_file(directory, name, manifest["files"][name]))
+    optimizer.load_state_dict(payload["optimizer"])
+    return payload["extra"]
+
+
+def consolidate_checkpoint(directory: str | os.PathLike) -> dict[int, dict[str, torch.Tensor]]:
+    """Full fp32 parameters from a sharded checkpoint, one state dict per model-parallel rank (0 without tp/pp):
+    each bucket's shards are concatenated in dp-rank order and cut back into named parameters."""
+    directory = Path(directory)
+    manifest = verify_checkpoint(directory)
+    by_mp: dict[int, dict[int, dict]] = {}
+    for name in sorted(manifest["files"]):
+        payload = _load_payload(directory / name)
+        state = payload["optimizer"]
+        by_mp.setdefault(payload["model_parallel_rank"], {})[state["dp_rank"]] = state
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    for mp_rank, shards in by_mp.items():
+        first = shards[min(shards)]
+        full: dict[str, torch.Tensor] = {}
+        for index, bucket in enumerate(first["buckets"]):
+            world = bucket["layout_world"]
+            if world == 1:
+                flat = bucket["state"]["master"]
+            else:
+                missing = [r for r in range(world) if r not in shards]
+                if missing:
+                    raise CheckpointError(f"checkpoint {directory} lacks dp ranks {missing} of model-parallel rank {mp_rank}")
+                flat = torch.cat([shards[r]["buckets"][index]["state"]["master"] for r in range(world)])
+            offset = 0
+            for name, numel, shape in zip(bucket["names"], bucket["numels"], bucket["shapes"]):
+                full[name] = flat[offset:offset + numel].view(shape).clone()
+                offset += numel
+        out[mp_rank] = full
+    return out

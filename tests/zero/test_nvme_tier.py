@@ -1,0 +1,102 @@
+"""The NVMe tier: aligned asynchronous swap files, prefetch, read-after-write, and clear errors."""
+
+import errno
+import os
+import subprocess
+
+import pytest
+import torch
+
+from repro.zero.offload import DiskFullError, NvmeTier, ResidentTier, build_tier
+from repro.zero.offload import aio
+from repro.zero.config import OffloadConfig
+
+
+def test_roundtrip_prefetch_and_writeback(tmp_path):
+    tier = NvmeTier(tmp_path, io_threads=3, io_block_bytes=8192)
+    tensors = {f"t{i}": torch.randn(1000 + 777 * i) for i in range(4)}
+    for key, value in tensors.items():
+        tier.create(key, value)
+    assert tier.direct  # ext4 under pytest's tmp_path supports O_DIRECT
+    for key in tensors:
+        tier.prefetch(key)  # all reads in flight together
+    for key, value in tensors.items():
+        fetched = tier.fetch(key)
+        assert torch.equal(fetched, value)
+        fetched.mul_(3)  # update in place, write back, read again
+        tier.writeback(key, fetched)
+    for key, value in tensors.items():  # read-after-write must see the new bytes
+        assert torch.equal(tier.fetch(key), value * 3)
+        tier.release(key)
+    other = torch.arange(1000, dtype=torch.float32)
+    tier.writeback("t0", other)  # any tensor of the right size
+    assert torch.equal(tier.fetch("t0"), other)
+    tier.release("t0")
+    usage = tier.resident_bytes()
+    assert usage["nvme"] == sum(aio.round_up(v.numel() * 4) for v in tensors.values())
+    root = tier.root
+    tier.close()
+    assert not os.path.exists(root)
+
+
+def test_bf16_and_size_mismatch(tmp_path):
+    tier = NvmeTier(tmp_path)
+    value = torch.randn(333).to(torch.bfloat16)
+    tier.create("p", value)
+    assert torch.equal(tier.fetch("p"), value) and tier.stored("p") == (333, torch.bfloat16)
+    with pytest.raises(ValueError, match="333"):
+        tier.writeback("p", torch.zeros(10, dtype=torch.bfloat16))
+    with pytest.raises(KeyError, match="no tensor 'q'"):
+        tier.fetch("q")
+    tier.close()
+
+
+def test_bad_paths_give_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        NvmeTier(tmp_path / "missing")
+    file_path = tmp_path / "a_file"
+    file_path.write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        NvmeTier(file_path)
+    with pytest.raises(ValueError, match="not writable"):
+        NvmeTier("/sys")  # sysfs refuses new files, even to root
+    with pytest.raises(ValueError, match="does not exist"):
+        build_tier(OffloadConfig("nvme", nvme_path=str(tmp_path / "nope")), device="cpu", role="optimizer")
+    assert isinstance(build_tier(OffloadConfig("cpu"), device="cpu", role="optimizer"), ResidentTier)
+
+
+def test_disk_full_while_swapping_is_a_clear_error(tmp_path, monkeypatch):
+    tier = NvmeTier(tmp_path, io_block_bytes=4096)
+    tier.create("a", torch.zeros(5000))
+    tier.flush()
+
+    def full(fd, view, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(aio, "_pwrite", full)
+    tier.writeback("a", torch.ones(5000))
+    with pytest.raises(DiskFullError, match="disk full while writing .*a.swp"):
+        tier.flush()
+    tier.close()
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_real_full_disk_is_reported_at_reservation(tiny_tmpfs):
+    tier = NvmeTier(tiny_tmpfs)
+    try:
+        tier.create("small", torch.zeros(1000))
+        with pytest.raises(DiskFullError, match="disk full while reserving"):
+            tier.create("big", torch.zeros(1 << 20))
+        assert torch.equal(tier.fetch("small"), torch.zeros(1000))  # what was swapped before is intact
+    finally:
+        tier.close()
