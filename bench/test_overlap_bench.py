@@ -2,8 +2,11 @@
 
 Each case spawns two ranks (tp = 2) that time one sublayer five ways (``repro.overlap.timing``: GEMM alone,
 collective alone, sequential = the plain Megatron layer, chunked without overlap, overlapped), interleaved over
-rounds (a round's time is the slowest rank's; each mode's fastest round is reported, its median kept beside it). pytest-benchmark times the whole two-rank job (process start
-included); the figures that matter are in ``extra_info`` and printed as one table row per case (run with ``-s``).
+rounds: a round's time is the slowest rank's, each mode's fastest round is reported, and the "paired" speedup is
+the median over rounds of sequential / overlapped within a round. pytest-benchmark times the whole two-rank job
+(process start included); the figures that matter are in ``extra_info`` and printed as one table row per case
+(run with ``-s``; columns: sublayer, pass, chunks, GEMM ms, comm ms, comm share, sequential ms, chunked ms,
+overlapped ms, speedup, ideal speedup, predicted ms, paired speedup, 1-min load average).
 
 Sizes: hidden 256, 4,096 tokens (e.g. batch 4 x sequence 1,024), FFN 4 x hidden. On this CPU a GEMM is slow next
 to a loopback all-reduce only when its reduction dimension is small, so small hidden sizes are where

@@ -80,7 +80,8 @@ def _exactness_rows(point: Point, ctx: RunContext) -> list[dict]:
     swapped = build_layer()
     overlap_sublayers(swapped, num_chunks=chunks)
     torch.manual_seed(7)
-    cases.append(("transformer layer", layer, swapped, torch.randn(batch, seq, hidden), torch.randn(batch, seq, hidden)))
+    x, grad = torch.randn(batch, seq, hidden), torch.randn(batch, seq, hidden)
+    cases.append(("transformer layer", layer, swapped, x, grad))
 
     rows = []
     for name, plain, twin, x, grad in cases:
@@ -153,8 +154,9 @@ def _cpu_analogue(rows) -> str:
         return "no CPU timing rows yet"
     paired_text = f", paired per-round geomean {_geomean_pct(paired):+.1f}%" if len(paired) else ""
     return (f"CPU/gloo analogue (tp=2, 4 chunks, OP/FC-2/IP/FC-1): overlapped vs sequential geomean "
-            f"{_geomean_pct(speed):+.1f}% (max {speed.max():+.1f}%){paired_text}, ideal-overlap bound on the measured times "
-            f"geomean {_geomean_pct(ideal):.1f}%, communication share {share.min():.0f}-{share.max():.0f}%; "
+            f"{_geomean_pct(speed):+.1f}% (max {speed.max():+.1f}%){paired_text}, ideal-overlap bound on the "
+            f"measured times geomean {_geomean_pct(ideal):.1f}%, communication share "
+            f"{share.min():.0f}-{share.max():.0f}%; "
             "gloo's threads share the cores with the GEMMs, T3's DMA/NMC do not")
 
 

@@ -154,7 +154,8 @@ class SequenceParallelRowLinear(RowParallelLinear):
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         layer.group, layer.input_is_parallel = plain.group, True
-        layer.in_features, layer.out_features, layer.in_per_rank = plain.in_features, plain.out_features, plain.in_per_rank
+        layer.in_features, layer.out_features = plain.in_features, plain.out_features
+        layer.in_per_rank = plain.in_per_rank
         layer.weight, layer.bias = plain.weight, plain.bias
         layer.num_chunks = check_num_chunks(num_chunks)
         return layer
@@ -192,7 +193,8 @@ class SequenceParallelColumnLinear(ColumnParallelLinear):
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         layer.group, layer.gather_output = plain.group, False
-        layer.in_features, layer.out_features, layer.out_per_rank = plain.in_features, plain.out_features, plain.out_per_rank
+        layer.in_features, layer.out_features = plain.in_features, plain.out_features
+        layer.out_per_rank = plain.out_per_rank
         layer.weight, layer.bias = plain.weight, plain.bias
         layer.num_chunks = check_num_chunks(num_chunks)
         return layer
