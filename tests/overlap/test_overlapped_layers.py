@@ -7,7 +7,7 @@ overlapped layer must move exactly the bytes the plain one moves (only the numbe
 import pytest
 import torch
 
-from repro.dist import SpawnError, init_parallel, spawn
+from repro.dist import init_parallel, spawn
 from repro.overlap import OverlappedColumnParallelLinear, OverlappedRowParallelLinear
 from repro.overlap.verify import forward_backward, max_rel_err
 from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
@@ -76,11 +76,6 @@ def test_row_and_column_overlap_match_plain(world_size):
             assert plain_c == 1 and 1 <= ovl_c <= num_chunks, (kind, plain_c, ovl_c)
 
 
-@pytest.mark.xfail(
-    raises=SpawnError, strict=False,
-    reason="repro.tensor_parallel.mappings.gather_last_dim passes a [tp, ...] output to all_gather_into_tensor, "
-    "which gloo rejects (it wants [tp * d0, ...]); the plain layers fail the same way",
-)
 def test_column_gather_output_and_row_scatter_input_match_plain():
     def rank_fn(rank, ws):
         groups = init_parallel(tp=ws)
