@@ -1,0 +1,70 @@
+"""Transformer block fwd+bwd: repro's tensor-parallel layers against plain nn.Linear (tp=1) and against
+megatron-core's ColumnParallelLinear / RowParallelLinear (tp=2, gloo). Goals: overhead <= 1.05 (tp=1) and
+repro / megatron-core <= 1.05 (tp=2). Ratios are in each benchmark's ``extra_info`` and printed.
+
+Run: ``python -m pytest bench/test_tp_bench.py --benchmark-only -s``
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.tp_blocks import Block, megatron_core_factories, plain_factories, repro_factories, time_interleaved
+from repro.dist import init_parallel, spawn
+from repro.dist.comm import barrier
+
+HIDDEN, HEADS, BATCH, SEQ = 512, 8, 4, 256
+ROUNDS = 15
+
+
+def _fwd_bwd(block, x):
+    def step():
+        block.zero_grad(set_to_none=True)
+        block(x).sum().backward()
+
+    return step
+
+
+def test_tp1_overhead_vs_plain_linear(benchmark):
+    torch.manual_seed(0)
+    group = init_parallel(tp=1).tp
+    x = torch.randn(BATCH, SEQ, HIDDEN)
+    ours = Block(HIDDEN, HEADS, *repro_factories(group))
+    plain = Block(HIDDEN, HEADS, *plain_factories())
+    plain.load_state_dict(ours.state_dict())
+    times = time_interleaved({"repro": _fwd_bwd(ours, x), "plain": _fwd_bwd(plain, x)}, rounds=ROUNDS)
+    ratio = times["repro"] / times["plain"]
+    benchmark.extra_info.update(repro_s=times["repro"], plain_s=times["plain"], ratio=ratio, goal=1.05)
+    print(f"\ntp=1 block fwd+bwd: repro {times['repro'] * 1e3:.1f} ms, nn.Linear {times['plain'] * 1e3:.1f} ms, "
+          f"ratio {ratio:.3f} (goal <= 1.05)")
+    benchmark.pedantic(_fwd_bwd(ours, x), rounds=5, iterations=1)
+
+
+def _tp2_rank(rank, world_size):
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    groups = init_parallel(tp=world_size)
+    torch.manual_seed(0)
+    x = torch.randn(BATCH, SEQ, HIDDEN)
+    ours = Block(HIDDEN, HEADS // world_size, *repro_factories(groups.tp))
+    theirs = Block(HIDDEN, HEADS // world_size, *megatron_core_factories(world_size, groups.tp.process_group))
+    with torch.no_grad():  # same weights, so both do identical arithmetic
+        for (_, p_theirs), (_, p_ours) in zip(theirs.named_parameters(), ours.named_parameters()):
+            p_theirs.copy_(p_ours)
+    times = time_interleaved({"repro": _fwd_bwd(ours, x), "megatron_core": _fwd_bwd(theirs, x)}, rounds=ROUNDS,
+                             sync=lambda: barrier(groups.world))
+    return times
+
+
+def test_tp2_vs_megatron_core(benchmark):
+    pytest.importorskip("megatron.core")
+    results = benchmark.pedantic(lambda: spawn(_tp2_rank, 2), rounds=1, iterations=1)
+    # a step is as slow as its slowest rank
+    ours = max(r["repro"] for r in results)
+    theirs = max(r["megatron_core"] for r in results)
+    ratio = ours / theirs
+    benchmark.extra_info.update(repro_s=ours, megatron_core_s=theirs, ratio=ratio, goal=1.05)
+    print(f"\ntp=2 block fwd+bwd (gloo): repro {ours * 1e3:.1f} ms, megatron-core {theirs * 1e3:.1f} ms, "
+          f"ratio {ratio:.3f} (goal <= 1.05)")
