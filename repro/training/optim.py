@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from repro.dist.groups import ParallelGroups
-from repro.training.grads import allreduce_data_parallel_grads, clip_grad_norm_
+from repro.dist.comm import CommGroup, new_comm_group
+from repro.dist.groups import GridCoord, ParallelGroups
+from repro.training.grads import allreduce_data_parallel_grads, clip_grad_norm_, counted_in_norm
 
 if TYPE_CHECKING:  # pragma: no cover
     from repro.training.trainer import TrainSettings
@@ -48,7 +49,40 @@ class DataParallelOptimizer:
         self.optimizer.step()
 
 
+def model_parallel_group(groups: ParallelGroups) -> CommGroup:
+    """The tp x pp ranks of this rank's data-parallel replica (one model copy), for the global gradient norm.
+
+    Creates one group per dp rank, so every rank of the job must call it, in the same order."""
+    grid = groups.grid
+    families = [[grid.rank(GridCoord(t, d, p)) for p in range(grid.pp) for t in range(grid.tp)]
+                for d in range(grid.dp)]
+    mine = [new_comm_group("model_parallel", ranks, groups.ledger) for ranks in families]
+    return next(g for g in mine if g.rank >= 0)
+
+
+def build_zero1(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups):
+    """ZeRO-1 over ``groups.dp`` (repro.zero): the optimizer states of each dp replica are sharded dp ways.
+
+    The clipping norm is summed over the model-parallel ranks, counting tp-replicated parameters and the last
+    stage's copy of the tied embedding once (Megatron's rule, as in :mod:`repro.training.grads`)."""
+    from repro.zero import ZeroStage1
+
+    if settings.optimizer != "adam":
+        raise ValueError(f"zero_stage=1 shards Adam's states; optimizer={settings.optimizer!r} is not supported")
+    named = list(model.named_parameters())
+    excluded = [p for name, p in named if not counted_in_norm(name, groups.tp_rank)]
+    mp_group = model_parallel_group(groups)
+    return ZeroStage1(
+        [p for _, p in named], dp_group=groups.dp, lr=settings.lr, betas=settings.betas, eps=settings.eps,
+        weight_decay=settings.weight_decay, max_grad_norm=settings.clip_grad,
+        model_parallel_group=mp_group if mp_group.size > 1 else None, norm_excluded=excluded, param_names=named,
+    )
+
+
 def build_optimizer(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups):
+    """DDP-style data parallelism (``zero_stage=0``) or ZeRO-1 over dp (``zero_stage=1``)."""
     if settings.zero_stage == 0:
         return DataParallelOptimizer(model, settings, groups)
-    raise NotImplementedError("zero_stage=1 needs repro.zero's stage-1 optimizer")
+    if settings.zero_stage == 1:
+        return build_zero1(model, settings, groups)
+    raise ValueError(f"zero_stage={settings.zero_stage!r} must be 0 or 1")

@@ -86,3 +86,21 @@ def test_layout_matches_single_process(reference, tp, pp, dp, micro_batches):
         # the tied-embedding gradients are summed once per step (+1: the final equality check)
         assert sends == STEPS * micro_batches
         assert embedding_reduces == STEPS + 1
+
+
+def test_zero1_over_dp_matches_single_process(reference):
+    """pp=2 x dp=2 with ZeRO-1 (repro.zero stage 1) sharding Adam's states over dp: the losses stay those of one
+    process (the clipping norm runs over the model-parallel group, the tied copy counted once)."""
+    ref_losses, _ = reference
+    tp, pp, dp, micro_batches = 1, 2, 2, 2
+
+    def rank_fn(rank, world_size):
+        groups = init_parallel(tp=tp, pp=pp, dp=dp)
+        losses = train_gpt(CONFIG, groups, STEPS, micro_batches, zero_stage=1,
+                           micro_batch_size=GLOBAL_BATCH // (micro_batches * dp), data=_data(),
+                           initial_state=_initial_state(), **SETTINGS)
+        return losses, groups.ledger.calls("reduce_scatter", "dp")
+
+    for losses, reduce_scatters in spawn(rank_fn, tp * pp * dp, timeout_s=120):
+        assert max(abs(a - b) for a, b in zip(losses, ref_losses)) <= TOL, (losses, ref_losses)
+        assert reduce_scatters >= STEPS  # gradients are reduce-scattered to their owners, not all-reduced
