@@ -100,8 +100,8 @@ def local_task(task_name: str, jsonl_path: str | Path):
 def run_lm_eval(lm, tasks: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """Run lm-eval's evaluator (zero-shot, no bootstrap) on ``tasks``; returns its per-task metrics."""
     from lm_eval.evaluator import evaluate
-    from lm_eval.tasks import get_task_dict
 
-    output = evaluate(lm=lm, task_dict=get_task_dict(list(tasks)), bootstrap_iters=0, log_samples=False,
-                      verbosity="ERROR")
+    # a plain {name: task} dict: lm-eval's TaskManager would index every YAML it ships (tens of seconds)
+    task_dict = {task.config.task: task for task in tasks}
+    output = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=False, verbosity="ERROR")
     return output["results"]

@@ -8,9 +8,9 @@ dropped, so every rank sees the same ``[N, vocab_size]`` logits and computes the
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from repro.models import GPTModel
-from repro.models.output import parallel_lm_logits
 from repro.tensor_parallel import gather_from_tensor_parallel
 
 
@@ -30,7 +30,9 @@ class ReproCausalLM:
         device = next(self.model.parameters()).device
         hidden = self.model.hidden_states(input_ids.to(device))  # [B, S, h]
         selected = hidden[keep.to(device)]  # [N, h]: only the scored positions meet the output head
-        shard = parallel_lm_logits(selected, self.model.embedding.word_embeddings)  # [N, V_padded / tp]
+        # the tied output layer (Megatron sec. 3) on this rank's vocabulary rows; padding columns are sliced off
+        # below, so they need no masking here
+        shard = F.linear(selected, self.model.embedding.word_embeddings.weight)  # [N, V_padded / tp]
         full = gather_from_tensor_parallel(shard, self.model.tp_group)  # [N, V_padded]
         return full[:, : self.vocab_size].cpu()
 

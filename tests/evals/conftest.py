@@ -37,13 +37,24 @@ def tiny_gpt_config(max_positions: int = 64) -> GPTConfig:
                      max_position_embeddings=max_positions, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def tiny_gpt(seed: int = 0, max_positions: int = 64, dtype=torch.float64) -> GPTModel:
-    """A random tiny GPT with the GPT-2 vocabulary. Embeddings are scaled up so its predictions are far from
-    uniform (greedy hits happen and logprobs vary), which makes parity checks meaningful."""
+# " story", " book", " together": last words of LAMBADA passages 11, 18 and 15.
+BOOSTED_TOKENS = (1621, 1492, 1978)
+
+
+def sharpen(word_embeddings: torch.Tensor) -> None:
+    """Make a random GPT's predictions far from uniform: scale the (tied) embeddings, and make a few tokens'
+    embeddings much longer, so they win the argmax wherever the hidden state points their way and greedy decoding
+    sometimes hits a LAMBADA word (accuracy strictly between 0 and 1)."""
+    with torch.no_grad():
+        word_embeddings.mul_(40.0)
+        word_embeddings[list(BOOSTED_TOKENS)] *= 8.0
+
+
+def tiny_gpt(seed: int = 2, max_positions: int = 64, dtype=torch.float64) -> GPTModel:
+    """A random tiny GPT with the GPT-2 vocabulary and sharpened predictions (see :func:`sharpen`)."""
     torch.manual_seed(seed)
     model = GPTModel(tiny_gpt_config(max_positions))
-    with torch.no_grad():
-        model.embedding.word_embeddings.weight.mul_(40.0)
+    sharpen(model.embedding.word_embeddings.weight)
     return model.to(dtype).eval()
 
 
