@@ -85,8 +85,10 @@ class Reproduction:
 
 
 def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: bool = False, device: str = "auto",
-              only: list[str] | None = None, say: Callable[[str], None] = print) -> Reproduction:
-    """Run ``only`` (default: every experiment) at ``scale``, then figures and claims; report what changed."""
+              only: list[str] | None = None, figures: list[str] | None = None,
+              say: Callable[[str], None] = print) -> Reproduction:
+    """Run ``only`` (default: every experiment) at ``scale``, then the ``figures`` (default: all) and the claims
+    report; report what changed."""
     root = R.results_dir(root)
     names = only or reg.names()
     experiments = [reg.get(n) for n in names]
@@ -115,7 +117,7 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
         say(f"    {status} in {report.elapsed_s:.1f} s{over}; rows -> {report.path}")
     say("figures and claims ...")
     outputs = make_claims(reg, root, scale)
-    outputs.figures = make_figures(reg, root, scale, outputs.checks)
+    outputs.figures = make_figures(reg, root, scale, outputs.checks, names=figures)
     out.outputs = outputs
     out.elapsed_s = time.perf_counter() - start
     out.value_changes = R.value_changes(before_rows, _rows(root, scale)) if len(before_rows) else None

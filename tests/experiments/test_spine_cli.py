@@ -93,7 +93,8 @@ def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Regist
     # a second reproduction with a changed value reports the change
     monkeypatch.setenv("REPRO_FAKE_MARKER", "changed")
     lines.clear()
-    second = reproduce(subset, "ci", root=fake_env, force=True, say=lines.append, only=["fake_sum"])
+    second = reproduce(subset, "ci", root=fake_env, force=True, say=lines.append, only=["fake_sum"],
+                       figures=["claims_overview"])
     assert second.value_changes is not None and "marker" in set(second.value_changes["metric"])
     assert len(list((fake_env / "runs" / "fake_sum").glob("*.jsonl"))) == 1  # --force replaced the first run
 
