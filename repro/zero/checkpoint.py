@@ -15,6 +15,7 @@ run continues with exactly the losses of an uninterrupted one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -86,7 +87,15 @@ def save_checkpoint(
                "model_parallel_rank": model_parallel_rank}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    atomic_write_bytes(partial / _rank_file(group.rank), buffer.getvalue())
+    try:
+        atomic_write_bytes(partial / _rank_file(group.rank), buffer.getvalue())
+    except OSError as err:
+        if group.size == 1:
+            shutil.rmtree(partial, ignore_errors=True)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            kept = f"; the previous checkpoint {final} is intact" if final.exists() else ""
+            raise CheckpointError(f"disk full while writing checkpoint {final}: nothing was published{kept}") from err
+        raise
     comm.barrier(group)
     if group.rank == 0:
         try:
