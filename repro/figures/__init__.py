@@ -3,6 +3,24 @@
 Each figure function takes a :class:`FigureContext` (paper claims, newest result rows, the experiments' claim
 checks) and returns the files it wrote. Figures whose experiments have not run still draw the paper's values
 and mark the reproduction "not yet run".
+
+What the figures read. The paper side and the "reproduced" side of every paper-vs-reproduced comparison come
+from claim ids: an experiment's ``claims()`` returning a :class:`ClaimCheck` with a numeric ``reproduced_value``
+for e.g. ``fig5_eff_mp_8gpu`` or ``t1_7.5B_Posg_nd64`` is all a figure needs. Measurements made on this machine
+(which have no paper counterpart) are read from rows by experiment and metric:
+
+* weak scaling: experiments named ``megatron*``, metric containing ``measured`` and ``efficiency``, x from a
+  ``gpus`` / ``world_size`` / ``tp_size`` column;
+* ZeRO memory and communication: experiments named ``zero*`` (not ``zero_infinity*``) with a ``stage`` (0-3 or
+  ``baseline``/``Pos``/``Pos+g``/``Pos+g+p``) and an ``nd`` / ``dp_size`` / ``world_size`` column; memory metrics
+  contain ``measured`` or ``ledger`` (formula lines: ``formula``/``expected``), communication metrics contain
+  ``comm``, ``volume``, ``bytes_sent`` or ``traffic``;
+* ZeRO-Infinity: ``zero_infinity_model`` rows with metric containing ``efficiency`` and a ``bandwidth*`` column
+  (five or more bandwidths per group draw a curve);
+* GNA: ``gna_speedup`` rows with a metric containing ``speedup``: ``measured`` ones against ``sim``/``bound``
+  ones of the same point;
+* evals: ``eval_wikitext_lambada`` and ``eval_race`` rows whose metric contains ``ppl``, ``perplexity``, ``acc``
+  or ``accuracy``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,19 @@ from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, Figu
 STAGES = {"baseline": "baseline DP", "Pos": "$P_{os}$", "Posg": "$P_{os+g}$", "Posgp": "$P_{os+g+p}$"}
 STAGE_COLORS = {"baseline": "#555555", "Pos": "#4C72B0", "Posg": "#DD8452", "Posgp": "#55A868"}
 _CELL = re.compile(r"t1_(?P<model>[\d.]+[BT])_(?P<stage>Pos|Posg|Posgp)_nd(?P<nd>\d+)$")
-_LEDGER_STAGE = {"0": "baseline", "1": "Pos", "2": "Posg", "3": "Posgp", "baseline": "baseline", "ddp": "baseline",
-                 "pos": "Pos", "posg": "Posg", "posgp": "Posgp"}
+_LEDGER_STAGE = {"0": "baseline", "stage0": "baseline", "baseline": "baseline", "ddp": "baseline", "dp": "baseline",
+                 "1": "Pos", "stage1": "Pos", "pos": "Pos", "2": "Posg", "stage2": "Posg", "posg": "Posg",
+                 "3": "Posgp", "stage3": "Posgp", "posgp": "Posgp"}
+
+
+def _stage_key(value: object) -> str | None:
+    """``'Pos+g'``, ``'P_os+g'``, ``2``, ``'stage2'`` -> ``'Posg'``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).lower()
+    for ch in "+_ ${}":
+        text = text.replace(ch, "")
+    return _LEDGER_STAGE.get(text)
 
 
 def _table1(ctx: FigureContext) -> pd.DataFrame:
@@ -42,7 +53,7 @@ def _ledger_rows(ctx: FigureContext, pattern: str) -> pd.DataFrame:
         stage_col = next((c for c in ("stage", "zero_stage") if c in rows.columns), None)
         nd_col = next((c for c in ("nd", "dp_size", "world_size", "n_d") if c in rows.columns), None)
         if len(rows) and stage_col and nd_col:
-            frames.append(rows.assign(_stage=rows[stage_col].astype(str).str.lower().map(_LEDGER_STAGE),
+            frames.append(rows.assign(_stage=rows[stage_col].map(_stage_key),
                                       _nd=numeric(rows[nd_col]), _value=numeric(rows["value"]), _exp=name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
