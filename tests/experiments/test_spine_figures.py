@@ -1,0 +1,51 @@
+"""Figures drawn from synthetic rows: each measured panel finds the rows the conventions describe."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from repro.figures import FIGURES, FigureContext, render_all
+from repro.paper import load_claims
+
+
+def _rows() -> pd.DataFrame:
+    rows = []
+
+    def add(experiment, metric, value, unit="-", point="p", **extra):
+        rows.append({"experiment": experiment, "scale": "ci", "point": point, "run_id": "r1", "metric": metric,
+                     "value": value, "unit": unit, **extra})
+
+    for gpus, eff in ((1, 100.0), (2, 91.0), (4, 80.0)):
+        add("megatron_measured", "measured_weak_scaling_efficiency", eff, "%", point=f"g{gpus}", gpus=gpus)
+    for stage in ("baseline", "Pos", "Pos+g", "Pos+g+p"):
+        for nd in (1, 2, 4):
+            add("zero_stages", "measured_bytes_per_param", 16.0 / nd, "bytes/param", stage=stage, nd=nd)
+            add("zero_stages", "comm_volume_psi", 2.0 + (stage == "Pos+g+p"), "x psi", stage=stage, nd=nd)
+    for bw in (1, 2, 4, 8, 16, 32):
+        add("zero_infinity_model", "efficiency", 100 * bw / (bw + 5), "%", data="params", bandwidth_gbs=bw)
+    for point, sim, measured in (("a", 2.0, 1.5), ("b", 3.0, 2.1)):
+        add("gna_speedup", "sim_bound_speedup", sim, "x", point=point)
+        add("gna_speedup", "measured_speedup", measured, "x", point=point)
+    add("eval_wikitext_lambada", "wikitext_ppl", 35.2, "perplexity", point="tiny")
+    add("eval_race", "race_accuracy", 27.0, "%", point="tiny")
+    return pd.DataFrame(rows)
+
+
+def test_measured_panels_read_rows_by_convention(tmp_path):
+    checks = pd.DataFrame({"paper": ["megatron_lm_2019", "zero_2019"], "claim_id": ["fig5_eff_mp_2gpu", "comm_posgp"],
+                           "reproduced_value": [94.0, 3.0], "verdict": ["reproduced", "reproduced"],
+                           "experiment": ["x", "y"], "scale": ["ci", "ci"]})
+    ctx = FigureContext(claims=load_claims(), rows=_rows(), checks=checks, scale="ci", out_dir=tmp_path,
+                        known=frozenset({"zero_infinity_model", "gna_speedup"}))
+    rendered = render_all(ctx)
+    assert not rendered.errors, rendered.errors
+    assert set(rendered.files) == set(FIGURES)
+    svg = {name: files[1].read_text() for name, files in rendered.files.items()}
+    assert "megatron_measured: measured_weak_scaling_efficiency" in svg["megatron_weak_scaling"]
+    assert "ledger" in svg["zero_memory_by_stage"] and "ledger: not yet run" not in svg["zero_memory_by_stage"]
+    assert "measured: not yet run" not in svg["zero_communication_volume"]
+    assert "model: data=params" in svg["zero_infinity_efficiency"]
+    assert "measured here (ci)" in svg["gna_speedup"]
+    assert "wikitext_ppl" in svg["evals"] and "race_accuracy" in svg["evals"]
+    assert "eval_race (ci scale, 1 rows" in svg["evals"]
+    assert "no experiment has run" in svg["parameter_counts"]
