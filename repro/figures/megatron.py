@@ -21,18 +21,31 @@ def _gpus(claim_id: str) -> int:
 
 
 def _measured_axis(frame: pd.DataFrame) -> str | None:
-    for column in ("gpus", "world_size", "tp_size", "tp", "ranks"):
+    for column in ("gpus", "tp", "world_size", "tp_size", "ranks"):
         if column in frame.columns and numeric(frame[column]).notna().any():
             return column
     return None
 
 
+CPU = "megatron_weak_scaling_cpu"
+
+
 def _measured_rows(ctx: FigureContext) -> pd.DataFrame:
-    """Rows of Megatron experiments that measured an efficiency (metric names carry "measured")."""
+    """Efficiencies measured on this machine: ``megatron_weak_scaling_cpu``'s step times turned into efficiency
+    (measured and step-time-model predicted) by its own ``efficiency_rows``, plus any Megatron experiment's rows
+    whose metric says measured efficiency."""
     if ctx.rows.empty:
         return ctx.rows
-    names = sorted(n for n in set(ctx.rows["experiment"]) if n.startswith("megatron"))
-    frames = [ctx.rows_of(n, pattern=r"measured.*efficiency|efficiency.*measured") for n in names]
+    frames = []
+    if ctx.has_rows(CPU):
+        from importlib import import_module
+
+        derived = pd.DataFrame(import_module(f"repro.experiments.{CPU}").efficiency_rows(ctx.rows_of(CPU)))
+        if len(derived):
+            frames.append(pd.DataFrame({"experiment": CPU, "metric": derived["source"] + " efficiency",
+                                        "value": 100 * derived["efficiency"], "tp": derived["tp"]}))
+    names = sorted(n for n in set(ctx.rows["experiment"]) if n.startswith("megatron") and n != CPU)
+    frames += [ctx.rows_of(n, pattern=r"measured.*efficiency|efficiency.*measured") for n in names]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -69,19 +82,24 @@ def weak_scaling(ctx: FigureContext) -> list[Path]:
         for (exp, metric), group in measured.groupby(["experiment", "metric"]):
             group = group.assign(_x=numeric(group[axis]), _y=numeric(group["value"])).dropna(subset=["_x", "_y"])
             group = group.sort_values("_x")
-            ax_measured.plot(group["_x"], group["_y"], "o-", color=MEASURED_COLOR, label=f"{exp}: {metric}")
-        ax_measured.set_xlabel(axis.replace("_", " "))
+            style = ("o--", MODEL_COLOR) if "predicted" in metric else ("o-", MEASURED_COLOR)
+            ax_measured.plot(group["_x"], group["_y"], style[0], color=style[1], label=f"{exp}: {metric}")
+        ticks = sorted(set(numeric(measured[axis]).dropna().astype(int)))
+        ax_measured.set_xlabel(axis.replace("_", " ") + (" (ranks)" if axis == "tp" else ""))
         ax_measured.set_xscale("log", base=2)
-        ax_measured.legend(fontsize=8)
+        ax_measured.set_xticks(ticks, [str(t) for t in ticks])
+        ax_measured.set_ylim(0, 105)
+        ax_measured.legend(fontsize=8, loc="lower left")
     else:
         mark_missing(ax_measured, "measured: not yet run\n(no Megatron experiment has measured\nweak scaling on "
                                   "this machine)")
-    ax_measured.set_ylabel("efficiency (%)")
-    ax_measured.set_title(f"Measured at {ctx.scale} scale")
+    ax_measured.set_ylabel("efficiency vs 1 rank (%)")
+    ax_measured.set_title(f"CPU ranks at {ctx.scale} scale (one core per rank)")
     caption(fig, "Megatron-LM weak scaling. Paper: Shoeybi et al. 2019, Fig. 5 bar labels (V100 DGX-2H, 1.2B-8.3B "
                  "configs of Table 1; results/paper/megatron_lm_2019/figure_5.csv). Reproduced: "
                  f"{ctx.status(WEAK)}; the model prediction is the analytic performance model at the paper's "
-                 f"configuration, the measured points are this machine's ranks at scale '{ctx.scale}'.")
+                 f"configuration. Right: {ctx.status(CPU)}, Table 1's growth of the model with the model-parallel "
+                 "degree at CPU size, measured, and predicted by the same step-time model calibrated on this machine.")
     return save(fig, ctx, "megatron_weak_scaling")
 
 
