@@ -67,12 +67,14 @@ class TransientTracker:
     def __init__(self) -> None:
         self.current: dict[str, int] = {}
         self.peak: dict[str, int] = {}
+        self.largest: dict[str, int] = {}  # the largest single buffer of each kind
         self._lock = threading.Lock()
 
     def add(self, kind: str, nbytes: int) -> None:
         with self._lock:
             self.current[kind] = self.current.get(kind, 0) + nbytes
             self.peak[kind] = max(self.peak.get(kind, 0), self.current[kind])
+            self.largest[kind] = max(self.largest.get(kind, 0), nbytes)
 
     def remove(self, kind: str, nbytes: int) -> None:
         with self._lock:

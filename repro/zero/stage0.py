@@ -203,6 +203,10 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             bucket.flat_grad.zero_()
             self._point_grads(bucket)
 
+    def close(self) -> None:
+        """Release the tiers (NVMe swap files are deleted)."""
+        self.tier.close()
+
     # -- inspection --------------------------------------------------------------------------------------------
     def _device_tier(self) -> str:
         return "device"

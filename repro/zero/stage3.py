@@ -197,7 +197,7 @@ class ZeroStage3(ZeroStage2):
         for handle in self._handles:
             handle.remove()
         self.param_tier.close()
-        self.tier.close()
+        super().close()
 
 
 def _tensors(output: Any) -> Iterator[torch.Tensor]:
