@@ -84,18 +84,24 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
         ax.set_title(f"{model} model, K=12 (Table 1)")
     axes[0].legend(fontsize=6, ncol=2)
     ax = axes[-1]
-    measured = _ledger_rows(ctx, r"measured|ledger")
-    formula = _ledger_rows(ctx, r"formula|expected|predicted")
+    measured = _ledger_rows(ctx, r"^bytes_per_param$|^measured")
+    formula = _ledger_rows(ctx, r"^formula|^expected")
+    if len(measured) and not len(formula) and {"formula_bytes", "psi"} <= set(measured.columns):
+        # rows that carry the formula beside the measurement (zero_memory_measured)
+        formula = measured.assign(_value=numeric(measured["formula_bytes"]) / numeric(measured["psi"]))
     if len(measured):
         for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
             group = group.sort_values("_nd")
-            ax.plot(group["_nd"], group["_value"], "o", color=STAGE_COLORS[stage], label=f"ledger {STAGES[stage]}")
+            ax.plot(group["_nd"], group["_value"], "o", ms=7, color=STAGE_COLORS[stage],
+                    label=f"ledger {STAGES[stage]}")
         for stage, group in formula.dropna(subset=["_stage"]).groupby("_stage") if len(formula) else []:
             group = group.sort_values("_nd")
             ax.plot(group["_nd"], group["_value"], "-", color=STAGE_COLORS[stage], alpha=0.7,
                     label=f"formula {STAGES[stage]}")
         ax.set_ylabel(f"{measured['unit'].iloc[0]} per rank")
         ax.set_xscale("log", base=2)
+        ticks = sorted(set(measured["_nd"].dropna().astype(int)))
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.legend(fontsize=6)
         source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
     else:

@@ -19,7 +19,8 @@ def _rows() -> pd.DataFrame:
         add("megatron_measured", "measured_weak_scaling_efficiency", eff, "%", point=f"g{gpus}", gpus=gpus)
     for stage in ("baseline", "Pos", "Pos+g", "Pos+g+p"):
         for nd in (1, 2, 4):
-            add("zero_stages", "measured_bytes_per_param", 16.0 / nd, "bytes/param", stage=stage, nd=nd)
+            add("zero_stages", "bytes_per_param", 16.0 / nd, "bytes/param", stage=stage, nd=nd, psi=1000,
+                formula_bytes=16000.0 / nd)
             add("zero_stages", "comm_volume_psi", 2.0 + (stage == "Pos+g+p"), "x psi", stage=stage, nd=nd)
     for bw in (1, 2, 4, 8, 16, 32):
         add("zero_infinity_model", "efficiency", 100 * bw / (bw + 5), "%", data="params", bandwidth_gbs=bw)
