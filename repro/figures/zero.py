@@ -147,7 +147,10 @@ def communication_volume(ctx: FigureContext) -> list[Path]:
             group = group.sort_values("_nd")
             ax_measured.plot(group["_nd"], group["_value"], "o-", color=STAGE_COLORS[stage], label=STAGES[stage])
         ax_measured.set_xlabel("$N_d$ (ranks)")
-        ax_measured.set_ylabel(str(measured["unit"].iloc[0]))
+        ticks = sorted(set(measured["_nd"].dropna().astype(int)))
+        ax_measured.set_xticks(ticks, [str(t) for t in ticks])
+        ax_measured.set_ylim(bottom=0)
+        ax_measured.set_ylabel(f"{measured['metric'].iloc[0]} ({measured['unit'].iloc[0]})")
         ax_measured.legend(fontsize=8)
         source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
     else:
