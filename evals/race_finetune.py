@@ -84,7 +84,7 @@ def finetune(model: MultipleChoiceModel, train: RaceTensors, config: FinetuneCon
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]

@@ -87,7 +87,7 @@ def train_gpt(model_config: GPTConfig, tokens: torch.Tensor, config: TrainConfig
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]

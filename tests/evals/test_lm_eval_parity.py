@@ -17,7 +17,7 @@ from evals import lambada, wikitext
 from evals.lm_eval_adapter import as_lm_eval_model, local_task, run_lm_eval
 from evals.loaders import load_lambada, load_race, load_wikitext
 from evals.race_zeroshot import documents_of, evaluate_race_zeroshot, lm_eval_problems
-from tests.evals.conftest import sharpen
+from evals_test_models import sharpen
 
 lm_eval = pytest.importorskip("lm_eval")
 
