@@ -100,6 +100,12 @@ def flex_gna(
     from repro.gna.simulator import choose_tile_shapes
 
     grid = check_qkv(query, key, value, spec)
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
+    if query.device.type == "cpu" and needs_grad:
+        raise ValueError(
+            "the flex backend is forward-only on CPU (FlexAttention has no CPU backward); run it under "
+            "torch.no_grad() or use backend='fast'"
+        )
     if (q_tile is None) != (kv_tile is None):
         raise ValueError(f"give both q_tile and kv_tile or neither, got q_tile={q_tile}, kv_tile={kv_tile}")
     if q_tile is None:

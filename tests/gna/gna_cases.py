@@ -52,3 +52,25 @@ def random_case(rng: random.Random, ndim: int) -> Case:
 def random_cases(count: int, seed: int) -> list[Case]:
     rng = random.Random(seed)
     return [random_case(rng, 1 + i % 3) for i in range(count)]
+
+
+def shared_dir():
+    """The shared folder holding paper_claims.csv: $REPRO_SHARED, default <repo>/../shared."""
+    import os
+    from pathlib import Path
+
+    default = Path(__file__).resolve().parents[2].parent / "shared"
+    return Path(os.environ.get("REPRO_SHARED", default))
+
+
+def gna_claims() -> dict[str, str]:
+    """claim_id -> value text of the gna_2025 rows of paper_claims.csv."""
+    import csv
+
+    import pytest
+
+    path = shared_dir() / "paper_claims.csv"
+    if not path.exists():
+        pytest.skip(f"no paper claims table at {path} (set REPRO_SHARED)")
+    with open(path, newline="") as handle:
+        return {row["claim_id"]: row["value"] for row in csv.DictReader(handle) if row["paper"] == "gna_2025"}
