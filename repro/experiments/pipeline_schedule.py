@@ -18,11 +18,14 @@ No row of paper_claims.csv states a bubble, so this experiment maps no claim.
 from __future__ import annotations
 
 from repro.dist.comm import CommGroup, new_comm_group
+from repro.dist.groups import init_parallel
 from repro.dist.ledger import CollectiveLedger
 from repro.experiments.base import Experiment, Point, RunContext
+from repro.models import GPTConfig
 from repro.pipeline.measure import IdleMeasurement, fixed_cost_step, measure_idle
 from repro.pipeline.schedule import bubble_fraction
 from repro.pipeline.timeline import idle_fractions, simulate_1f1b
+from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
 
 FORWARD_S, BACKWARD_S = 0.03, 0.06
 MTNLG_PP, MTNLG_MICRO_BATCHES = 35, 240
@@ -35,10 +38,6 @@ def _pipeline_group(world_size: int) -> CommGroup:
 
 def _gpt_step(pp_size: int, params: dict):
     """A ``run_step`` training a small GPT split into ``pp_size`` stages (real compute), and its pipeline group."""
-    from repro.dist.groups import init_parallel
-    from repro.models import GPTConfig
-    from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
-
     groups = init_parallel(pp=pp_size)
     config = GPTConfig(vocab_size=256, hidden_size=params["hidden"], num_layers=params["layers"],
                        num_attention_heads=4, max_position_embeddings=params["seq_len"], hidden_dropout=0.0,

@@ -72,8 +72,12 @@ def measure_idle(run_step: Callable[[], StepResult], pp_group: CommGroup, *, ste
         comm.all_reduce(wait, pp_group)
         waits.append(wait.tolist())
         spans.append(end - start)
-    median = lambda rows: tuple(torch.tensor(rows, dtype=torch.float64).median(dim=0).values.tolist())
-    return IdleMeasurement(median(idle), median(waits), float(torch.tensor(spans).median()), tuple(events))
+    return IdleMeasurement(_median(idle), _median(waits), float(torch.tensor(spans).median()), tuple(events))
+
+
+def _median(per_step: list[list[float]]) -> tuple[float, ...]:
+    """Per-stage median over steps (rows: steps, columns: stages)."""
+    return tuple(torch.tensor(per_step, dtype=torch.float64).median(dim=0).values.tolist())
 
 
 def fixed_cost_step(pp_group: CommGroup, *, num_micro_batches: int, forward_s: float, backward_s: float,
