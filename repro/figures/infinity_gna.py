@@ -26,7 +26,7 @@ def _bandwidth_column(frame: pd.DataFrame) -> str | None:
 def infinity_efficiency(ctx: FigureContext) -> list[Path]:
     """Efficiency = ait*bw / (ait*bw + peak) against bandwidth: the paper's stated points, the same points
     reproduced, and model curves where the experiment's rows sweep the bandwidth."""
-    fig, ax = plt.subplots(figsize=(8.5, 5))
+    fig, (ax, ax_bw, ax_slow) = plt.subplots(1, 3, figsize=(16, 5), gridspec_kw={"width_ratios": [1.6, 1, 1]})
     rows = ctx.rows_of(ZINF)
     column = _bandwidth_column(rows) if len(rows) else None
     curves = 0
@@ -68,11 +68,44 @@ def infinity_efficiency(ctx: FigureContext) -> list[Path]:
     ax.set_ylabel("efficiency (% of peak compute, no overlap)")
     ax.set_title("ZeRO-Infinity: efficiency vs bandwidth (Fig. 3)")
     ax.legend(fontsize=7, loc="lower right")
+    _offload_measured(ctx, ax_bw, ax_slow)
     note = "" if curves else " (its rows hold points, not bandwidth sweeps, so no curves are drawn)"
     caption(fig, "ZeRO-Infinity efficiency model. Paper: Rajbhandari et al. 2021, Fig. 3 and sec. 4 (secondary "
                  "transcription ZINF-SEC; peak 70 TFLOP/s, ait = seq*bsz for params/grads, 24*hd*ci for checkpoints); "
-                 f"results/paper/zero_infinity_2021/. Reproduced: {ctx.status(ZINF)}{note}.")
+                 f"results/paper/zero_infinity_2021/. Reproduced: {ctx.status(ZINF)}{note}. Measured here: "
+                 f"{ctx.status(OFFLOAD)}: the NVMe tier (a directory on this machine's disk) against the raw drive, and "
+                 "the stage-3 step time with states offloaded against none.")
     return save(fig, ctx, "zero_infinity_efficiency")
+
+
+OFFLOAD = "zero_infinity_offload"
+
+
+def _offload_measured(ctx: FigureContext, ax_bw: plt.Axes, ax_slow: plt.Axes) -> None:
+    """NVMe tier vs raw drive bandwidth, and slowdown per placement, from zero_infinity_offload's rows."""
+    bw = ctx.rows_of(OFFLOAD, pattern=r"^(raw_disk_gbs|nvme_tier_gbs)$")
+    if len(bw) and "direction" in bw.columns:
+        table = bw.pivot_table(index="direction", columns="metric", values="value", aggfunc="first")
+        x = np.arange(len(table))
+        for offset, (metric, color, label) in zip((-0.2, 0.2), (("raw_disk_gbs", PAPER_COLOR, "raw drive"),
+                                                               ("nvme_tier_gbs", MEASURED_COLOR, "NVMe tier"))):
+            if metric in table:
+                ax_bw.bar(x + offset, table[metric], 0.4, color=color, label=label)
+        ax_bw.set_xticks(x, table.index)
+        ax_bw.legend(fontsize=7)
+    else:
+        mark_missing(ax_bw, not_run_text(OFFLOAD, ctx))
+    ax_bw.set_ylabel("GB/s")
+    ax_bw.set_title(f"NVMe tier vs raw drive ({ctx.scale} scale)")
+    slow = ctx.rows_of(OFFLOAD, metric="slowdown_vs_none")
+    if len(slow) and "placement" in slow.columns:
+        ax_slow.bar(np.arange(len(slow)), numeric(slow["value"]), color=MODEL_COLOR)
+        ax_slow.set_xticks(np.arange(len(slow)), slow["placement"], rotation=20, fontsize=7)
+        ax_slow.axhline(1.0, color="#888888", lw=0.8, ls=":")
+    else:
+        mark_missing(ax_slow, not_run_text(OFFLOAD, ctx))
+    ax_slow.set_ylabel("step time / no offload")
+    ax_slow.set_title("Stage-3 step time by placement")
 
 
 GNA_SIM, GNA_MEASURED = "gna_simulator", "gna_speedup"

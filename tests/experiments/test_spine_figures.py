@@ -24,6 +24,11 @@ def _rows() -> pd.DataFrame:
             add("zero_stages", "comm_volume_psi", 2.0 + (stage == "Pos+g+p"), "x psi", stage=stage, nd=nd)
     for bw in (1, 2, 4, 8, 16, 32):
         add("zero_infinity_model", "efficiency", 100 * bw / (bw + 5), "%", data="params", bandwidth_gbs=bw)
+    for direction, raw, tier in (("read", 2.0, 1.6), ("write", 1.5, 1.2)):
+        add("zero_infinity_offload", "raw_disk_gbs", raw, "GB/s", direction=direction)
+        add("zero_infinity_offload", "nvme_tier_gbs", tier, "GB/s", direction=direction)
+    for placement, slowdown in (("none", 1.0), ("nvme", 1.8)):
+        add("zero_infinity_offload", "slowdown_vs_none", slowdown, "x", placement=placement)
     for point, sim, measured in (("a", 2.0, 1.5), ("b", 3.0, 2.1)):
         add("gna_speedup", "sim_bound_speedup", sim, "x", point=point)
         add("gna_speedup", "measured_speedup", measured, "x", point=point)
@@ -46,6 +51,8 @@ def test_measured_panels_read_rows_by_convention(tmp_path):
     assert "ledger" in svg["zero_memory_by_stage"] and "ledger: not yet run" not in svg["zero_memory_by_stage"]
     assert "measured: not yet run" not in svg["zero_communication_volume"]
     assert "model: data=params" in svg["zero_infinity_efficiency"]
+    assert "NVMe tier" in svg["zero_infinity_efficiency"]
+    assert "repro run zero_infinity_offload" not in svg["zero_infinity_efficiency"]
     assert "measured here (ci)" in svg["gna_speedup"]
     assert "wikitext_ppl" in svg["evals"] and "race_accuracy" in svg["evals"]
     assert "eval_race (ci scale, 1 rows" in svg["evals"]
