@@ -69,4 +69,9 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
 
 def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], None] | None = None) -> int:
     args = parse_args(argv)
-    return run_fail_fast(lambda: train(args, on_action=on_action) and 0)
+
+    def job() -> int:
+        train(args, on_action=on_action)
+        return 0
+
+    return run_fail_fast(job)
