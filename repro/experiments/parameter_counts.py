@@ -103,6 +103,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 60.0, "paper": 60.0},
+    budget_s={"ci": 30.0, "paper": 60.0},
     metrics=("closed_form_params", "instantiated_params", "hidden_per_head", "block_params_12Lh2", "padded_vocab"),
 )
