@@ -26,8 +26,16 @@ def _data():
 
 
 def _initial_state():
+    """GPT-2 style weights (normal 0.02, zero biases, unit layer norms), so the loss starts near ln V."""
     torch.manual_seed(123)
-    return ReferenceGPT(CONFIG).state_dict()
+    model = ReferenceGPT(CONFIG)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.02)
+            else:
+                p.fill_(1.0 if "layernorm.weight" in name else 0.0)
+    return model.state_dict()
 
 
 def _reference_losses(micro_batches=4):
