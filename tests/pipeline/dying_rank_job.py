@@ -1,6 +1,6 @@
 """One rank of a training job whose rank ``--fail-rank`` fails at its ``--fail-after``-th pipeline action.
 
-Started by test_faults.py as independent processes (like srun without --kill-on-bad-exit: no parent kills the
+Started by test_pipeline_faults.py as independent processes (like srun without --kill-on-bad-exit: no parent kills the
 survivors). ``--mode exit`` crashes (os._exit, as a segfault or OOM kill would), ``raise`` throws a Python error,
 ``hang`` stops making progress while staying alive. Every other argument goes to ``python -m repro.training``.
 """
@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from repro.dist import read_launch_env
 from repro.training.cli import main
 
 parser = argparse.ArgumentParser()
@@ -23,7 +24,7 @@ actions = 0
 def fault(kind: str, micro_batch: int) -> None:
     global actions
     actions += 1
-    if int(os.environ["RANK"]) != args.fail_rank or actions < args.fail_after:
+    if read_launch_env().rank != args.fail_rank or actions < args.fail_after:  # torchrun or srun variables
         return
     print(f"rank {args.fail_rank}: injecting '{args.mode}' before {kind} {micro_batch} at {time.time():.3f}",
           file=sys.stderr, flush=True)
