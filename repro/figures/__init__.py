@@ -12,8 +12,9 @@ for e.g. ``fig5_eff_mp_8gpu`` or ``t1_7.5B_Posg_nd64`` is all a figure needs. Me
 * weak scaling: experiments named ``megatron*``, metric containing ``measured`` and ``efficiency``, x from a
   ``gpus`` / ``world_size`` / ``tp_size`` column;
 * ZeRO memory and communication: experiments named ``zero*`` (not ``zero_infinity*``) with a ``stage`` (0-3 or
-  ``baseline``/``Pos``/``Pos+g``/``Pos+g+p``) and an ``nd`` / ``dp_size`` / ``world_size`` column; memory metrics
-  contain ``measured`` or ``ledger`` (formula lines: ``formula``/``expected``), communication metrics contain
+  ``baseline``/``Pos``/``Pos+g``/``Pos+g+p``) and an ``nd`` / ``dp_size`` / ``world_size`` column; memory: metric
+  ``bytes_per_param`` or starting with ``measured`` (formula lines from ``formula_bytes`` / ``psi`` columns of the
+  same rows, or metrics starting with ``formula_bytes``/``expected_bytes``); communication: metrics containing
   ``comm``, ``volume``, ``bytes_sent`` or ``traffic``;
 * ZeRO-Infinity: ``zero_infinity_model`` rows with metric containing ``efficiency`` and a ``bandwidth*`` column
   (five or more bandwidths per group draw a curve);

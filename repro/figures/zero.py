@@ -85,10 +85,11 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
     axes[0].legend(fontsize=6, ncol=2)
     ax = axes[-1]
     measured = _ledger_rows(ctx, r"^bytes_per_param$|^measured")
-    formula = _ledger_rows(ctx, r"^formula|^expected")
-    if len(measured) and not len(formula) and {"formula_bytes", "psi"} <= set(measured.columns):
+    if len(measured) and {"formula_bytes", "psi"} <= set(measured.columns):
         # rows that carry the formula beside the measurement (zero_memory_measured)
         formula = measured.assign(_value=numeric(measured["formula_bytes"]) / numeric(measured["psi"]))
+    else:
+        formula = _ledger_rows(ctx, r"^(formula|expected)_bytes")
     if len(measured):
         for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
             group = group.sort_values("_nd")
