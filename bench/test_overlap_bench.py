@@ -27,7 +27,9 @@ from repro.overlap.timing import time_sublayer, transformer_sublayers
 
 HIDDEN, TOKENS, TP, ROUNDS = 256, 4096, 2, 25
 
-CASES = [(name, 4) for name in ("OP", "FC-2", "IP", "FC-1", "FC-2/RS")] + [("OP", 2), ("OP", 8), ("FC-2", 8)]
+# ("IP", 1) and ("FC-1", 1) are Megatron's asynchronous dX all-reduce behind the dW GEMM (no chunking).
+CASES = [(name, 4) for name in ("OP", "FC-2", "IP", "FC-1", "FC-2/RS")] + [
+    ("OP", 2), ("OP", 8), ("FC-2", 8), ("IP", 1), ("FC-1", 1)]
 
 
 def _measure(rank, world_size, name, num_chunks):

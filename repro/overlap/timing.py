@@ -14,8 +14,10 @@ Sublayers (T3's names; ``h`` hidden, ``f`` FFN size, ``T`` tokens):
 * ``OP`` (row, h -> h) and ``FC-2`` (row, f -> h): forward, GEMM ``[T, in/tp] x [in/tp, h]`` then all-reduce of
   ``[T, h]``; sequential = :class:`~repro.tensor_parallel.RowParallelLinear`.
 * ``IP`` (column, h -> 3h) and ``FC-1`` (column, h -> f): backward, GEMMs for dX and dW then all-reduce of dX
-  ``[T, h]``; sequential = :class:`~repro.tensor_parallel.ColumnParallelLinear` (whose f all-reduces dX after
-  both GEMMs).
+  ``[T, h]``; sequential = Megatron's f followed by a linear layer (``copy_to_tensor_parallel`` then
+  ``F.linear``), whose backward all-reduces dX after both GEMMs. (:class:`~repro.tensor_parallel.
+  ColumnParallelLinear` itself now starts that all-reduce before the dW GEMM, Megatron's asynchronous all-reduce:
+  that is the overlapped layer with one chunk.)
 * ``FC-2/RS``: ``FC-2`` with sequence parallelism, GEMM then reduce-scatter along the sequence; sequential = the
   same layer with one chunk.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
@@ -38,7 +41,7 @@ from repro.overlap.column_parallel import OverlappedColumnParallelLinear
 from repro.overlap.row_parallel import OverlappedRowParallelLinear
 from repro.overlap.schedule import equal_chunks_time, ideal_overlap_time, share_of_ideal_saving, speedup_percent
 from repro.overlap.sequence_parallel import SequenceParallelRowLinear, chunk_rows
-from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear, copy_to_tensor_parallel
 
 MODES = ("gemm", "comm", "sequential", "chunked", "overlapped")
 
@@ -158,6 +161,9 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
     if spec.parallel == "column":
         plain = ColumnParallelLinear(spec.in_features, spec.out_features, group=group)
         overlapped = OverlappedColumnParallelLinear.from_plain(plain, num_chunks=num_chunks)
+        def sequential(inputs):  # f, then the GEMM: dX's all-reduce waits for both backward GEMMs
+            return F.linear(copy_to_tensor_parallel(inputs, group), plain.weight, plain.bias)
+
         x = torch.randn(tokens, spec.in_features, requires_grad=True)
         grad = torch.randn(tokens, spec.out_features // tp)
         grad_x = torch.empty(tokens, spec.in_features)
@@ -183,7 +189,7 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
         return {
             "gemm": (None, gemm),
             "comm": (None, lambda: comm.all_reduce(grad_x, group)),
-            "sequential": (forward(plain), lambda: state["y"].backward(grad)),
+            "sequential": (forward(sequential), lambda: state["y"].backward(grad)),
             "chunked": (None, chunked),
             "overlapped": (forward(overlapped), lambda: state["y"].backward(grad)),
         }
