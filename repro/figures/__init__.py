@@ -18,8 +18,8 @@ for e.g. ``fig5_eff_mp_8gpu`` or ``t1_7.5B_Posg_nd64`` is all a figure needs. Me
   ``comm``, ``volume``, ``bytes_sent`` or ``traffic``;
 * ZeRO-Infinity: ``zero_infinity_model`` rows with metric containing ``efficiency`` and a ``bandwidth*`` column
   (five or more bandwidths per group draw a curve);
-* GNA: ``gna_speedup`` rows with a metric containing ``speedup``: ``measured`` ones against ``sim``/``bound``
-  ones of the same point;
+* GNA: ``gna_speedup`` rows per point, ``paired_speedup`` (or ``speedup``, or a metric with ``measured``) against
+  ``bound`` (or a metric with ``sim``/``bound``), block-sparse points (``block_sparse`` column) marked;
 * evals: ``eval_wikitext_lambada`` and ``eval_race`` rows whose metric contains ``ppl``, ``perplexity``, ``acc``
   or ``accuracy``.
 """

@@ -109,9 +109,29 @@ def _offload_measured(ctx: FigureContext, ax_bw: plt.Axes, ax_slow: plt.Axes) ->
 
 
 GNA_SIM, GNA_MEASURED = "gna_simulator", "gna_speedup"
-_GNA = re.compile(r"t(?P<table>[234])_(?P<model>[a-z0-9]+?)_w(?P<window>[\dx]+)_s(?P<stride>[\dx]+)_sa(?P<sa>\d+)_"
+_GNA = re.compile(r"t(?P<table>[234])_(?P<model>[a-z0-9_]+?)_w(?P<window>[\dx]+)_s(?P<stride>[\dx]+)_sa(?P<sa>\d+)_"
                   r"(?P<kind>flopwise|sim|actual)$")
 _MODEL_NAMES = {"flux1dev": "FLUX.1-dev 4K", "cosmos7b": "Cosmos-7B", "hunyuanvideo": "HunyuanVideo"}
+
+
+def _measured_vs_bound(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per point: measured speedup (``paired_speedup``, ``speedup`` or a metric with "measured") against the tile
+    bound (``bound`` or a metric with "sim"/"bound")."""
+    if rows.empty:
+        return rows
+    metrics = list(dict.fromkeys(rows["metric"]))
+    measured = next((m for m in ("paired_speedup", "speedup") if m in metrics), None) or next(
+        (m for m in metrics if "measured" in m), None)
+    bound = "bound" if "bound" in metrics else next((m for m in metrics if re.search("sim|bound", m)
+                                                      and "flop" not in m and "fraction" not in m), None)
+    if measured is None or bound is None:
+        return rows.iloc[0:0]
+    keep = [c for c in ("point", "block_sparse") if c in rows.columns]
+    m = rows[rows["metric"] == measured][keep + ["value"]].rename(columns={"value": "_measured"})
+    b = rows[rows["metric"] == bound][["point", "value"]].rename(columns={"value": "_bound"})
+    joined = m.merge(b, on="point")
+    joined["_measured"], joined["_bound"] = numeric(joined["_measured"]), numeric(joined["_bound"])
+    return joined.dropna(subset=["_measured", "_bound"])
 
 
 def gna_speedup(ctx: FigureContext) -> list[Path]:
@@ -147,19 +167,19 @@ def gna_speedup(ctx: FigureContext) -> list[Path]:
     ax_sim.set_xlabel("NATTEN-Sim bound (paper)")
     ax_sim.set_ylabel("simulator bound (reproduced)")
     ax_sim.set_title("Simulator: paper vs reproduced")
-    here = ctx.rows_of(GNA_MEASURED, pattern=r"speedup")
-    measured = here[here["metric"].str.contains("measured")] if len(here) else here
-    bound = here[here["metric"].str.contains("sim|bound")] if len(here) else here
-    if len(measured) and len(bound) and "point" in measured.columns:
-        joined = measured.merge(bound, on="point", suffixes=("_m", "_b"))
-        ax_here.plot(numeric(joined["value_b"]), numeric(joined["value_m"]), "o", color=MEASURED_COLOR,
-                     label=f"measured here ({ctx.scale})")
-        top = float(np.nanmax(numeric(pd.concat([joined["value_b"], joined["value_m"]])))) + 0.2
-        ax_here.plot([0, top], [0, top], "--", color="#888888", lw=1)
+    joined = _measured_vs_bound(ctx.rows_of(GNA_MEASURED))
+    if len(joined):
+        sparse = joined["block_sparse"].astype(str).str.lower() == "true" if "block_sparse" in joined else \
+            pd.Series(False, index=joined.index)
+        for mask, marker, label in ((sparse, "s", "block-sparse config"), (~sparse, "o", "other config")):
+            if mask.any():
+                ax_here.plot(joined.loc[mask, "_bound"], joined.loc[mask, "_measured"], marker, color=MEASURED_COLOR,
+                             mfc="none" if marker == "o" else MEASURED_COLOR, label=label)
+        top = float(np.nanmax(joined[["_bound", "_measured"]].to_numpy())) * 1.1
+        ax_here.plot([0, top], [0, top], "--", color="#888888", lw=1, label="measured = bound")
+        ax_here.set_xlim(0, top)
+        ax_here.set_ylim(0, top)
         ax_here.legend(fontsize=7)
-    elif len(here):
-        ax_here.bar(np.arange(len(here)), numeric(here["value"]), color=MEASURED_COLOR)
-        ax_here.set_xticks(np.arange(len(here)), here["point"], rotation=60, fontsize=6)
     else:
         mark_missing(ax_here, not_run_text(GNA_MEASURED, ctx))
     ax_here.set_xlabel("simulator bound (this machine's problem)")
