@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -61,7 +62,17 @@ def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | Non
         checks = C.collect_checks(reg, rows, scale=scale, claims=claims)
     ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale, out_dir=root / "figures",
                         known=frozenset(reg.names()))
-    return render_all(ctx, names)
+    rendered = render_all(ctx, names)
+    if names is None:  # the experiments' own figures (Experiment.figure), after the shared ones
+        for exp in reg:
+            if exp.figure is None:
+                continue
+            mine = rows[rows["experiment"] == exp.name].reset_index(drop=True) if len(rows) else rows
+            try:
+                rendered.files[f"{exp.name} (own)"] = list(exp.figure(mine, claims, ctx.out_dir))
+            except Exception:  # noqa: BLE001 - reported like the shared figures
+                rendered.errors[f"{exp.name} (own)"] = traceback.format_exc()
+    return rendered
 
 
 def _digest(path: Path) -> str:

@@ -45,6 +45,14 @@ def _sum_claims(rows) -> list[ClaimCheck]:
     ]
 
 
+def _sum_figure(rows, paper_claims, out_dir):
+    """An experiment's own figure: a text file standing in for a plot (the hook's contract, not a plot)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "fake_sum_own.txt"
+    path.write_text(f"{len(rows)} rows, {len(paper_claims)} paper claims\n")
+    return [path]
+
+
 def _fail_point(point: Point, ctx: RunContext) -> list[dict]:
     raise RuntimeError(f"fake failure in point {point.name}")
 
@@ -64,6 +72,7 @@ EXPERIMENTS = (
         },
         run_point=_sum_point,
         claims=_sum_claims,
+        figure=_sum_figure,
         budget_s={"ci": 60.0},
         metrics=("triangle", "rank_sum", "marker"),
     ),
