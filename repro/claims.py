@@ -185,6 +185,11 @@ def _fmt(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _short(text: object, width: int = 120) -> str:
+    text = _fmt(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_info: str = "") -> str:
     """The human-readable report: summary, per experiment, then per paper the checked claims in full."""
     lines = [f"# Claims report (scale: {scale})", ""]
@@ -215,13 +220,14 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
         lines += ["", f"## {PAPER_TITLES.get(paper, paper)}", ""]
         mapped = group[group["experiment"] != ""]
         if len(mapped):
-            lines += ["| claim_id | quantity | setting | paper | reproduced | tolerance | verdict | command |",
-                      "|---|---|---|---:|---:|---|---|---|"]
+            lines += ["| claim_id | quantity | setting | paper | reproduced | tolerance | verdict | command | note |",
+                      "|---|---|---|---:|---:|---|---|---|---|"]
             for row in mapped.itertuples():
                 unit = "" if row.unit in ("-", "") else f" {row.unit}"
                 lines.append(
                     f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
-                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | `{row.command}` |")
+                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | `{row.command}` | "
+                    f"{_short(row.note)} |")
         rest = group[group["experiment"] == ""]
         if len(rest):
             lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]
