@@ -17,6 +17,7 @@ import os
 
 import pytest
 import torch
+import torch._dynamo
 
 from repro.gna.benchmark import PAPER_SHAPED, measure
 
@@ -29,8 +30,6 @@ FLEX_CONFIGS = {c.name for c in PAPER_SHAPED[:3]}
 def _threads_and_compile_limits():
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
-    import torch._dynamo
-
     # Each GNA block mask is a new mask function: let Flex recompile instead of silently falling back to eager.
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = 64

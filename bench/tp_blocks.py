@@ -59,10 +59,18 @@ def megatron_core_factories(tp_size: int, process_group):
     return column, row
 
 
-def repro_factories(group):
+def repro_factories(group, *, async_grad_all_reduce: bool = False):
+    """repro's layers; with ``async_grad_all_reduce`` the column layers start dX's all-reduce before the dW GEMM
+    (Megatron's asynchronous all-reduce: the T3 overlapped layer with one chunk)."""
+    from repro.overlap.column_parallel import OverlappedColumnParallelLinear
     from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    return (lambda i, o: ColumnParallelLinear(i, o, group=group)), (lambda i, o: RowParallelLinear(i, o, group=group))
+    def column(i, o):
+        if async_grad_all_reduce:
+            return OverlappedColumnParallelLinear(i, o, group=group, num_chunks=1)
+        return ColumnParallelLinear(i, o, group=group)
+
+    return column, (lambda i, o: RowParallelLinear(i, o, group=group))
 
 
 def plain_factories():

@@ -1,12 +1,12 @@
 """Column-parallel linear whose backward all-reduce of dX overlaps the gradient GEMMs (T3, backward FC-1 and IP).
 
 In Megatron-LM (sec. 3, ``Y_i = f(X) A_i^T``) the conjugate ``f`` all-reduces the input gradient
-``dX = sum_i dY_i A_i`` in backward; the plain :class:`~repro.tensor_parallel.ColumnParallelLinear` already starts
-that all-reduce before the weight-gradient GEMM (Megatron's asynchronous tensor-parallel all-reduce), but only once
-the whole dX GEMM is done. These are the backward sublayers T3 (Pati et al., ASPLOS'24) overlaps at a finer grain:
+``dX = sum_i dY_i A_i`` in backward; the plain :class:`~repro.tensor_parallel.ColumnParallelLinear` runs that
+all-reduce after the dX GEMM and before anything else. Megatron's asynchronous tensor-parallel all-reduce
+(``num_chunks=1`` here) starts it before the weight-gradient GEMM, once the whole dX GEMM is done. These are the backward sublayers T3 (Pati et al., ASPLOS'24) overlaps at a finer grain:
 the input-gradient GEMM is cut into row blocks, each block's all-reduce is launched as soon as the block is
 computed, and the weight-gradient GEMM ``dA_i = dY_i^T X`` (which needs no communication) runs while the last
-blocks are still on the wire. With ``num_chunks=1`` this is exactly the plain layer's schedule.
+blocks are still on the wire. With ``num_chunks=1`` this is Megatron's asynchronous all-reduce.
 
 Forward is f's: identity, no communication.
 """

@@ -15,9 +15,8 @@ Sublayers (T3's names; ``h`` hidden, ``f`` FFN size, ``T`` tokens):
   ``[T, h]``; sequential = :class:`~repro.tensor_parallel.RowParallelLinear`.
 * ``IP`` (column, h -> 3h) and ``FC-1`` (column, h -> f): backward, GEMMs for dX and dW then all-reduce of dX
   ``[T, h]``; sequential = Megatron's f followed by a linear layer (``copy_to_tensor_parallel`` then
-  ``F.linear``), whose backward all-reduces dX after both GEMMs. (:class:`~repro.tensor_parallel.
-  ColumnParallelLinear` itself now starts that all-reduce before the dW GEMM, Megatron's asynchronous all-reduce:
-  that is the overlapped layer with one chunk.)
+  ``F.linear``, i.e. :class:`~repro.tensor_parallel.ColumnParallelLinear`). Megatron's asynchronous all-reduce,
+  which starts dX's all-reduce before the dW GEMM, is the overlapped layer with one chunk.
 * ``FC-2/RS``: ``FC-2`` with sequence parallelism, GEMM then reduce-scatter along the sequence; sequential = the
   same layer with one chunk.
 """

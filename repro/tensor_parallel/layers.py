@@ -8,6 +8,9 @@ forward and one backward.
 Weights are stored as ``nn.Linear`` does, ``[out_features, in_features]``; a column split divides ``out``, a row split
 divides ``in``. Each layer initialises the *full* matrix from the (replicated) default generator and keeps its
 slice, so a model has the same weights at every tensor-parallel size (Megatron's CPU initialisation).
+
+These are the plain, sequential layers. Variants that overlap communication with computation (Megatron's
+asynchronous dX all-reduce, T3's chunked overlap, sequence parallelism) are separate classes in ``repro.overlap``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.tensor_parallel.mappings import (
+    copy_to_tensor_parallel,
     gather_from_tensor_parallel,
     reduce_from_tensor_parallel,
     scatter_to_tensor_parallel,
@@ -56,32 +59,6 @@ def init_shard(full_shape: tuple[int, int], shard: slice, dim: int, init_method:
     return full.narrow(dim, shard.start, shard.stop - shard.start).to(dtype).contiguous()
 
 
-class _LinearWithAsyncGradAllReduce(torch.autograd.Function):
-    """``F.linear(f(x), W, b)`` in one function, so that backward can start f's all-reduce of dX and compute the
-    weight gradient while it is in flight (Megatron-LM's asynchronous tensor-parallel all-reduce). The arithmetic
-    and the bytes moved are exactly those of f followed by a linear layer."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, group):
-        ctx.save_for_backward(x, weight)
-        ctx.group, ctx.has_bias = group, bias is not None
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, weight = ctx.saved_tensors
-        grad_x, work = None, None
-        if ctx.needs_input_grad[0]:
-            grad_x = grad_out.matmul(weight)  # [..., in]: this rank's partial dX
-            work = comm.all_reduce(grad_x, ctx.group, async_op=True)  # f's backward, in flight ...
-        grad_2d = grad_out.reshape(-1, grad_out.shape[-1])
-        grad_w = grad_2d.t().matmul(x.reshape(-1, x.shape[-1]))  # ... while dW = dY^T X is computed
-        grad_b = grad_2d.sum(0) if ctx.has_bias else None
-        if work is not None:
-            work.wait()
-        return grad_x, grad_w, grad_b, None
-
-
 class ColumnParallelLinear(nn.Module):
     """``Y_i = f(X) A_i^T + b_i``: the output features are split across the tensor-parallel group."""
 
@@ -107,10 +84,8 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.group.size == 1:
-            y = F.linear(x, self.weight, self.bias)
-        else:  # f, then the local GEMM [..., out/tp]; dX's all-reduce overlaps the dW GEMM in backward
-            y = _LinearWithAsyncGradAllReduce.apply(x, self.weight, self.bias, self.group)
+        x = copy_to_tensor_parallel(x, self.group)  # f
+        y = F.linear(x, self.weight, self.bias)  # [..., out/tp]
         return gather_from_tensor_parallel(y, self.group) if self.gather_output else y
 
     def extra_repr(self) -> str:
