@@ -67,7 +67,11 @@ def test_dying_rank_fails_spawn_job():
 
 @pytest.mark.parametrize("mode", ["exit", "raise", "hang"])
 def test_dying_rank_fails_job_without_a_parent(mode, tmp_path):
-    """tp=2 x pp=2; rank 1 (first stage) fails at its 6th action (step 1); all 4 processes must end non-zero."""
+    """tp=2 x pp=2; rank 1 (first stage) fails at its 6th action (step 1); all 4 processes must end non-zero.
+
+    The process-group timeout is long (120 s: starting 4 torch processes on a loaded 2-core machine can take tens
+    of seconds, and the rendezvous shares that timeout); a dead or raising rank is noticed through its closed
+    sockets, a hung one through the 15 s watchdog of every rank."""
     world_size, port = 4, free_port()
     logs, procs = [], []
     start = time.monotonic()
@@ -78,7 +82,7 @@ def test_dying_rank_fails_job_without_a_parent(mode, tmp_path):
         logs.append(log)
         procs.append(subprocess.Popen(
             [sys.executable, str(JOB), "--fail-rank", "1", "--fail-after", "6", "--mode", mode, "--tp", "2",
-             "--pp", "2", "--micro-batches", "2", "--timeout-s", "30", "--watchdog-s", "10", *SMALL],
+             "--pp", "2", "--micro-batches", "2", "--timeout-s", "120", "--watchdog-s", "15", *SMALL],
             env=env, stdout=log, stderr=subprocess.STDOUT))
     codes = []
     try:
