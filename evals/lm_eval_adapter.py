@@ -105,3 +105,31 @@ def run_lm_eval(lm, tasks: Sequence[Any]) -> dict[str, dict[str, Any]]:
     task_dict = {task.config.task: task for task in tasks}
     output = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=False, verbosity="ERROR")
     return output["results"]
+
+
+def measure_with_lm_eval(model: CausalLM, tokenizer: TextTokenizer, *, lambada_texts: Sequence[str],
+                         wikitext_pages: Sequence[str], workdir: str | Path, batch_size: int = 16
+                         ) -> dict[tuple[str, str, str], float]:
+    """lm-eval's ``lambada_openai`` and ``wikitext`` tasks, as lm-eval defines and aggregates them, on ``model``
+    (through :func:`as_lm_eval_model`); keys as in :mod:`evals.reconcile` (accuracy in %)."""
+    import json
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / "lambada.jsonl", "w") as handle:
+        for text in lambada_texts:
+            handle.write(json.dumps({"text": text}) + "\n")
+    with open(workdir / "wikitext.jsonl", "w") as handle:
+        for page in wikitext_pages:
+            handle.write(json.dumps({"page": page}) + "\n")
+    lm = as_lm_eval_model(model, tokenizer, batch_size=batch_size)
+    results = run_lm_eval(lm, [local_task("lambada_openai", workdir / "lambada.jsonl"),
+                               local_task("wikitext", workdir / "wikitext.jsonl")])
+    lam, wiki = results["repro_local_lambada_openai"], results["repro_local_wikitext"]
+    return {
+        ("lambada", "accuracy", "lm_eval"): 100.0 * lam["acc,none"],
+        ("lambada", "last_word_perplexity", "lm_eval"): lam["perplexity,none"],
+        ("wikitext103", "word_perplexity", "lm_eval"): wiki["word_perplexity,none"],
+        ("wikitext103", "bits_per_byte", "lm_eval"): wiki["bits_per_byte,none"],
+        ("wikitext103", "byte_perplexity", "lm_eval"): wiki["byte_perplexity,none"],
+    }

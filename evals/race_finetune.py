@@ -51,7 +51,7 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 
 
 def finetune(model: MultipleChoiceModel, train: RaceTensors, config: FinetuneConfig, *,
-             progress: bool = True) -> FinetuneLog:
+             progress: bool = True, device: str = "cpu") -> FinetuneLog:
     """Train in place. Deterministic for a given seed; every tensor-parallel rank must call it identically."""
     import time
 
@@ -77,8 +77,8 @@ def finetune(model: MultipleChoiceModel, train: RaceTensors, config: FinetuneCon
             order = torch.randperm(len(train), generator=generator)
         index = order[position: position + config.batch_size]
         batch = train.subset(index)
-        scores = model(batch.input_ids, batch.token_type_ids, batch.attention_mask)  # [b, 4]
-        loss = F.cross_entropy(scores.float(), batch.labels)
+        scores = model(*(t.to(device) for t in (batch.input_ids, batch.token_type_ids, batch.attention_mask)))
+        loss = F.cross_entropy(scores.float(), batch.labels.to(device))  # scores: [b, 4]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad)
@@ -94,14 +94,14 @@ def finetune(model: MultipleChoiceModel, train: RaceTensors, config: FinetuneCon
 
 @torch.no_grad()
 def predict(model: MultipleChoiceModel, data: RaceTensors, *, batch_size: int = 32,
-            progress: bool = True) -> torch.Tensor:
+            progress: bool = True, device: str = "cpu") -> torch.Tensor:
     """Predicted option per question [N]."""
     model.eval()
     out = []
     for begin in tqdm(range(0, len(data), batch_size), desc="race eval", disable=not progress, unit="batch"):
         sl = slice(begin, begin + batch_size)
-        scores = model(data.input_ids[sl], data.token_type_ids[sl], data.attention_mask[sl])
-        out.append(scores.argmax(dim=-1))
+        scores = model(*(t[sl].to(device) for t in (data.input_ids, data.token_type_ids, data.attention_mask)))
+        out.append(scores.argmax(dim=-1).cpu())
     return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
 
 

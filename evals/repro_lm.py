@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from evals.scoring import token_scores
 from repro.models import GPTModel
 from repro.tensor_parallel import gather_from_tensor_parallel
 
@@ -25,16 +26,35 @@ class ReproCausalLM:
             raise ValueError(f"max_length={max_length} must be in [1, max_position_embeddings={positions}]")
         self.max_length = max_length or positions
 
-    @torch.no_grad()
-    def logits(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def _selected_hidden(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         device = next(self.model.parameters()).device
         hidden = self.model.hidden_states(input_ids.to(device))  # [B, S, h]
-        selected = hidden[keep.to(device)]  # [N, h]: only the scored positions meet the output head
-        # the tied output layer (Megatron sec. 3) on this rank's vocabulary rows; padding columns are sliced off
-        # below, so they need no masking here
-        shard = F.linear(selected, self.model.embedding.word_embeddings.weight)  # [N, V_padded / tp]
-        full = gather_from_tensor_parallel(shard, self.model.tp_group)  # [N, V_padded]
-        return full[:, : self.vocab_size].cpu()
+        return hidden[keep.to(device)]  # [N, h]: only the scored positions meet the output head
+
+    def _head(self, selected: torch.Tensor) -> torch.Tensor:
+        """[n, h] -> [n, vocab_size]: the tied output layer (Megatron sec. 3) on this rank's vocabulary rows,
+        gathered over tp; padding columns are sliced off, so they need no masking."""
+        shard = F.linear(selected, self.model.embedding.word_embeddings.weight)  # [n, V_padded / tp]
+        full = gather_from_tensor_parallel(shard, self.model.tp_group)  # [n, V_padded]
+        return full[:, : self.vocab_size]
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        return self._head(self._selected_hidden(input_ids, keep)).cpu()
+
+    @torch.no_grad()
+    def score_tokens(self, input_ids: torch.Tensor, keep: torch.Tensor, target: torch.Tensor,
+                     chunk_rows: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log p(target), greedy hit) per scored position, the output head applied ``chunk_rows`` rows at a
+        time so memory stays at chunk_rows x V logits however many positions a batch scores."""
+        selected = self._selected_hidden(input_ids, keep)
+        logprobs, greedy = [], []
+        for begin in range(0, selected.shape[0], chunk_rows):
+            lp, hit = token_scores(self._head(selected[begin: begin + chunk_rows]),
+                                   target[begin: begin + chunk_rows])
+            logprobs.append(lp)
+            greedy.append(hit)
+        return torch.cat(logprobs), torch.cat(greedy)
 
     @torch.no_grad()
     def full_logits(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,8 @@ class CausalLM(Protocol):
 
     ``logits(input_ids[B,S], keep[B,S] bool) -> [N, vocab_size]``: the logits of the kept positions in row-major
     order (``N = keep.sum()``), over the unpadded vocabulary. Models may skip the output head elsewhere.
+    A model may also offer ``score_tokens(input_ids, keep, target[N]) -> (logprob[N], greedy[N])`` to score
+    without materialising all N x V logits at once (:class:`evals.repro_lm.ReproCausalLM` does).
     """
 
     vocab_size: int
@@ -67,6 +69,15 @@ def truncate_left(context: Sequence[int], continuation: Sequence[int], max_lengt
     return whole[-(max_length + 1):][:-1]
 
 
+def token_scores(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) = logit[target] - logsumexp(logits) and whether target is the argmax, per row of [N, V]
+    (computed in at least float32; the N x V log-softmax is never materialised)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    target = target.to(logits.device)
+    logprob = logits.gather(-1, target[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logprob, logits.argmax(dim=-1) == target
+
+
 @torch.no_grad()
 def score_continuations(
     model: CausalLM,
@@ -94,11 +105,12 @@ def score_continuations(
             ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             keep[row, len(tokens) - len(continuation): len(tokens)] = True
             targets.extend(continuation)
-        logits = model.logits(ids, keep)  # [N, V], N = number of scored tokens in the batch
-        logprobs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-        target = torch.tensor(targets, dtype=torch.long)
-        token_logprob = logprobs.gather(-1, target[:, None]).squeeze(-1)
-        greedy = logprobs.argmax(dim=-1) == target
+        target = torch.tensor(targets, dtype=torch.long)  # [N], N = number of scored tokens in the batch
+        if hasattr(model, "score_tokens"):
+            token_logprob, greedy = model.score_tokens(ids, keep, target)
+        else:
+            token_logprob, greedy = token_scores(model.logits(ids, keep), target)
+        token_logprob, greedy = token_logprob.cpu(), greedy.cpu()
         offset = 0
         for index in batch:
             count = len(requests[index][1])

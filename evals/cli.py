@@ -1,0 +1,255 @@
+"""``python -m evals``: the evaluation harnesses from the command line.
+
+Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else
+``<repo>/../shared/data``), prints a table, and appends result rows with provenance under
+``results/runs/evals_<task>/`` (``--results-dir`` to change, ``--no-write`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+EPILOG = """
+definitions (see evals/README.md for which paper uses which):
+  WikiText-103  token ppl: exp(NLL / (T-1)) over GPT-2 BPE tokens with Megatron's overlapping windows
+                adjusted ppl: exp(NLL / (T_o-1)), T_o = 245,566 original tokens (Megatron-LM Table 3)
+                word ppl / bits per byte: lm-eval's wikitext task (per article, disjoint windows)
+  LAMBADA       strict (whole last word, Megatron --strict-lambada), nonstrict (last BPE token),
+                lm_eval (lambada_openai)
+  RACE          finetuned multiple-choice BERT (Megatron, Table 5) and lm-eval's zero-shot race task
+
+examples:
+  python -m evals count
+  python -m evals lambada --checkpoint ~/gpt2-medium --batch-size 16
+  python -m evals wikitext --checkpoint scratch/toy/gpt --tp 2 --seq-len 128 --stride 32
+  python -m evals convert-hf --hf-dir ~/gpt2-medium --out scratch/gpt2-medium-tp2 --tp 2
+  python -m evals toy-e2e --train-seconds 240
+"""
+
+
+def _print_rows(rows: Sequence[dict[str, Any]]) -> None:
+    for r in rows:
+        value = r["value"]
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        print(f"  {r.get('task', r.get('dataset', '')):<12} {r['metric']:<24} "
+              f"{r.get('definition', r.get('split', '')):<32} {shown:>14} {r['unit']}")
+
+
+def _write(args, rows, task: str, started: float, config: dict) -> None:
+    if args.no_write or not rows:
+        return
+    from evals.records import write_rows
+
+    path = write_rows(rows, task=task, config=config, started=started, results_root=args.results_dir)
+    print(f"rows written to {path}")
+
+
+def cmd_count(args) -> list[dict]:
+    from evals.counts import dataset_counts
+
+    rows = dataset_counts(args.data_dir)
+    for r in rows:
+        print(f"  {r['dataset']:<12} {r['split']:<6} {r['level']:<7} {r['metric']:<26} {r['value']:>10,}")
+    return rows
+
+
+def _eval_spec(args, task: str):
+    from evals.tasks import EvalSpec
+
+    return EvalSpec(task=task, checkpoint=args.checkpoint, data_dir=args.data_dir, tp=args.tp, seq_len=args.seq_len,
+                    stride=getattr(args, "stride", 32), batch_size=args.batch_size, limit=args.limit,
+                    max_tokens=getattr(args, "max_tokens", None), split=getattr(args, "split", "test"),
+                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet)
+
+
+def cmd_eval(args) -> list[dict]:
+    from evals.tasks import run_at_tp
+
+    task = {"wikitext": "wikitext", "lambada": "lambada", "race-zeroshot": "race_zeroshot"}[args.command]
+    rows = run_at_tp(_eval_spec(args, task))
+    _print_rows(rows)
+    return rows
+
+
+def cmd_reconcile(args) -> list[dict]:
+    from evals.reconcile import markdown, reconciliation_rows
+    from evals.tasks import run_at_tp
+
+    rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
+    measured = None
+    if args.with_lm_eval:
+        measured = lm_eval_measure(args.checkpoint, args.data_dir, args.limit, args.seq_len, args.batch_size)
+    print(markdown(reconciliation_rows(rows, measured), title=f"Reconciliation: {args.checkpoint}"))
+    return rows
+
+
+def lm_eval_measure(checkpoint: str, data_dir, limit, seq_len, batch_size) -> dict:
+    import tempfile
+
+    from evals import wikitext
+    from evals.lm_eval_adapter import measure_with_lm_eval
+    from evals.loaders import load_lambada, load_wikitext
+    from evals.model_builders import load_gpt_for_eval
+    from evals.tokenization import gpt2_tokenizer
+
+    tokenizer = gpt2_tokenizer(data_dir)
+    model, _ = load_gpt_for_eval(checkpoint, tokenizer, max_length=seq_len)
+    pages = wikitext.split_articles(load_wikitext("test", data_dir).records)[:limit]
+    with tempfile.TemporaryDirectory() as workdir:
+        return measure_with_lm_eval(model, tokenizer, lambada_texts=load_lambada(data_dir).records[:limit],
+                                    wikitext_pages=pages, workdir=workdir, batch_size=batch_size)
+
+
+def cmd_race_finetune(args) -> list[dict]:
+    from evals.race_finetune import FinetuneConfig
+    from evals.race_run import RaceFinetuneSpec, run_race_finetune
+
+    model = {"hidden_size": args.hidden_size, "num_layers": args.num_layers,
+             "num_attention_heads": args.num_attention_heads, "max_position_embeddings": args.max_seq_length}
+    spec = RaceFinetuneSpec(
+        init=args.init, model=model, max_seq_length=args.max_seq_length, train_limit=args.train_limit,
+        eval_limit=args.eval_limit, data_dir=args.data_dir, save_to=args.save, device=args.device,
+        finetune=FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                                max_steps=args.max_steps),
+        progress=not args.quiet,
+    )
+    rows = run_race_finetune(spec)
+    _print_rows(rows)
+    return rows
+
+
+def cmd_convert_hf(args) -> list[dict]:
+    from evals.checkpoints import save_consolidated, save_shard
+    from evals.hf_convert import load_hf
+    from repro.models import shard_state_dict
+
+    loaded = load_hf(args.hf_dir, expect=args.arch)
+    meta = {"converted_from": str(args.hf_dir), "hf_sha256": loaded.sha256}
+    if args.tp == 1:
+        save_consolidated(args.out, loaded.state_dict, architecture=args.arch, config=loaded.config, meta=meta)
+    else:
+        for rank in range(args.tp):
+            save_shard(args.out, shard_state_dict(loaded.state_dict, loaded.config, rank, args.tp),
+                       architecture=args.arch, config=loaded.config, tp_rank=rank, tp_size=args.tp, meta=meta)
+    print(f"converted {args.hf_dir} ({args.arch}, {loaded.config.num_layers} layers, hidden "
+          f"{loaded.config.hidden_size}) -> {args.out} at tp={args.tp}")
+    return []
+
+
+def cmd_toy(args) -> list[dict]:
+    from evals.toy import ToySpec, run_toy
+
+    spec = ToySpec(out_dir=args.out, data_dir=args.data_dir, train_seconds=args.train_seconds,
+                   race_train_questions=args.race_train_questions, race_eval_questions=args.race_eval_questions,
+                   with_lm_eval=not args.no_lm_eval, tp_check=args.tp_check, progress=not args.quiet,
+                   eval_limit=args.eval_limit, wikitext_max_tokens=args.wikitext_max_tokens)
+    rows, report = run_toy(spec)
+    print(report)
+    return rows
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m evals", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
+    parser.add_argument("--results-dir", default=None, help="results root (default $REPRO_RESULTS_DIR or results/)")
+    parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (1 is fastest on a busy shared CPU)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    sub.add_parser("count", help="dataset sizes counted each protocol's way (no model)")
+
+    def model_args(p, seq_len_help="window / context length (default: the model's max positions)"):
+        p.add_argument("--checkpoint", required=True,
+                       help="repro checkpoint directory or Hugging Face GPT-2 directory")
+        p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (spawns local processes)")
+        p.add_argument("--seq-len", type=int, default=None, help=seq_len_help)
+        p.add_argument("--batch-size", type=int, default=8)
+        p.add_argument("--limit", type=int, default=None, help="first N passages / articles only (quick runs)")
+
+    p = sub.add_parser("wikitext", help="WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb")
+    model_args(p)
+    p.add_argument("--stride", type=int, default=32,
+                   help="new tokens scored per window (Megatron --overlapping-eval; the paper's 32)")
+    p.add_argument("--max-tokens", type=int, default=None, help="keep a BPE prefix of the test stream")
+    p.add_argument("--split", default="test", choices=["test", "valid"])
+    p = sub.add_parser("lambada", help="LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity")
+    model_args(p)
+    p = sub.add_parser("race-zeroshot", help="RACE zero-shot accuracy, lm-eval's race task definition")
+    model_args(p)
+    p.add_argument("--split", default="test", choices=["test", "dev"])
+    p.add_argument("--levels", nargs="+", default=["middle", "high"], choices=["middle", "high"],
+                   help="lm-eval's task is high only")
+    p = sub.add_parser("reconcile", help="one model under every definition, side by side")
+    model_args(p)
+    p.add_argument("--stride", type=int, default=32)
+    p.add_argument("--with-lm-eval", action="store_true", help="also run lm-eval itself through the adapter")
+
+    p = sub.add_parser("race-finetune", help="finetune a multiple-choice BERT on RACE; dev/test accuracy")
+    p.add_argument("--init", default=None, help="pretrained BERT (repro or Hugging Face dir); default random init")
+    p.add_argument("--hidden-size", type=int, default=128)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--num-attention-heads", type=int, default=4)
+    p.add_argument("--max-seq-length", type=int, default=256, help="Megatron uses 512")
+    p.add_argument("--train-limit", type=int, default=2000, help="random train questions (0 = all 87,866)")
+    p.add_argument("--eval-limit", type=int, default=300, help="first N questions per dev/test level (0 = all)")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--save", default=None, help="write the finetuned model as a repro checkpoint here")
+
+    p = sub.add_parser("convert-hf", help="Hugging Face GPT-2/BERT directory -> repro checkpoint (any tp)")
+    p.add_argument("--hf-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--arch", default="gpt", choices=["gpt", "bert"])
+    p.add_argument("--tp", type=int, default=1, help="write tp shards (1: consolidated)")
+
+    p = sub.add_parser("toy-e2e", help="train a small GPT on wiki.valid for a few CPU minutes, evaluate it on "
+                                       "WikiText-103 and LAMBADA, finetune a small BERT on a RACE subset")
+    p.add_argument("--out", default="scratch/evals_toy", help="checkpoints and the report go here")
+    p.add_argument("--train-seconds", type=float, default=240.0)
+    p.add_argument("--race-train-questions", type=int, default=2000)
+    p.add_argument("--race-eval-questions", type=int, default=300)
+    p.add_argument("--no-lm-eval", action="store_true", help="skip the lm-eval column of the reconciliation table")
+    p.add_argument("--tp-check", type=int, default=500, help="LAMBADA passages re-evaluated at tp=2 (0: skip)")
+    p.add_argument("--eval-limit", type=int, default=None,
+                   help="first N LAMBADA passages / WikiText articles (default: the full test sets)")
+    p.add_argument("--wikitext-max-tokens", type=int, default=None,
+                   help="BPE prefix of the WikiText stream for Megatron's windows (default: all)")
+    return parser
+
+
+COMMANDS = {"count": cmd_count, "wikitext": cmd_eval, "lambada": cmd_eval, "race-zeroshot": cmd_eval,
+            "reconcile": cmd_reconcile, "race-finetune": cmd_race_finetune, "convert-hf": cmd_convert_hf,
+            "toy-e2e": cmd_toy}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("train_limit", "eval_limit"):
+        if args.command == "race-finetune" and getattr(args, name, None) == 0:
+            setattr(args, name, None)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    try:
+        rows = COMMANDS[args.command](args)
+    except ValueError as err:  # bad input: one clear line, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    task = args.command.replace("-", "_")
+    config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_write", "threads")}
+    _write(args, rows, task, started, json.loads(json.dumps(config, default=str)))
+    return 0
