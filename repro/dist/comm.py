@@ -15,6 +15,10 @@ import torch.distributed as dist
 
 from repro.dist.ledger import CollectiveLedger
 
+# torch 2.13 renamed the tensor-in/tensor-out collectives (*_single); older releases (>= 2.4) have the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 @dataclass(frozen=True)
 class CommGroup:
@@ -61,7 +65,7 @@ def all_gather_into_tensor(output: torch.Tensor, tensor: torch.Tensor, group: Co
         output.copy_(tensor)
         return None
     _record(group, "all_gather", _nbytes(output))
-    return dist.all_gather_into_tensor(output, tensor, group=group.process_group, async_op=async_op)
+    return _all_gather_single(output, tensor, group=group.process_group, async_op=async_op)
 
 
 def reduce_scatter_tensor(
@@ -72,7 +76,7 @@ def reduce_scatter_tensor(
         output.copy_(tensor)
         return None
     _record(group, "reduce_scatter", _nbytes(tensor))
-    return dist.reduce_scatter_tensor(output, tensor, op=op, group=group.process_group, async_op=async_op)
+    return _reduce_scatter_single(output, tensor, op=op, group=group.process_group, async_op=async_op)
 
 
 def broadcast(tensor: torch.Tensor, group: CommGroup, *, src_group_rank: int = 0, async_op: bool = False):

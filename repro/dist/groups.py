@@ -62,8 +62,11 @@ class RankGrid:
         return [[self.rank(GridCoord(t, d, p)) for p in range(self.pp)] for d in range(self.dp) for t in range(self.tp)]
 
     def embedding_groups(self) -> list[list[int]]:
-        """First and last stage of each pipeline: they hold the tied input/output embedding (Megatron)."""
-        return [sorted({g[0], g[-1]}) for g in self.pp_groups()]
+        """First and last stage of each pipeline: they hold the tied input/output embedding (Megatron).
+        Middle stages hold no embedding; each is a group of one, so every rank has an embedding group."""
+        ends = [sorted({g[0], g[-1]}) for g in self.pp_groups()]
+        middles = [[rank] for g in self.pp_groups() for rank in g[1:-1]]
+        return ends + middles
 
 
 def resolve_grid(world_size: int, *, tp: int = 1, pp: int = 1, dp: int | None = None) -> RankGrid:

@@ -61,6 +61,14 @@ def test_rank_grid_tp_innermost():
     assert grid.embedding_groups()[0] == [0, 4]
 
 
+def test_middle_pipeline_stages_have_an_embedding_group_of_one():
+    def rank_fn(rank, ws):
+        groups = init_parallel(pp=4)
+        return groups.embedding.ranks
+
+    assert spawn(rank_fn, 4) == [(0, 3), (1,), (2,), (0, 3)]
+
+
 @pytest.mark.parametrize("world,kwargs,message", [
     (4, dict(tp=3), "not divisible by tp \\* pp"),
     (8, dict(tp=2, pp=2, dp=3), "world size 8 != tp \\* pp \\* dp = 2 \\* 2 \\* 3 = 12"),
