@@ -39,7 +39,7 @@ class BenchConfig:
 PAPER_SHAPED = (
     BenchConfig("2d_64x64_w24x48_s8x16", (64, 64), GNASpec((24, 48), stride=(8, 16))),
     BenchConfig("1d_8192_w512_s256", (8192,), GNASpec(512, stride=256)),
-    BenchConfig("3d_8x32x32_w4x16x16_s2x8x8", (8, 32, 32), GNASpec((4, 16, 16), stride=(2, 8, 8))),
+    BenchConfig("3d_8x32x32_w4x16x24_s4x8x8", (8, 32, 32), GNASpec((4, 16, 24), stride=(4, 8, 8))),
     BenchConfig("2d_64x64_w24x48_s1_na", (64, 64), GNASpec((24, 48))),
 )
 # Small versions for CI.

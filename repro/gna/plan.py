@@ -29,12 +29,16 @@ class Bucket:
     """Groups of ``nq`` query tiles that attend to the same ``nk`` KV tiles.
 
     ``q_tiles`` [G, nq] and ``kv_tiles`` [G, nk] hold flat tile ids (row-major over the tile grid);
-    ``blocked`` is None when every tile pair is full, else [G, nq * q_tile_numel, nk * kv_tile_numel] with True where
-    the query must NOT see the key.
+    ``q_tokens`` [G, M = nq * q_tile_numel] and ``kv_tokens`` [G, K = nk * kv_tile_numel] the row-major grid index
+    of every token of the group's tiles in kernel order (-1 for padding), so kernels can gather straight from the
+    [batch, *grid, heads, dim] tensors; ``blocked`` is None when every tile pair is full, else [G, M, K] with True
+    where the query must NOT see the key.
     """
 
     q_tiles: torch.Tensor
     kv_tiles: torch.Tensor
+    q_tokens: torch.Tensor
+    kv_tokens: torch.Tensor
     blocked: torch.Tensor | None
 
     @property
@@ -42,7 +46,7 @@ class Bucket:
         return self.q_tiles.shape[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity (it is cached, and holds tensors)
 class TilePlan:
     grid: tuple[int, ...]
     spec: GNASpec
@@ -101,6 +105,17 @@ def _token_positions(per_dim: Sequence[Sequence[int]], tile: Sequence[int]) -> l
     return positions
 
 
+def _grid_tokens(positions: Sequence[torch.Tensor], layouts: Sequence[DimLayout]) -> torch.Tensor:
+    """Row-major grid index of tokens given by per-dimension permuted positions; -1 where any is padding."""
+    index = torch.zeros_like(positions[0])
+    padding = torch.zeros_like(positions[0], dtype=torch.bool)
+    for position, layout in zip(positions, layouts):
+        coord = layout.order[position]
+        padding |= coord < 0
+        index = index * layout.extent + coord.clamp(min=0)
+    return torch.where(padding, -1, index)
+
+
 def _dim_groups(tiles: DimTiles) -> list[tuple[list[int], list[int]]]:
     """Group the query tiles of one dimension by identical non-empty KV tile lists: [(q tiles, kv tiles)]."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -130,30 +145,32 @@ def build_plan(grid: tuple[int, ...], spec: GNASpec, q_tile: tuple[int, ...], kv
         nk = math.prod(len(kv) for kv in kv_per_dim)
         by_shape.setdefault((nq, nk, all_full), []).append((q_per_dim, kv_per_dim))
 
+    q_layouts, kv_layouts = [d.q_layout for d in dims], [d.kv_layout for d in dims]
     buckets = []
     for (_, _, all_full), groups in sorted(by_shape.items()):
         q_ids = torch.stack([_flat_ids(q, q_counts) for q, _ in groups])
         kv_ids = torch.stack([_flat_ids(kv, kv_counts) for _, kv in groups])
-        blocked = None
-        if not all_full:
-            masks = []
-            for q_per_dim, kv_per_dim in groups:
-                q_pos = _token_positions(q_per_dim, q_tile)
-                kv_pos = _token_positions(kv_per_dim, kv_tile)
+        q_tokens, kv_tokens, masks = [], [], []
+        for q_per_dim, kv_per_dim in groups:
+            q_pos = _token_positions(q_per_dim, q_tile)
+            kv_pos = _token_positions(kv_per_dim, kv_tile)
+            q_tokens.append(_grid_tokens(q_pos, q_layouts))
+            kv_tokens.append(_grid_tokens(kv_pos, kv_layouts))
+            if not all_full:
                 allowed = torch.ones(q_pos[0].numel(), kv_pos[0].numel(), dtype=torch.bool)
                 for d, qp, kp in zip(dims, q_pos, kv_pos):
                     allowed &= d.allowed(qp, kp)
                 masks.append(~allowed)
-            blocked = torch.stack(masks)
-        buckets.append(Bucket(q_ids, kv_ids, blocked))
+        blocked = torch.stack(masks) if masks else None
+        buckets.append(Bucket(q_ids, kv_ids, torch.stack(q_tokens), torch.stack(kv_tokens), blocked))
 
     return TilePlan(
         grid=tuple(grid),
         spec=spec,
         q_tile=tuple(q_tile),
         kv_tile=tuple(kv_tile),
-        q_layouts=tuple(d.q_layout for d in dims),
-        kv_layouts=tuple(d.kv_layout for d in dims),
+        q_layouts=tuple(q_layouts),
+        kv_layouts=tuple(kv_layouts),
         buckets=tuple(buckets),
         full_pairs=full_pairs,
         partial_pairs=visited_pairs - full_pairs,
