@@ -26,7 +26,7 @@ def _paired_bars(ax: plt.Axes, ctx: FigureContext, paper: pd.DataFrame, labels: 
     if any(np.isfinite(rep)):
         ax.bar(x + 0.2, rep, 0.4, color=MODEL_COLOR, label="reproduced")
     else:
-        mark_missing(ax, "reproduced: not yet run\n(the paper's models are not public;\nsee the right panel)", y=0.25)
+        mark_missing(ax, "reproduced: not yet run\n(the paper's models are not public;\nsee the panels below)", y=0.25)
     for i, (p, r) in enumerate(zip(paper["value_num"], rep)):
         ax.text(i - 0.2, p, f"{p:.4g}", ha="center", va="bottom", fontsize=6)
         if np.isfinite(r):
@@ -38,20 +38,40 @@ def _paired_bars(ax: plt.Axes, ctx: FigureContext, paper: pd.DataFrame, labels: 
     return any(np.isfinite(rep))
 
 
-def _measured(ax: plt.Axes, ctx: FigureContext, experiments: tuple[str, ...]) -> list[str]:
+def _measured_rows(ctx: FigureContext, experiments: tuple[str, ...]) -> pd.DataFrame:
     frames = [ctx.rows_of(e).assign(_exp=e) for e in experiments if ctx.has_rows(e)]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    rows = rows[numeric(rows["value"]).notna()] if len(rows) else rows
-    rows = rows[rows["metric"].str.contains("ppl|perplexity|acc|accuracy", regex=True)] if len(rows) else rows
     if rows.empty:
-        mark_missing(ax, "\n".join(not_run_text(e, ctx) for e in experiments))
-        return []
-    labels = [f"{r.metric}\n{r.point}" for r in rows.itertuples()]
-    ax.barh(np.arange(len(rows)), numeric(rows["value"]), color=MEASURED_COLOR)
-    ax.set_yticks(np.arange(len(rows)), labels, fontsize=6)
-    for i, v in enumerate(numeric(rows["value"])):
-        ax.text(v, i, f" {v:.4g}", va="center", fontsize=6)
-    return sorted(set(rows["_exp"]))
+        return rows
+    rows = rows.assign(_value=numeric(rows["value"])).dropna(subset=["_value"])
+    parts = [rows[c].astype(str) for c in ("task", "definition") if c in rows.columns]
+    label = rows["point"].astype(str)
+    for part in parts:
+        label = label + " " + part.where(~part.isin(["nan", "None"]), "")
+    metric = rows["metric"].str.replace("_perplexity", " ppl").str.replace("_", " ")
+    return rows.assign(_label=label.str.strip() + ": " + metric)
+
+
+def _measured_bars(ax: plt.Axes, rows: pd.DataFrame, pattern: str, title: str, missing: str, *,
+                   log: bool = False, xlim: tuple[float, float] | None = None) -> None:
+    """Horizontal bars of the measured rows whose metric matches ``pattern``."""
+    rows = rows[rows["metric"].str.contains(pattern, regex=True)] if len(rows) else rows
+    if rows.empty:
+        mark_missing(ax, missing)
+    else:
+        if rows["point"].nunique() == 1:  # one point: its name goes in the title, not on every bar
+            rows = rows.assign(_label=[lab.removeprefix(f"{pt} ") for lab, pt in zip(rows["_label"], rows["point"])])
+            title += f" [{rows['point'].iloc[0]}]"
+        y = np.arange(len(rows))
+        ax.barh(y, rows["_value"], color=MEASURED_COLOR)
+        ax.set_yticks(y, rows["_label"], fontsize=6)
+        for i, v in enumerate(rows["_value"]):
+            ax.text(v, i, f" {v:.4g}", va="center", fontsize=6)
+        if log and (rows["_value"] > 0).all():
+            ax.set_xscale("log")
+        if xlim is not None:
+            ax.set_xlim(*xlim)
+    ax.set_title(title, fontsize=9)
 
 
 def _labels(claim_ids, prefix: str, suffix: str) -> list[str]:
@@ -65,25 +85,33 @@ def _labels(claim_ids, prefix: str, suffix: str) -> list[str]:
 
 
 def evals(ctx: FigureContext) -> list[Path]:
-    """WikiText-103 perplexity and LAMBADA accuracy (Table 3) and RACE accuracy (Table 5), paper vs reproduced,
-    plus the values measured at the scale that was run."""
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8))
+    """Top: WikiText-103 perplexity and LAMBADA accuracy (Table 3) and RACE accuracy (Table 5), paper vs
+    reproduced. Bottom: what the eval experiments measured at the scale that was run, and App. E.1's token counts."""
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    fig.subplots_adjust(hspace=0.45, wspace=0.6, left=0.13, right=0.97)
     ppl = ctx.paper("megatron_lm_2019", r"t3_(355M|2p5B|8p3B|prev_sota)_wt103_ppl")
     lam = ctx.paper("megatron_lm_2019", r"t3_(355M|2p5B|8p3B|prev_sota)_lambada_acc")
     race = ctx.paper("megatron_lm_2019", r"t5_megatron_(336m|1p3b|3p9b|3p9b_ensemble)_race")
-    _paired_bars(axes[0], ctx, ppl, _labels(ppl["claim_id"], "t3_", "_wt103_ppl"), "WikiText-103 perplexity (Table 3)",
-                 "perplexity")
-    _paired_bars(axes[1], ctx, lam, _labels(lam["claim_id"], "t3_", "_lambada_acc"), "LAMBADA accuracy (Table 3)",
+    _paired_bars(axes[0, 0], ctx, ppl, _labels(ppl["claim_id"], "t3_", "_wt103_ppl"),
+                 "WikiText-103 perplexity (Table 3)", "perplexity")
+    _paired_bars(axes[0, 1], ctx, lam, _labels(lam["claim_id"], "t3_", "_lambada_acc"), "LAMBADA accuracy (Table 3)",
                  "accuracy (%)")
-    race_labels = _labels(race["claim_id"], "t5_megatron_", "_race")
-    _paired_bars(axes[2], ctx, race, race_labels, "RACE test accuracy (Table 5)", "accuracy (%)")
-    used = _measured(axes[3], ctx, (WIKI, RACE))
-    axes[3].set_title(f"Measured here ({ctx.scale} scale)", fontsize=9)
-    caption(fig, "Evaluations. Paper: Shoeybi et al. 2019, Table 3 (GPT-2 355M/2.5B/8.3B, previous SOTA) and Table 5 "
-                 "(BERT-style Megatron 336M/1.3B/3.9B); results/paper/megatron_lm_2019/table_3.csv, table_5.csv. "
-                 f"Reproduced: {ctx.status(WIKI)}; {ctx.status(RACE)}. The paper's checkpoints are not public, so at "
-                 "ci scale the measured values come from the small models the eval experiments use"
-                 + (f" ({', '.join(used)})." if used else "."))
+    _paired_bars(axes[0, 2], ctx, race, _labels(race["claim_id"], "t5_megatron_", "_race"),
+                 "RACE test accuracy (Table 5)", "accuracy (%)")
+    rows = _measured_rows(ctx, (WIKI, RACE))
+    missing = "\n".join(not_run_text(e, ctx) for e in (WIKI, RACE))
+    _measured_bars(axes[1, 0], rows, r"perplexity|ppl", f"Measured here ({ctx.scale}): perplexity", missing, log=True)
+    _measured_bars(axes[1, 1], rows, r"^acc|accuracy", f"Measured here ({ctx.scale}): accuracy (%)", missing,
+                   xlim=(0, 100))
+    counts = ctx.paper("megatron_lm_2019", r"wt103_T0|wt103_T")
+    _paired_bars(axes[1, 2], ctx, counts, ["$T_o$ (words)", "$T$ (BPE targets)"], "WikiText-103 token counts "
+                 "(App. E.1)", "tokens")
+    used = sorted(set(rows["_exp"])) if len(rows) else []
+    caption(fig, "Evaluations. Paper: Shoeybi et al. 2019, Table 3 (GPT-2 355M/2.5B/8.3B, previous SOTA), Table 5 "
+                 "(BERT-style Megatron 336M/1.3B/3.9B) and App. E.1; results/paper/megatron_lm_2019/. Reproduced: "
+                 f"{ctx.status(WIKI)}; {ctx.status(RACE)}. The paper's checkpoints are not public: at ci scale the "
+                 "measured values come from the tiny models the eval experiments train here"
+                 + (f" ({', '.join(used)})" if used else "") + ", so they test the harness, not the paper's numbers.")
     return save(fig, ctx, "evals")
 
 

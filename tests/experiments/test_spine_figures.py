@@ -54,6 +54,6 @@ def test_measured_panels_read_rows_by_convention(tmp_path):
     assert "NVMe tier" in svg["zero_infinity_efficiency"]
     assert "repro run zero_infinity_offload" not in svg["zero_infinity_efficiency"]
     assert "block-sparse config" in svg["gna_speedup"] or "other config" in svg["gna_speedup"]
-    assert "wikitext_ppl" in svg["evals"] and "race_accuracy" in svg["evals"]
+    assert "wikitext ppl" in svg["evals"] and "race accuracy" in svg["evals"]
     assert "eval_race (ci scale, 1 rows" in svg["evals"]
     assert "no experiment has run" in svg["parameter_counts"]
