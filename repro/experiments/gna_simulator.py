@@ -206,8 +206,10 @@ def _check_row(row, known: set[str]) -> list[ClaimCheck]:
     claim_id, value = row["claim_id"], float(row["value"])
     if claim_id.endswith("_flopwise"):
         note = "Amdahl with the Table 1 self-attention share"
-        extra = [check_value(PAPER, f"{claim_id}_repro", value, abs=0.01, note=note)] if f"{claim_id}_repro" in known else []
-        return [check_value(PAPER, claim_id, value, abs=0.01, note=note)] + extra
+        checks = [check_value(PAPER, claim_id, value, abs=0.01, note=note)]
+        if f"{claim_id}_repro" in known:
+            checks.append(check_value(PAPER, f"{claim_id}_repro", value, abs=0.01, note=note))
+        return checks
     if claim_id.endswith("_gna_share"):
         return [check_value(PAPER, claim_id, value, abs=1.0, note="paper prints an approximate whole percent")]
     if row["metric"] == "e2e_limit":
@@ -236,7 +238,8 @@ def claims(rows) -> list[ClaimCheck]:
         # Op-level simulated speedups of the tables, against the claims table's derived re-implementation rows.
         op = rows[(rows["metric"] == "op_sim_speedup") & rows["claim_id"].isna()]
         for _, row in op.iterrows():
-            claim_id = f"{row['table']}_{row['model']}_w{row['window']}_s{row['stride']}_sa{int(row['sa_steps'])}_sim_op_repro"
+            config = f"w{row['window']}_s{row['stride']}_sa{int(row['sa_steps'])}"
+            claim_id = f"{row['table']}_{row['model']}_{config}_sim_op_repro"
             if claim_id in known:
                 checks.append(check_value(PAPER, claim_id, round(float(row["value"]), _decimals(claim_id)),
                                           note="op-level worst-query-tile bound"))

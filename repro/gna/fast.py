@@ -13,8 +13,8 @@ it recomputes the probabilities from the inputs, as FlashAttention does, instead
 The token permutation into tiles is never materialised: each chunk gathers its tokens' rows straight from the
 [batch, *grid, heads, head_dim] tensors (the plan holds the grid index of every token of a group, in tile order)
 and scatters its output rows back. Padded tokens read row 0 (their keys are masked, their outputs dropped), write
-to a scratch row past the end, and read a zero dO in the backward. bf16/fp16 inputs are computed in float32 chunk by chunk (CPUs have no fast
-half-precision softmax) and cast back; float64 stays float64.
+to a scratch row past the end, and read a zero dO in the backward. bf16/fp16 inputs are computed in float32 chunk
+by chunk (CPUs have no fast half-precision softmax) and cast back; float64 stays float64.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ def _chunk_list(plan: TilePlan, batch: int, num_heads: int, dtype: torch.dtype) 
             queries = _Rows(bucket.q_tokens[groups], heads, num_heads, num_tokens, scratch)
             keys = _Rows(bucket.kv_tokens[groups], heads, num_heads, num_tokens, scratch)
             heads_count = heads.stop - heads.start
-            chunks.append(_Chunk(bucket, queries, keys, groups, heads_count, (groups.stop - groups.start) * heads_count))
+            items = (groups.stop - groups.start) * heads_count
+            chunks.append(_Chunk(bucket, queries, keys, groups, heads_count, items))
     return tuple(chunks)
 
 

@@ -36,8 +36,11 @@ def _positions(layouts: Sequence[DimLayout]) -> list[torch.Tensor]:
     return positions
 
 
-def gna_mask_mod(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu") -> Callable:
-    """A Flex ``mask_mod(b, h, q_idx, kv_idx)`` over the tiled token order of :func:`repro.gna.tiling.permute_to_tiles`."""
+def gna_mask_mod(
+    grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu"
+) -> Callable:
+    """A Flex ``mask_mod(b, h, q_idx, kv_idx)`` over the tiled token order of
+    :func:`repro.gna.tiling.permute_to_tiles`."""
     dims = all_dim_tiles(grid, spec, q_tile, kv_tile)
     q_positions = _positions([d.q_layout for d in dims])
     kv_positions = _positions([d.kv_layout for d in dims])

@@ -104,7 +104,9 @@ class DimTiles:
         return (kv >= self.lo[q_positions][:, None]) & (kv <= self.hi[q_positions][:, None])
 
 
-def dim_tiles(extent: int, window: int, stride: int, dilation: int, causal: bool, q_tile: int, kv_tile: int) -> DimTiles:
+def dim_tiles(
+    extent: int, window: int, stride: int, dilation: int, causal: bool, q_tile: int, kv_tile: int
+) -> DimTiles:
     """Classify the tile pairs of one dimension (GNA §3.2) under static tiling of queries and keys."""
     q_layout, kv_layout = dim_layout(extent, q_tile, dilation), dim_layout(extent, kv_tile, dilation)
     lo, hi = key_position_intervals(q_layout, kv_layout, window, stride, causal)
@@ -119,7 +121,9 @@ def dim_tiles(extent: int, window: int, stride: int, dilation: int, causal: bool
     # Full: every row's interval covers the whole KV tile.
     tile_start = torch.arange(num_kv_tiles) * kv_tile
     tile_end = tile_start + kv_tile - 1
-    full = (lo.view(-1, q_tile).amax(dim=1)[:, None] <= tile_start) & (hi.view(-1, q_tile).amin(dim=1)[:, None] >= tile_end)
+    last_start = lo.view(-1, q_tile).amax(dim=1)[:, None]  # latest first key over the tile's rows
+    first_end = hi.view(-1, q_tile).amin(dim=1)[:, None]  # earliest last key
+    full = (last_start <= tile_start) & (first_end >= tile_end)
     return DimTiles(q_layout, kv_layout, lo, hi, nonempty, full)
 
 
