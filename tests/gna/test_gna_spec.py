@@ -57,10 +57,11 @@ def test_bad_tensors_get_clear_errors():
         neighborhood_attention(q, q, q, spec, backend="cuda")
 
 
-@pytest.mark.parametrize("extent, window, stride, dilation", itertools.product([9, 12], [1, 2, 3, 4], [1, 2], [1, 2]))
+VALID = [(n, w, s, d) for n, w, s, d in itertools.product([9, 12], [1, 2, 3, 4], [1, 2], [1, 2]) if s <= w]
+
+
+@pytest.mark.parametrize("extent, window, stride, dilation", VALID)
 def test_non_causal_queries_see_exactly_window_keys(extent, window, stride, dilation):
-    if stride > window:
-        pytest.skip("stride > window is invalid")
     mask = mask_1d(extent, window, stride, dilation)
     assert (mask.sum(1) == window).all()
     group = torch.arange(extent) % dilation
