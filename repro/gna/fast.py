@@ -2,7 +2,7 @@
 
 Tokens are grouped into multi-dimensional tiles (:mod:`repro.gna.tiling`); for every group of query tiles only the
 KV tiles it needs are visited (:mod:`repro.gna.plan`), and each bucket of equally shaped groups is computed in
-chunks of batched matmuls sized to stay in cache. Full tiles are computed without a mask, partial ones with one
+chunks of batched matmuls sized to stay in cache (:func:`_chunk_bytes`). Full tiles are computed without a mask, partial ones with one
 (GNA §3.2). The forward hands each chunk of gathered blocks to PyTorch's fused dense attention
 (``scaled_dot_product_attention``, exact softmax, scores never stored; the partial-tile mask goes in as
 ``attn_mask``): inside a group, GNA *is* dense attention over the gathered keys. The backward is written out here;
@@ -31,8 +31,16 @@ from repro.gna.plan import Bucket, TilePlan, build_plan
 from repro.gna.reference import check_qkv
 from repro.gna.spec import GNASpec
 
-# Score bytes per chunk: small enough for a chunk's scores to stay in a core's L2 between the passes over them.
-_CHUNK_BYTES = 1 << 20
+
+
+def _chunk_bytes(backward: bool) -> int:
+    """Score bytes per chunk. Single-threaded: 1 MiB, so a chunk's scores stay in a core's L2 between the passes
+    over them. Multi-threaded, every op of a chunk is a parallel region whose threads must all be scheduled (on a
+    shared machine a region can wait a whole time slice), so fewer, larger chunks win: 16 MiB in the backward
+    (which holds scores), 64 MiB in the forward (fused attention never stores them)."""
+    if torch.get_num_threads() == 1:
+        return 1 << 20
+    return 1 << 24 if backward else 1 << 26
 
 
 def _chunks(num_groups: int, batch_heads: int, items_per_chunk: int) -> Iterator[tuple[slice, slice]]:
@@ -68,7 +76,7 @@ class _TiledAttention(torch.autograd.Function):
         scratch = q_rows.shape[0]
         out = q_rows.new_empty(scratch + 1, v.shape[-1], dtype=compute_dtype)  # every real row gets written
         out[scratch].zero_()
-        for c in _chunk_list(plan, q.shape[0], q.shape[-2], compute_dtype):
+        for c in _chunk_list(plan, q.shape[0], q.shape[-2], compute_dtype, _chunk_bytes(backward=False)):
             q_c = q_rows.index_select(0, c.queries.gather).to(compute_dtype).view(1, c.items, -1, q.shape[-1])
             k_c = k_rows.index_select(0, c.keys.gather).to(compute_dtype).view(1, c.items, -1, k.shape[-1])
             v_c = v_rows.index_select(0, c.keys.gather).to(compute_dtype).view(1, c.items, -1, v.shape[-1])
@@ -96,7 +104,7 @@ class _TiledAttention(torch.autograd.Function):
         grad_q = q_rows.new_empty(scratch + 1, q.shape[-1], dtype=dtype)  # every real query row is written once
         grad_k = k_rows.new_zeros(scratch + 1, k.shape[-1], dtype=dtype)
         grad_v = v_rows.new_zeros(scratch + 1, v.shape[-1], dtype=dtype)
-        for c in _chunk_list(plan, q.shape[0], q.shape[-2], dtype):
+        for c in _chunk_list(plan, q.shape[0], q.shape[-2], dtype, _chunk_bytes(backward=True)):
             q_c = q_rows.index_select(0, c.queries.gather).to(dtype).view(c.items, -1, q.shape[-1]).mul_(scale)
             k_c = k_rows.index_select(0, c.keys.gather).to(dtype).view(c.items, -1, k.shape[-1])
             v_c = v_rows.index_select(0, c.keys.gather).to(dtype).view(c.items, -1, v.shape[-1])
@@ -122,7 +130,9 @@ class _Chunk:
 
 
 @functools.lru_cache(maxsize=32)
-def _chunk_list(plan: TilePlan, batch: int, num_heads: int, dtype: torch.dtype) -> tuple[_Chunk, ...]:
+def _chunk_list(
+    plan: TilePlan, batch: int, num_heads: int, dtype: torch.dtype, chunk_bytes: int
+) -> tuple[_Chunk, ...]:
     """The chunks of a plan for a batch and head count, with their row indices (cached: built once per shape)."""
     element = torch.empty((), dtype=dtype).element_size()
     num_tokens = math.prod(plan.grid)
@@ -130,7 +140,7 @@ def _chunk_list(plan: TilePlan, batch: int, num_heads: int, dtype: torch.dtype) 
     chunks = []
     for bucket in plan.buckets:
         m, n = bucket.q_tokens.shape[1], bucket.kv_tokens.shape[1]
-        items_per_chunk = max(1, _CHUNK_BYTES // (m * n * element))
+        items_per_chunk = max(1, chunk_bytes // (m * n * element))
         for groups, heads in _chunks(bucket.q_tokens.shape[0], batch * num_heads, items_per_chunk):
             queries = _Rows(bucket.q_tokens[groups], heads, num_heads, num_tokens, scratch)
             keys = _Rows(bucket.kv_tokens[groups], heads, num_heads, num_tokens, scratch)
