@@ -25,8 +25,8 @@ from repro.experiments.resources import NeedsGPU, check_memory, resolve_device
 
 Progress = Callable[[str], None]
 
-#: Budget assumed for an experiment that declares none (seconds per scale; analytic experiments take < 1 s); ``repro reproduce`` reports it.
-DEFAULT_BUDGET_S = 30.0
+#: Budget assumed for an experiment that declares none (seconds per scale; the analytic experiments take < 1 s); ``repro reproduce`` reports it.
+DEFAULT_BUDGET_S = 10.0
 
 
 def budget_for(experiment: Experiment, scale: str) -> tuple[float, bool]:
