@@ -22,7 +22,7 @@ import torch._dynamo
 from repro.gna.benchmark import PAPER_SHAPED, measure
 
 THREADS = int(os.environ.get("GNA_BENCH_THREADS", "1"))
-ROUNDS = int(os.environ.get("GNA_BENCH_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("GNA_BENCH_ROUNDS", "7"))
 FLEX_CONFIGS = {c.name for c in PAPER_SHAPED[:3]}
 
 
