@@ -1,0 +1,194 @@
+"""The ZeRO memory report: where one rank's peak memory goes, stage by stage.
+
+DeepSpeed users often see ZeRO-3 take more memory than its estimator predicts and cannot tell why. This report
+splits a rank's measured peak (RSS on CPU; the allocator's peak on GPU) into
+
+    runtime          the process before the model exists (interpreter, torch, framework)
+    model states     parameters, gradients, fp32 master weights, optimizer moments held in memory (the ledger),
+                     printed beside the paper's formula (ZeRO sec. 5) so that excess shows up as its own line
+    comm buffers     peak of reduce-scatter / all-reduce buffers (gradient buckets in flight)
+    gathered params  peak of stage-3 parameters gathered for compute (prefetch included)
+    io buffers       host staging buffers of the NVMe tier
+    activations      tensors saved for backward (counted by a saved-tensors hook)
+    rest             the peak minus all of the above: temporaries, allocator caching and fragmentation
+
+for this implementation (measured by :func:`repro.zero.measure.measure_run`) and, when the bench has produced
+them, for DeepSpeed on the same model (rows in the same schema; the library never imports DeepSpeed).
+
+    python -m repro.zero.report --world-size 2 --stages 0 1 2 3 --peer-rows bench_deepspeed.json --out report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from repro.zero.memory_model import K_ADAM, model_state_bytes
+
+COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buffers", "activations", "rest")
+MEMORY_TIERS = ("device", "cpu")  # tiers that live in the process's memory (nvme is on disk)
+
+
+def formula_bytes(psi: int, stage: int, nd: int, dtype: str, *, master_aliased: bool) -> float:
+    """ZeRO sec. 5 for the run's precision. Mixed precision is the paper's (2 + 2 + K) psi with K = 12. For fp32,
+    parameters and gradients take 4 bytes each and K = 8 when the master weights are the parameters themselves
+    (12 when they are a separate copy); in the paper's formula that is twice the parameters with half the K."""
+    if dtype in ("bf16", "fp16"):
+        return model_state_bytes(num_params=psi, stage=stage, dp_size=nd, k=K_ADAM)
+    k = 8 if master_aliased else K_ADAM
+    return model_state_bytes(num_params=2 * psi, stage=stage, dp_size=nd, k=k / 2)
+
+
+def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str, Any]:
+    """One report row from a :func:`measure_run` result (or a peer's row in the same schema)."""
+    ledger = measurement.get("ledger", {})
+    in_memory = sum(v for k, v in ledger.items() if k.split("/")[1] in MEMORY_TIERS and
+                    k.split("/")[0] in ("params", "grads", "master", "optimizer_states"))
+    if "model_states_in_memory" in measurement:
+        in_memory = measurement["model_states_in_memory"]
+    transient = measurement.get("transient_peak", {})
+    spec = measurement.get("spec", {})
+    zero = spec.get("zero", {})
+    dtype = zero.get("dtype", "fp32")
+    master_aliased = not any(k.startswith("master/") for k in ledger) if ledger else False
+    formula = measurement.get("formula_bytes") or formula_bytes(
+        measurement["psi"], measurement["stage"], measurement["dp_size"], dtype, master_aliased=master_aliased)
+    row = {
+        "framework": framework, "stage": measurement["stage"], "nd": measurement["dp_size"], "dtype": dtype,
+        "optimizer_tier": zero.get("offload_optimizer", {}).get("device", "none"),
+        "param_tier": zero.get("offload_param", {}).get("device", "none"),
+        "psi": measurement["psi"], "rss_peak": measurement["rss_peak"],
+        "runtime": measurement["rss_start"], "model_states": in_memory, "model_states_formula": formula,
+        "comm_buffers": measurement.get("comm_buffer_bytes", transient.get("comm_buffers", 0)),
+        "gathered_params": measurement.get("gathered_param_bytes", transient.get("working_params", 0)),
+        "io_buffers": measurement.get("io_buffer_bytes", sum(v for k, v in ledger.items() if k.startswith("io_buffers"))),
+        "activations": measurement.get("activation_bytes", 0),
+        "step_time_s": measurement.get("step_time_s"),
+        "notes": measurement.get("notes", ""),
+    }
+    known = sum(row[c] for c in COLUMNS if c != "rest")
+    row["rest"] = row["rss_peak"] - known
+    return row
+
+
+def report_frame(measurements: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Rows of :func:`attribute` for measurements carrying a ``framework`` key (default "repro")."""
+    return pd.DataFrame([attribute(m, m.get("framework", "repro")) for m in measurements])
+
+
+def render_markdown(frame: pd.DataFrame) -> str:
+    """The report as a Markdown table, MB = 1e6 bytes."""
+    head = ["framework", "stage", "tiers (opt/param)", "peak RSS", *COLUMNS, "formula", "model states - formula"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in frame.sort_values(["stage", "optimizer_tier", "framework"]).to_dict("records"):
+        mb = lambda value: f"{value / 1e6:.1f}"  # noqa: E731
+        cells = [row["framework"], str(row["stage"]), f"{row['optimizer_tier']}/{row['param_tier']}",
+                 mb(row["rss_peak"]), *[mb(row[c]) for c in COLUMNS], mb(row["model_states_formula"]),
+                 mb(row["model_states"] - row["model_states_formula"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"- {r['framework']} stage {r['stage']}: {r['notes']}" for r in frame.to_dict("records") if r["notes"]]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def figure(frame: pd.DataFrame, path: Path) -> Path:
+    """Stacked bars of the peak split, one bar per (framework, stage, tiers); the formula as a marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = frame.sort_values(["stage", "optimizer_tier", "framework"]).reset_index(drop=True)
+    labels = [f"{r.framework}\nZ{r.stage} {r.optimizer_tier}" for r in data.itertuples()]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(data)), 4.5))
+    bottom = [0.0] * len(data)
+    for column in COLUMNS:
+        values = [max(v, 0) / 1e6 for v in data[column]]
+        ax.bar(range(len(data)), values, bottom=bottom, label=column)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.scatter(range(len(data)), [v / 1e6 + r / 1e6 for v, r in zip(data["model_states_formula"], data["runtime"])],
+               marker="_", s=400, color="black", label="runtime + formula")
+    ax.set_xticks(range(len(data)), labels, fontsize=7)
+    ax.set_ylabel("MB per rank (peak RSS)")
+    ax.set_title("Where a rank's peak memory goes (ZeRO stages)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _measure_all(rank: int, world_size: int, specs: list) -> list[dict]:
+    from repro.dist import init_parallel
+    from repro.zero.measure import measure_run
+
+    groups = init_parallel()
+    return [measure_run(spec, groups) for spec in specs]
+
+
+def measure_stages(
+    *, world_size: int, stages: Sequence[int], model_kwargs: dict[str, Any], dtype: str = "fp32",
+    offload: str = "none", nvme_path: str | None = None, micro_batch: int = 2, seq_len: int = 64, steps: int = 3,
+) -> list[dict[str, Any]]:
+    """Rank 0's :func:`measure_run` results for each stage, run on ``world_size`` local processes."""
+    from repro.dist import spawn
+    from repro.models import GPTConfig
+    from repro.zero.config import OffloadConfig, ZeroConfig
+    from repro.zero.measure import RunSpec
+
+    model = GPTConfig(**{"hidden_dropout": 0.0, "attention_dropout": 0.0, **model_kwargs})
+    specs = []
+    for stage in stages:
+        tier = OffloadConfig(offload, nvme_path=nvme_path if offload == "nvme" else None)
+        zero = ZeroConfig(stage=stage, dtype=dtype, offload_optimizer=tier,
+                          offload_param=tier if stage == 3 else OffloadConfig())
+        specs.append(RunSpec(model=model, zero=zero, micro_batch=micro_batch, seq_len=seq_len, steps=steps))
+    return spawn(_measure_all, world_size, specs, timeout_s=1800)[0]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.zero.report", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-size", type=int, default=2, help="data-parallel ranks (local processes)")
+    parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3], help="ZeRO stages to measure")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--offload", choices=("none", "cpu", "nvme"), default="none",
+                        help="tier of optimizer states (and of parameters at stage 3)")
+    parser.add_argument("--nvme-path", default=None, help="directory for NVMe swap files (with --offload nvme)")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--num-heads", type=int, default=4)
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--peer-rows", type=Path, default=None,
+                        help="JSON list of measurements from a peer (bench/test_zero_bench.py writes DeepSpeed's)")
+    parser.add_argument("--out", type=Path, default=Path("zero_memory_report"),
+                        help="output prefix: writes <out>.md, <out>.json and <out>.png")
+    args = parser.parse_args(argv)
+    if args.offload == "nvme" and not args.nvme_path:
+        parser.error("--offload nvme needs --nvme-path")
+    measurements = [{**m, "framework": "repro"} for m in measure_stages(
+        world_size=args.world_size, stages=args.stages, dtype=args.dtype, offload=args.offload,
+        nvme_path=args.nvme_path, micro_batch=args.micro_batch, seq_len=args.seq_len, steps=args.steps,
+        model_kwargs={"vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "num_layers": args.num_layers,
+                      "num_attention_heads": args.num_heads, "max_position_embeddings": args.seq_len})]
+    if args.peer_rows is not None:
+        measurements += json.loads(args.peer_rows.read_text())
+    frame = report_frame(measurements)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(frame)
+    Path(f"{args.out}.md").write_text(text)
+    Path(f"{args.out}.json").write_text(frame.to_json(orient="records", indent=1))
+    figure(frame, Path(f"{args.out}.png"))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
