@@ -253,7 +253,8 @@ def value_changes(old: pd.DataFrame, new: pd.DataFrame, *, rel_tol: float = 1e-9
     """Rows whose value changed between two tables, matched on (experiment, scale, point, metric, unit) and the
     experiments' own columns; ``old_value`` is NaN for new rows and ``new_value`` NaN for vanished ones."""
     ignore = {"run_id", "value"}
-    keys = [c for c in new.columns.union(old.columns) if c not in ignore and not str(c).startswith("prov_")]
+    # columns both tables have: a column an experiment added since (or dropped) must not make every row "new"
+    keys = [c for c in new.columns.intersection(old.columns) if c not in ignore and not str(c).startswith("prov_")]
 
     def keyed(frame: pd.DataFrame) -> pd.DataFrame:
         frame = frame.reindex(columns=keys + ["value"]).copy()

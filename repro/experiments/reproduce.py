@@ -166,8 +166,12 @@ def _summarise(out: Reproduction, scale: str, say: Callable[[str], None]) -> Non
             for name, error in figs.errors.items():
                 say(f"figure {name} FAILED: {error.strip().splitlines()[-1]}")
     if out.value_changes is not None:
-        say(f"changed values since the previous rows: {len(out.value_changes)}")
-        for row in out.value_changes.head(15).itertuples():
+        changes = out.value_changes
+        new, gone = changes["old_value"].isna(), changes["new_value"].isna()
+        changed = changes[~new & ~gone]
+        say(f"since the previous rows: {len(changed)} value(s) changed, {int((new & ~gone).sum())} new row(s), "
+            f"{int((gone & ~new).sum())} row(s) gone")
+        for row in changed.head(15).itertuples():
             say(f"    {row.experiment}/{row.point} {row.metric}: {row.old_value} -> {row.new_value} {row.unit}")
     if out.verdict_changes is not None:
         say(f"changed claims since the previous report: {len(out.verdict_changes)}")

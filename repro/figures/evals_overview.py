@@ -62,6 +62,10 @@ def _measured_bars(ax: plt.Axes, rows: pd.DataFrame, pattern: str, title: str, m
         if rows["point"].nunique() == 1:  # one point: its name goes in the title, not on every bar
             rows = rows.assign(_label=[lab.removeprefix(f"{pt} ") for lab, pt in zip(rows["_label"], rows["point"])])
             title += f" [{rows['point'].iloc[0]}]"
+        if rows["metric"].nunique() == 1:  # one metric: say it once, in the title
+            rows = rows.assign(_label=[lab.rsplit(": ", 1)[0] or "-" for lab in rows["_label"]])
+            title += " " + rows["metric"].iloc[0].replace("_perplexity", " ppl").replace("_", " ")
+        rows = rows.assign(_label=rows["_label"].str.replace("_", " "))
         y = np.arange(len(rows))
         ax.barh(y, rows["_value"], color=MEASURED_COLOR)
         ax.set_yticks(y, rows["_label"], fontsize=6)
