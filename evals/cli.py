@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 EPILOG = """

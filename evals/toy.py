@@ -22,7 +22,7 @@ import torch
 
 from evals.checkpoints import save_consolidated
 from evals.detokenize import wikitext_detokenize
-from evals.loaders import load_lambada, load_wikitext
+from evals.loaders import load_wikitext
 from evals.race_finetune import FinetuneConfig
 from evals.race_run import RaceFinetuneSpec, run_race_finetune
 from evals.reconcile import markdown, reconciliation_rows
