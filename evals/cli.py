@@ -1,8 +1,8 @@
 """``python -m evals``: the evaluation harnesses from the command line.
 
 Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else
-``<repo>/../shared/data``), prints a table, and appends result rows with provenance under
-``results/runs/evals_<task>/`` (``--results-dir`` to change, ``--no-write`` to skip).
+``<repo>/../shared/data``), prints a table, and writes result rows with provenance to
+``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root, ``--no-write`` to skip).
 """
 
 from __future__ import annotations

@@ -2,11 +2,14 @@
 
 A row is ``{"metric", "value", "unit", "task", "definition", "model", "checkpoint_sha256", "data_sha256",
 "settings"}``; :func:`write_rows` adds the run id and provenance (git commit, torch version, device, date, ...) and
-appends them to ``results/runs/evals_<task>/<run_id>.jsonl`` (or under ``--results-dir``).
+writes them to ``results/evals/<task>/<run_id>.jsonl`` (or under ``--results-dir``), beside -- not inside -- the
+``results/runs/`` tree that ``repro reproduce`` owns (the registered experiments ``eval_wikitext_lambada`` and
+``eval_race`` write there through the runner).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,8 +30,14 @@ def write_rows(rows: Sequence[Mapping[str, Any]], *, task: str, config: Mapping[
     """Append ``rows`` (one evaluation run) with provenance; returns the JSONL file written."""
     for r in rows:
         results.check_row(r, where=f"evals {task}")
-    root = results.results_dir(results_root)
     prov = results.provenance(config=config, world_size=world_size, device=device,
                               elapsed_s=time.perf_counter() - started, launcher="python -m evals")
-    return results.append_rows(root, experiment=f"evals_{task}", scale="cli", point=task,
-                               run_id=results.new_run_id(), rows=rows, prov=prov)
+    run_id = results.new_run_id()
+    path = results.results_dir(results_root) / "evals" / task / f"{run_id}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for r in rows:
+            record = {**r, "experiment": f"evals_{task}", "scale": "cli", "point": task, "run_id": run_id,
+                      "provenance": prov}
+            handle.write(json.dumps(record, default=str) + "\n")
+    return path

@@ -37,7 +37,7 @@ def test_lambada_rows_written_with_provenance(tmp_path, data_dir, capsys):
     code = main(["--quiet", "--data-dir", str(data_dir), "--results-dir", str(tmp_path / "results"), "lambada",
                  "--checkpoint", str(tmp_path / "ckpt"), "--limit", "6"])
     assert code == 0
-    files = list((tmp_path / "results" / "runs" / "evals_lambada").glob("*.jsonl"))
+    files = list((tmp_path / "results" / "evals" / "lambada").glob("*.jsonl"))
     assert len(files) == 1
     rows = [json.loads(line) for line in files[0].read_text().splitlines()]
     accuracy = [r for r in rows if r["metric"] == "accuracy"]
