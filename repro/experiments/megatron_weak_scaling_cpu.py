@@ -141,6 +141,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=None,
     description=__doc__ or "",
-    budget_s={"ci": 120.0, "paper": 900.0},
+    budget_s={"ci": 40.0, "paper": 900.0},
     metrics=("step_time_s", "gflops_per_rank", "calibrated_gemm_gflops", "predicted_step_time_s"),
 )

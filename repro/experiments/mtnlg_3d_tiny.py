@@ -166,6 +166,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 180.0, "paper": 1800.0},
+    budget_s={"ci": 60.0, "paper": 1800.0},
     metrics=METRICS,
 )

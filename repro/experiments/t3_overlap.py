@@ -234,6 +234,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 120.0, "paper": 1800.0},
+    budget_s={"ci": 30.0, "paper": 1800.0},
     metrics=(*EXACTNESS_METRICS, *TIMING_METRICS),
 )
