@@ -47,10 +47,15 @@ class TrainLog:
     final_loss: float  # mean of the last 10% of steps
 
 
-def lr_at(step: int, config: TrainConfig) -> float:
+def lr_at(step: int, config: TrainConfig, elapsed_s: float = 0.0) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr`` over the run: over ``max_steps``, or over ``max_seconds``
+    of wall time when that is set (whichever is further along), so a time-boxed run still ends at ``min_lr``."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
-    progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
+    progress = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
+    if config.max_seconds:
+        progress = max(progress, elapsed_s / config.max_seconds)
+    progress = min(1.0, progress)
     return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1 + math.cos(math.pi * progress))
 
 
@@ -76,12 +81,13 @@ def train_gpt(model_config: GPTConfig, tokens: torch.Tensor, config: TrainConfig
     start = time.perf_counter()
     bar = tqdm(range(config.max_steps), desc="train toy gpt", disable=not progress, unit="step")
     for step in bar:
-        if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
+        elapsed = time.perf_counter() - start
+        if config.max_seconds is not None and elapsed > config.max_seconds:
             break
         starts = torch.randint(0, tokens.numel() - config.seq_len - 1, (config.batch_size,), generator=generator)
         window = tokens[starts[:, None] + offsets]  # [b, s+1]
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
+            group["lr"] = lr_at(step, config, elapsed)
         loss = model.loss(window[:, :-1], window[:, 1:]).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
