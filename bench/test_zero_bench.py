@@ -7,7 +7,8 @@ jobs and separate runs see different loads. Reported per rank 0: the median per-
 repro / DeepSpeed (goal <= 1.0), peak RSS (goal <= DeepSpeed's),
 communication per step counted the same way for both (ring-algorithm wire bytes of every torch.distributed
 collective, in units of psi elements), and DeepSpeed's measurements in the memory-report schema (written to
-``$ZERO_BENCH_OUT``, default ``.benchmarks/zero_deepspeed.json``) for ``python -m repro.zero.report --peer-rows``.
+``$ZERO_BENCH_OUT``, default ``.benchmarks/zero_bench_measurements.json``, with repro's beside them) for
+``python -m repro.zero.report --no-measure --rows .benchmarks/zero_bench_measurements.json``.
 A separate case measures the NVMe tier's bandwidth against the raw drive's in the same run (goal >= 0.7).
 
 DeepSpeed settings that make it comparable: ``torch_adam`` (the same torch AdamW, no FusedAdam build),
@@ -270,7 +271,7 @@ def _paired_timing(rank: int, world_size: int, stage: int, tier: str, nvme_path:
 
 
 def _out_path() -> Path:
-    return Path(os.environ.get("ZERO_BENCH_OUT", ".benchmarks/zero_deepspeed.json"))
+    return Path(os.environ.get("ZERO_BENCH_OUT", ".benchmarks/zero_bench_measurements.json"))
 
 
 @pytest.mark.parametrize("stage,tier", CASES, ids=[f"stage{s}-{t}" for s, t in CASES])
@@ -300,7 +301,7 @@ def test_zero_vs_deepspeed(benchmark, stage, tier):
     RESULTS[f"stage{stage}-{tier}"] = {"row": row, "repro": ours, "deepspeed": theirs}
     out = _out_path()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r["deepspeed"] for r in RESULTS.values()], indent=1))
+    out.write_text(json.dumps([r[name] for r in RESULTS.values() for name in ("repro", "deepspeed")], indent=1))
     assert abs(row["first_loss_repro"] - row["first_loss_deepspeed"]) < 1e-4  # the same model and data
     print(f"\nstage {stage} {tier:5s} step repro {row['repro_step_s'] * 1e3:7.1f} ms  deepspeed "
           f"{row['deepspeed_step_s'] * 1e3:7.1f} ms  ratio {row['step_time_ratio']:.2f}  RSS repro "

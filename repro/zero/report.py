@@ -15,7 +15,8 @@ splits a rank's measured peak (RSS on CPU; the allocator's peak on GPU) into
 for this implementation (measured by :func:`repro.zero.measure.measure_run`) and, when the bench has produced
 them, for DeepSpeed on the same model (rows in the same schema; the library never imports DeepSpeed).
 
-    python -m repro.zero.report --world-size 2 --stages 0 1 2 3 --peer-rows bench_deepspeed.json --out report
+    python -m repro.zero.report --world-size 2 --stages 0 1 2 3 --out report
+    python -m repro.zero.report --no-measure --rows .benchmarks/zero_bench_measurements.json --out report
 """
 
 from __future__ import annotations
@@ -166,20 +167,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--peer-rows", type=Path, default=None,
-                        help="JSON list of measurements from a peer (bench/test_zero_bench.py writes DeepSpeed's)")
+    parser.add_argument("--rows", type=Path, default=None,
+                        help="JSON list of measurements to add, each with a 'framework' key (bench/test_zero_bench.py "
+                             "writes repro's and DeepSpeed's on the bench model)")
+    parser.add_argument("--no-measure", action="store_true", help="only render --rows, measure nothing here")
     parser.add_argument("--out", type=Path, default=Path("zero_memory_report"),
                         help="output prefix: writes <out>.md, <out>.json and <out>.png")
     args = parser.parse_args(argv)
     if args.offload == "nvme" and not args.nvme_path:
         parser.error("--offload nvme needs --nvme-path")
-    measurements = [{**m, "framework": "repro"} for m in measure_stages(
+    if args.no_measure and args.rows is None:
+        parser.error("--no-measure needs --rows")
+    measurements = [] if args.no_measure else [{**m, "framework": "repro"} for m in measure_stages(
         world_size=args.world_size, stages=args.stages, dtype=args.dtype, offload=args.offload,
         nvme_path=args.nvme_path, micro_batch=args.micro_batch, seq_len=args.seq_len, steps=args.steps,
         model_kwargs={"vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "num_layers": args.num_layers,
                       "num_attention_heads": args.num_heads, "max_position_embeddings": args.seq_len})]
-    if args.peer_rows is not None:
-        measurements += json.loads(args.peer_rows.read_text())
+    if args.rows is not None:
+        measurements += json.loads(args.rows.read_text())
     frame = report_frame(measurements)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = render_markdown(frame)

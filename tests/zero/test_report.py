@@ -40,7 +40,7 @@ def test_attribution_adds_up_to_the_peak():
 def test_cli_help_and_a_small_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])
-    assert done.value.code == 0 and "--peer-rows" in capsys.readouterr().out
+    assert done.value.code == 0 and "--rows" in capsys.readouterr().out
     out = tmp_path / "report"
     assert main(["--world-size", "1", "--stages", "1", "3", "--hidden-size", "32", "--num-layers", "1",
                  "--vocab-size", "128", "--seq-len", "16", "--steps", "1", "--out", str(out)]) == 0

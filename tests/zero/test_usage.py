@@ -1,0 +1,73 @@
+"""How other code uses the optimizers: an LR scheduler, gradient accumulation over micro-batches (the pipeline
+helper's ZeRO-1 over a dp group), and an evaluation pass between stage-3 training steps. Single process."""
+
+import pytest
+import torch
+
+from repro.dist.comm import CommGroup
+from repro.models import GPTModel
+from repro.zero import STAGE_CLASSES, ZeroConfig, ZeroStage1, build_zero_optimizer
+from zero_cases import LR, TINY, batch
+
+
+def _model():
+    torch.manual_seed(0)
+    return GPTModel(TINY)
+
+
+def test_lr_scheduler_drives_the_wrapped_optimizer():
+    model = _model()
+    optimizer = ZeroStage1(model.parameters(), dp_group=CommGroup.single("dp"), lr=LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.0 if step == 0 else 1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    ids, labels = batch(0)
+    optimizer.backward(model.loss(ids, labels).mean())
+    optimizer.step()  # lr = 0: weight decay and the update both vanish
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    scheduler.step()
+    optimizer.zero_grad()
+    optimizer.backward(model.loss(ids, labels).mean())
+    optimizer.step()
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_gradient_accumulation_equals_one_large_batch(stage):
+    ids, labels = batch(0)
+    results = []
+    for chunks in (1, 2):
+        model = _model()
+        optimizer = build_zero_optimizer(model, ZeroConfig(stage=stage), dp_group=CommGroup.single("dp"), lr=LR)
+        for part_ids, part_labels in zip(ids.chunk(chunks), labels.chunk(chunks)):
+            optimizer.backward(model.loss(part_ids, part_labels).mean() / chunks)
+        optimizer.step()
+        optimizer.zero_grad()
+        results.append(model.loss(ids, labels).mean().item())
+        optimizer.close()
+    assert results[0] == pytest.approx(results[1], rel=1e-6)
+
+
+def test_stage3_evaluation_between_steps_changes_nothing():
+    losses = []
+    for evaluate in (False, True):
+        model = _model()
+        optimizer = build_zero_optimizer(model, ZeroConfig(stage=3), dp_group=CommGroup.single("dp"), lr=LR)
+        for step in range(4):
+            ids, labels = batch(step)
+            if evaluate:
+                with torch.no_grad():
+                    model.loss(ids, labels)
+                optimizer.release_all()
+            loss = model.loss(ids, labels).mean()
+            optimizer.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        optimizer.close()
+    assert losses[:4] == losses[4:]
+
+
+def test_stage_classes_are_the_four_stages():
+    assert [cls.stage for cls in STAGE_CLASSES.values()] == [0, 1, 2, 3]
+    for lower, higher in zip(list(STAGE_CLASSES.values()), list(STAGE_CLASSES.values())[1:]):
+        assert issubclass(higher, lower)  # each stage adds one idea to the previous one
