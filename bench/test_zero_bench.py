@@ -131,7 +131,7 @@ def _deepspeed_memory(engine) -> dict[str, int]:
             return "params"
         return "other"
 
-    inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else None
+    inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
     if isinstance(inner, torch.optim.Optimizer):
         for param, state in inner.state.items():
             for value in state.values():
@@ -190,6 +190,8 @@ def _deepspeed_engine(stage: int, tier: str, nvme_path: str):
 def _deepspeed_run(rank: int, world_size: int, stage: int, tier: str, nvme_path: str) -> dict:
     counter = CountCollectives()  # before DeepSpeed binds torch.distributed's functions
     groups = init_parallel()
+    import torch._dynamo  # noqa: F401 - as in measure_run: library memory belongs to the runtime line
+
     rss_start = rss_bytes()
     engine, model = _deepspeed_engine(stage, tier, nvme_path)
     tokens = synthetic_tokens(vocab_size=MODEL.vocab_size, seq_len=SEQ, batch_size=MICRO_BATCH * world_size,
@@ -201,7 +203,7 @@ def _deepspeed_run(rank: int, world_size: int, stage: int, tier: str, nvme_path:
         rows = slice(rank * MICRO_BATCH, (rank + 1) * MICRO_BATCH)
         ids, labels = tokens[step, rows, :-1], tokens[step, rows, 1:]
         before, start = counter.wire, time.perf_counter()
-        with SavedActivations() as saved:
+        with SavedActivations(model.parameters()) as saved:
             loss = engine(ids, labels)
         engine.backward(loss)
         if step == WARMUP:
@@ -213,6 +215,15 @@ def _deepspeed_run(rank: int, world_size: int, stage: int, tier: str, nvme_path:
             activations = max(activations, saved.bytes)
         losses.append(loss.item())
     psi = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
+    notes = []
+    if memory.get("other", 0) >= 1e5:
+        notes.append(f"DeepSpeed tensors not classified: {memory['other'] / 1e6:.1f} MB")
+    param_offload = engine.zero_offload_param()
+    if param_offload is not None and str(getattr(param_offload, "device", "none")).endswith("nvme"):
+        pool = param_offload.buffer_count * param_offload.buffer_size * 4
+        notes.append(f"NVMe parameter swap pool configured: buffer_count {param_offload.buffer_count} x buffer_size "
+                     f"{param_offload.buffer_size:.0e} elements x 4 B = {pool / 1e6:.0f} MB of aligned (pinned) host "
+                     "buffers, allocated by its aio engine (not reachable from Python, so under 'rest')")
     states = sum(memory.get(k, 0) for k in ("params", "grads", "master", "optimizer_states"))
     return {
         "framework": "deepspeed", "stage": stage, "dp_size": groups.dp_size, "psi": psi,
@@ -223,7 +234,7 @@ def _deepspeed_run(rank: int, world_size: int, stage: int, tier: str, nvme_path:
         "io_buffer_bytes": memory.get("io_buffers", 0), "activation_bytes": activations,
         "step_time_s": statistics.median(times), "wire_bytes_per_step": statistics.median(wire), "losses": losses,
         "memory_by_kind": memory, "wire_by_kind_total": dict(counter.by_kind),
-        "notes": f"DeepSpeed tensors not classified: {memory.get('other', 0) / 1e6:.1f} MB" if memory.get("other") else "",
+        "notes": "; ".join(notes),
     }
 
 

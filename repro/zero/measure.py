@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from torch import nn
@@ -70,18 +70,25 @@ def reset_peak_rss() -> bool:
 
 
 class SavedActivations:
-    """Counts the bytes autograd saves for backward (parameters excluded), each storage once."""
+    """Counts the bytes autograd saves for backward, each storage once, leaving out parameters: also the views of
+    them that ops save (``F.linear`` saves ``weight.t()``, a view of the parameter's, or of a flat buffer's,
+    storage), judged by the parameters' storages at the moment of saving (stage 3 gathers them on the fly)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parameters: Iterable[nn.Parameter] = ()) -> None:
         self.bytes = 0
+        self._parameters = list(parameters)
         self._seen: set[int] = set()
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tensor, nn.Parameter):
-            storage = tensor.untyped_storage()
-            if storage.data_ptr() not in self._seen:
-                self._seen.add(storage.data_ptr())
-                self.bytes += storage.nbytes()
+        if isinstance(tensor, nn.Parameter):
+            return tensor
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer in self._seen:
+            return tensor
+        if any(p.untyped_storage().data_ptr() == pointer for p in self._parameters):
+            return tensor
+        self._seen.add(pointer)
+        self.bytes += tensor.untyped_storage().nbytes()
         return tensor
 
     def __enter__(self) -> "SavedActivations":
@@ -96,6 +103,8 @@ class SavedActivations:
 
 def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return the measurements (JSON-serialisable)."""
+    import torch._dynamo  # noqa: F401 - torch.optim imports it on first use (~100 MB): runtime, not model states
+
     rss_start = rss_bytes()
     torch.manual_seed(spec.seed)
     model = GPTModel(spec.model, tp_group=groups.tp).to(device)
@@ -115,7 +124,7 @@ def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -
         ids, labels = tokens[step, rows, :-1].to(device), tokens[step, rows, 1:].to(device)
         before = groups.ledger.snapshot()
         start = time.perf_counter()
-        with SavedActivations() as saved:
+        with SavedActivations(model.parameters()) as saved:
             loss = model.loss(ids, labels).float().mean()
         optimizer.backward(loss)
         if hasattr(optimizer, "finish_backward"):

@@ -34,14 +34,14 @@ COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buf
 MEMORY_TIERS = ("device", "cpu")  # tiers that live in the process's memory (nvme is on disk)
 
 
-def formula_bytes(psi: int, stage: int, nd: int, dtype: str, *, master_aliased: bool) -> float:
-    """ZeRO sec. 5 for the run's precision. Mixed precision is the paper's (2 + 2 + K) psi with K = 12. For fp32,
-    parameters and gradients take 4 bytes each and K = 8 when the master weights are the parameters themselves
-    (12 when they are a separate copy); in the paper's formula that is twice the parameters with half the K."""
+def formula_bytes(psi: int, stage: int, nd: int, dtype: str) -> float:
+    """ZeRO sec. 5 for the run's precision. Mixed precision is the paper's (2 + 2 + K) psi with K = 12. In fp32
+    the parameters are their own master weights: 4 + 4 bytes of parameters and gradients and K = 8 (momentum,
+    variance), i.e. the paper's formula with twice the parameters and half the K. An implementation that keeps a
+    separate fp32 master copy anyway shows it as excess over the formula."""
     if dtype in ("bf16", "fp16"):
         return model_state_bytes(num_params=psi, stage=stage, dp_size=nd, k=K_ADAM)
-    k = 8 if master_aliased else K_ADAM
-    return model_state_bytes(num_params=2 * psi, stage=stage, dp_size=nd, k=k / 2)
+    return model_state_bytes(num_params=2 * psi, stage=stage, dp_size=nd, k=8 / 2)
 
 
 def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str, Any]:
@@ -55,9 +55,8 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
     spec = measurement.get("spec", {})
     zero = spec.get("zero", {})
     dtype = zero.get("dtype", "fp32")
-    master_aliased = not any(k.startswith("master/") for k in ledger) if ledger else False
     formula = measurement.get("formula_bytes") or formula_bytes(
-        measurement["psi"], measurement["stage"], measurement["dp_size"], dtype, master_aliased=master_aliased)
+        measurement["psi"], measurement["stage"], measurement["dp_size"], dtype)
     row = {
         "framework": framework, "stage": measurement["stage"], "nd": measurement["dp_size"], "dtype": dtype,
         "optimizer_tier": zero.get("offload_optimizer", {}).get("device", "none"),

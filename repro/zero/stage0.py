@@ -32,6 +32,17 @@ from repro.zero.offload.tiers import ResidentTier, Tier
 from repro.zero.precision import Precision
 
 CHECKPOINT_FORMAT = "repro-zero/1"
+#: Collectives of whole buckets allowed in flight at once: enough to overlap, few enough that the communication
+#: library's temporary buffers stay small.
+MAX_BUCKETS_IN_FLIGHT = 2
+
+
+def _bound_inflight(works: list[Any], limit: int = MAX_BUCKETS_IN_FLIGHT) -> None:
+    """Wait for the oldest asynchronous collectives until at most ``limit`` remain (``works`` is edited)."""
+    while len(works) > limit:
+        work = works.pop(0)
+        if work is not None:
+            work.wait()
 
 
 class DataParallelOptimizer(torch.optim.Optimizer):
@@ -133,13 +144,12 @@ class DataParallelOptimizer(torch.optim.Optimizer):
 
     def _reduce_gradients(self) -> list[torch.Tensor]:
         """This rank's summed (not yet averaged) gradient shard of every bucket."""
-        works = []
+        works: list[Any] = []
         for bucket in self.buckets:
             self._point_grads(bucket)
             works.append(comm.all_reduce(bucket.flat_grad, self.dp_group, async_op=True))
-        for work in works:
-            if work is not None:
-                work.wait()
+            _bound_inflight(works)
+        _bound_inflight(works, 0)
         return [bucket.flat_grad for bucket in self.buckets]
 
     def _scale_factor(self, shards: list[torch.Tensor]) -> tuple[float, bool]:

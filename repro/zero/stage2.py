@@ -19,9 +19,8 @@ from torch import nn
 from repro.dist import comm
 from repro.zero.buckets import Bucket
 from repro.zero.ledger import Item, tensor_bytes
+from repro.zero.stage0 import MAX_BUCKETS_IN_FLIGHT
 from repro.zero.stage1 import ZeroStage1
-
-MAX_BUCKETS_IN_FLIGHT = 2
 
 
 class ZeroStage2(ZeroStage1):

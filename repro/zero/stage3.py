@@ -62,6 +62,7 @@ class ZeroStage3(ZeroStage2):
             transient=self.transient,
         )
         self.param_tier.flush()
+        self._bucket_units = {bucket.index: unit for unit in self.units for bucket in unit.buckets}
         external = default_external_parameters(module) if external_parameters is None else external_parameters
         self._units_of: dict[nn.Module, list[ParamUnit]] = {unit.module: [unit] for unit in self.units}
         unit_of_param = {id(p): unit for unit in self.units for b in unit.buckets for p in b.params}
@@ -154,14 +155,9 @@ class ZeroStage3(ZeroStage2):
     def _reduce_bucket(self, bucket: Bucket) -> None:
         """Once all gradients of a unit are on their way to their owners, its full parameters can go."""
         super()._reduce_bucket(bucket)
-        unit = self._unit_of_bucket(bucket)
+        unit = self._bucket_units[bucket.index]
         if unit.in_backward and all(b.flat_grad is None for b in unit.buckets):
             self.gatherer.release(unit)
-
-    def _unit_of_bucket(self, bucket: Bucket) -> ParamUnit:
-        if not hasattr(self, "_bucket_units"):
-            self._bucket_units = {b.index: u for u in self.units for b in u.buckets}
-        return self._bucket_units[bucket.index]
 
     def release_all(self) -> None:
         """Free every gathered unit (end of a step; also after an evaluation pass)."""

@@ -11,13 +11,12 @@ from repro.zero.report import COLUMNS, attribute, formula_bytes, main, render_ma
 def test_formula_bytes_for_each_precision():
     psi = 1000
     for stage in (0, 1, 2, 3):
-        assert formula_bytes(psi, stage, 4, "bf16", master_aliased=False) == model_state_bytes(
-            num_params=psi, stage=stage, dp_size=4)
-    # fp32 with the master weights being the parameters: 4 + 4 + 8 bytes, partitioned as the stage says
-    assert formula_bytes(psi, 0, 4, "fp32", master_aliased=True) == 16 * psi
-    assert formula_bytes(psi, 1, 4, "fp32", master_aliased=True) == 8 * psi + 8 * psi / 4
-    assert formula_bytes(psi, 2, 4, "fp32", master_aliased=True) == 4 * psi + 12 * psi / 4
-    assert formula_bytes(psi, 3, 4, "fp32", master_aliased=False) == 20 * psi / 4
+        assert formula_bytes(psi, stage, 4, "bf16") == model_state_bytes(num_params=psi, stage=stage, dp_size=4)
+    # fp32: the parameters are the master weights, 4 + 4 + 8 bytes, partitioned as the stage says
+    assert formula_bytes(psi, 0, 4, "fp32") == 16 * psi
+    assert formula_bytes(psi, 1, 4, "fp32") == 8 * psi + 8 * psi / 4
+    assert formula_bytes(psi, 2, 4, "fp32") == 4 * psi + 12 * psi / 4
+    assert formula_bytes(psi, 3, 4, "fp32") == 16 * psi / 4
 
 
 def test_attribution_adds_up_to_the_peak():

@@ -93,9 +93,10 @@ def ddp_losses(groups: ParallelGroups, steps: int = STEPS) -> list[float]:
 
 
 def configurations(nvme_path: str, stages=(0, 1, 2, 3), tiers=("none", "cpu", "nvme")) -> list[tuple[str, ZeroConfig]]:
+    """Every stage with every offload tier (stage 0, the plain-DP baseline, without offload)."""
     out = []
     for stage in stages:
-        for tier in tiers:
+        for tier in tiers if stage else ("none",):
             offload = OffloadConfig(tier, nvme_path=nvme_path if tier == "nvme" else None)
             out.append((f"stage{stage}-{tier}", ZeroConfig(
                 stage=stage, offload_optimizer=offload, offload_param=offload if stage == 3 else OffloadConfig(),
