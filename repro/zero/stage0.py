@@ -91,6 +91,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         self.transient = TransientTracker()
         self._norm_excluded = {id(p) for p in norm_excluded}
         self._names = {id(p): name for name, p in param_names}
+        self._slots: dict[int, tuple[Bucket, int]] = {}
         self.buckets = self._build_buckets(trainable, bucket_numel)
         self.inner = TieredOptimizer(optimizer_cls, self.tier)
         self._pending: list[Any] = []
@@ -120,11 +121,29 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             param.data = bucket.param_view(bucket.flat_param, index)
 
     def _init_grads(self, bucket: Bucket) -> None:
-        bucket.flat_grad = torch.zeros_like(bucket.flat_param)
-        self._point_grads(bucket)
+        """Gradients live in one flat buffer per bucket, allocated when the bucket's first gradient arrives in
+        backward and freed by ``zero_grad()``: like torch's own ``set_to_none``, no gradient memory is held
+        during the forward pass, when activations peak."""
+        for index, param in enumerate(bucket.params):
+            param.grad = None
+            self._slots[id(param)] = (bucket, index)
+            param.register_post_accumulate_grad_hook(self._adopt_grad)
+
+    def _adopt_grad(self, param: nn.Parameter) -> None:
+        """Move a freshly produced ``param.grad`` into the bucket's flat buffer (later micro-batches then
+        accumulate into the view in place)."""
+        bucket, index = self._slots[id(param)]
+        if bucket.flat_grad is None:
+            bucket.flat_grad = torch.zeros(bucket.layout.padded_numel, dtype=param.grad.dtype, device=param.grad.device)
+        view = bucket.param_view(bucket.flat_grad, index)
+        if param.grad.data_ptr() != view.data_ptr():
+            view.copy_(param.grad)
+            param.grad = view
 
     def _point_grads(self, bucket: Bucket) -> None:
         """``param.grad`` must be a view of the flat gradient; repair it if the caller replaced or cleared it."""
+        if bucket.flat_grad is None:
+            bucket.flat_grad = torch.zeros(bucket.layout.padded_numel, dtype=self.precision.dtype, device=self.device)
         for index, param in enumerate(bucket.params):
             view = bucket.param_view(bucket.flat_grad, index)
             if param.grad is None:
@@ -208,10 +227,14 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         self._pending.clear()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Zero the flat gradient (the parameters' .grad are views of it, so they are never set to None)."""
+        """Free the flat gradients (``set_to_none``, the default) or zero them in place."""
         for bucket in self.buckets:
-            bucket.flat_grad.zero_()
-            self._point_grads(bucket)
+            if set_to_none or bucket.flat_grad is None:
+                bucket.flat_grad = None
+                for param in bucket.params:
+                    param.grad = None
+            else:
+                bucket.flat_grad.zero_()
 
     def close(self) -> None:
         """Release the tiers (NVMe swap files are deleted)."""

@@ -27,7 +27,6 @@ class ZeroStage2(ZeroStage1):
     stage = 2
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._slots: dict[int, tuple[Bucket, int]] = {}
         self._inflight: list[tuple[Bucket, torch.Tensor, torch.Tensor, Any]] = []
         super().__init__(*args, **kwargs)
 
