@@ -85,7 +85,8 @@ def claims(rows) -> list[ClaimCheck]:
     if len(per_param):
         value = float(per_param["value"].iloc[0])
         checks.append(ClaimCheck(
-            PAPER, "model_state_bytes", value, "16 B/param ±2%", "reproduced" if abs(value - 16) <= 0.32 else "differs",
+            PAPER, "model_state_bytes", value, "16 B/param ±2%",
+            "reproduced" if abs(value - 16) <= 0.32 else "differs",
             "measured bytes per parameter over all tiers (bf16 params+grads, fp32 master+Adam moments) with params "
             "and optimizer states on NVMe: supports the 16 B/param (192 nl hd^2) reading, not 20 B/param"))
     mswm = rows[(rows["metric"] == "mswm_over_hd2") & (rows["placement"] == "nvme")]

@@ -62,7 +62,8 @@ class Bucket:
         """Ranges of this rank's shard that belong to parameters not in ``excluded`` (ids); None = everything."""
         if not excluded:
             return None
-        return [(p.shard_offset, p.shard_offset + p.numel) for p in self.pieces if id(self.params[p.index]) not in excluded]
+        return [(p.shard_offset, p.shard_offset + p.numel) for p in self.pieces
+                if id(self.params[p.index]) not in excluded]
 
 
 def build_buckets(

@@ -198,7 +198,8 @@ def consolidate_checkpoint(directory: str | os.PathLike) -> dict[int, dict[str, 
             else:
                 missing = [r for r in range(world) if r not in shards]
                 if missing:
-                    raise CheckpointError(f"checkpoint {directory} lacks dp ranks {missing} of model-parallel rank {mp_rank}")
+                    raise CheckpointError(
+                        f"checkpoint {directory} lacks dp ranks {missing} of model-parallel rank {mp_rank}")
                 flat = torch.cat([shards[r]["buckets"][index]["state"]["master"] for r in range(world)])
             offset = 0
             for name, numel, shape in zip(bucket["names"], bucket["numels"], bucket["shapes"]):

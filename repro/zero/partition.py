@@ -105,7 +105,8 @@ def flat_layout(numels: Sequence[int], world_size: int, *, align: int = 1) -> Fl
             raise ValueError(f"tensor sizes must be >= 0, got {numel}")
         offsets.append(cursor)
         cursor += numel
-    return FlatLayout(tuple(int(n) for n in numels), tuple(offsets), world_size, padded_numel(cursor, world_size, align))
+    padded = padded_numel(cursor, world_size, align)
+    return FlatLayout(tuple(int(n) for n in numels), tuple(offsets), world_size, padded)
 
 
 def group_into_buckets(numels: Sequence[int], bucket_numel: int) -> list[list[int]]:

@@ -65,7 +65,8 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
         "runtime": measurement["rss_start"], "model_states": in_memory, "model_states_formula": formula,
         "comm_buffers": measurement.get("comm_buffer_bytes", transient.get("comm_buffers", 0)),
         "gathered_params": measurement.get("gathered_param_bytes", transient.get("working_params", 0)),
-        "io_buffers": measurement.get("io_buffer_bytes", sum(v for k, v in ledger.items() if k.startswith("io_buffers"))),
+        "io_buffers": measurement.get(
+            "io_buffer_bytes", sum(v for k, v in ledger.items() if k.startswith("io_buffers"))),
         "activations": measurement.get("activation_bytes", 0),
         "step_time_s": measurement.get("step_time_s"),
         "notes": measurement.get("notes", ""),

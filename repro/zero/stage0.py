@@ -78,7 +78,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             raise ValueError("the optimizer was given no parameters that require gradients")
         dtypes = {p.dtype for p in flat}
         if len(dtypes) != 1:
-            raise ValueError(f"all parameters must share one dtype (the training precision), got {sorted(map(str, dtypes))}")
+            raise ValueError(
+                f"all parameters must share one dtype (the training precision), got {sorted(map(str, dtypes))}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm={max_grad_norm} must be > 0 (or None for no clipping)")
         self.device = flat[0].device
@@ -177,7 +178,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         if self.max_grad_norm is None and not self.precision.checks_overflow:
             return factor, False
         sumsq, found_inf = global_grad_stats(
-            ((shard, bucket.shard_ranges_excluding(self._norm_excluded)) for bucket, shard in zip(self.buckets, shards)),
+            ((shard, bucket.shard_ranges_excluding(self._norm_excluded))
+             for bucket, shard in zip(self.buckets, shards)),
             dp_group=self.dp_group, model_parallel_group=self.model_parallel_group,
             replicated_over_dp=self.stage == 0,
         )
@@ -294,7 +296,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"not a ZeRO optimizer state (format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r})")
+            raise ValueError(
+                f"not a ZeRO optimizer state (format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r})")
         for name, mine in (("stage", self.stage), ("dp_size", self.dp_group.size), ("dp_rank", self.dp_group.rank)):
             if state[name] != mine:
                 raise ValueError(f"checkpoint has {name}={state[name]}, this optimizer has {name}={mine}")

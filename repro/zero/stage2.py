@@ -85,7 +85,8 @@ class ZeroStage2(ZeroStage1):
         shards = []
         for bucket in self.buckets:
             if bucket.grad_shard is None:  # no gradient arrived at all this step
-                bucket.grad_shard = torch.zeros(bucket.layout.shard_numel, dtype=self.precision.dtype, device=self.device)
+                bucket.grad_shard = torch.zeros(
+                    bucket.layout.shard_numel, dtype=self.precision.dtype, device=self.device)
             shards.append(bucket.grad_shard)
         self._shard_bytes = 0  # the shards are the gradients themselves, not a transient buffer
         return shards
@@ -93,7 +94,10 @@ class ZeroStage2(ZeroStage1):
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.finish_backward()
         for bucket in self.buckets:
-            bucket.grad_shard = None if set_to_none else (bucket.grad_shard.zero_() if bucket.grad_shard is not None else None)
+            if set_to_none:
+                bucket.grad_shard = None
+            elif bucket.grad_shard is not None:
+                bucket.grad_shard.zero_()
             for param in bucket.params:
                 param.grad = None
 
