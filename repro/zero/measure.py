@@ -106,6 +106,7 @@ def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -
     import torch._dynamo  # noqa: F401 - torch.optim imports it on first use (~100 MB): runtime, not model states
 
     rss_start = rss_bytes()
+    device_start = torch.cuda.memory_allocated() if device.startswith("cuda") else None
     torch.manual_seed(spec.seed)
     model = GPTModel(spec.model, tp_group=groups.tp).to(device)
     optimizer = build_zero_optimizer(model, spec.zero, dp_group=groups.dp, tp_group=groups.tp, lr=spec.lr)
@@ -120,6 +121,8 @@ def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -
         if step == spec.warmup:
             optimizer.transient.reset_peak()
             reset_peak_rss()
+            if device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
         rows = slice(groups.dp_rank * spec.micro_batch, (groups.dp_rank + 1) * spec.micro_batch)
         ids, labels = tokens[step, rows, :-1].to(device), tokens[step, rows, 1:].to(device)
         before = groups.ledger.snapshot()
@@ -156,6 +159,9 @@ def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -
         "transient_peak": dict(optimizer.transient.peak), "transient_largest": dict(optimizer.transient.largest),
         "activation_bytes": activations,
         "rss_start": rss_start, "rss_setup": rss_setup, "rss_peak": peak_rss_bytes(),
+        # on a GPU the report splits the allocator's peak instead of the process's RSS
+        "device_peak": torch.cuda.max_memory_allocated() if device.startswith("cuda") else None,
+        "device_start": device_start,
         "wire_bytes_per_step": sum(wire) / len(wire), "calls_per_step": sum(calls) / len(calls),
         "step_time_s": sum(times) / len(times), "step_times_s": times, "losses": losses,
     }

@@ -31,7 +31,7 @@ import pandas as pd
 from repro.zero.memory_model import K_ADAM, model_state_bytes
 
 COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buffers", "activations", "rest")
-MEMORY_TIERS = ("device", "cpu")  # tiers that live in the process's memory (nvme is on disk)
+MEMORY_TIERS = ("device", "cpu")  # tiers in the process's host memory on a CPU machine (nvme is on disk)
 
 
 def formula_bytes(psi: int, stage: int, nd: int, dtype: str) -> float:
@@ -47,7 +47,8 @@ def formula_bytes(psi: int, stage: int, nd: int, dtype: str) -> float:
 def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str, Any]:
     """One report row from a :func:`measure_run` result (or a peer's row in the same schema)."""
     ledger = measurement.get("ledger", {})
-    in_memory = sum(v for k, v in ledger.items() if k.split("/")[1] in MEMORY_TIERS and
+    tiers = ("device",) if measurement.get("device_peak") else MEMORY_TIERS  # a GPU's peak excludes host memory
+    in_memory = sum(v for k, v in ledger.items() if k.split("/")[1] in tiers and
                     k.split("/")[0] in ("params", "grads", "master", "optimizer_states"))
     if "model_states_in_memory" in measurement:
         in_memory = measurement["model_states_in_memory"]
@@ -61,8 +62,11 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
         "framework": framework, "stage": measurement["stage"], "nd": measurement["dp_size"], "dtype": dtype,
         "optimizer_tier": zero.get("offload_optimizer", {}).get("device", "none"),
         "param_tier": zero.get("offload_param", {}).get("device", "none"),
-        "psi": measurement["psi"], "rss_peak": measurement["rss_peak"],
-        "runtime": measurement["rss_start"], "model_states": in_memory, "model_states_formula": formula,
+        "psi": measurement["psi"],
+        # RSS on a CPU; the CUDA allocator's peak (and its level before the model) on a GPU
+        "rss_peak": measurement.get("device_peak") or measurement["rss_peak"],
+        "runtime": measurement.get("device_start") if measurement.get("device_peak") else measurement["rss_start"],
+        "model_states": in_memory, "model_states_formula": formula,
         "comm_buffers": measurement.get("comm_buffer_bytes", transient.get("comm_buffers", 0)),
         "gathered_params": measurement.get("gathered_param_bytes", transient.get("working_params", 0)),
         "io_buffers": measurement.get(
