@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -297,7 +298,10 @@ def test_zero_vs_deepspeed(benchmark, stage, tier):
                 spawn(_deepspeed_run, 2, stage, tier, nvme_path, timeout_s=900)[0],
                 spawn(_paired_timing, 2, stage, tier, nvme_path, timeout_s=900)[0])
 
-    ours, theirs, pairs = benchmark.pedantic(case, rounds=1, iterations=1)
+    try:
+        ours, theirs, pairs = benchmark.pedantic(case, rounds=1, iterations=1)
+    finally:
+        shutil.rmtree(nvme_path, ignore_errors=True)
     psi = ours["psi"]
     row = {
         "repro_step_s": statistics.median(p[0] for p in pairs),

@@ -1,7 +1,6 @@
 """The NVMe tier: aligned asynchronous swap files, prefetch, read-after-write, and clear errors."""
 
 import errno
-import os
 import subprocess
 
 import pytest
@@ -18,6 +17,7 @@ def test_roundtrip_prefetch_and_writeback(tmp_path):
     for key, value in tensors.items():
         tier.create(key, value)
     assert tier.direct  # ext4 under pytest's tmp_path supports O_DIRECT
+    assert list(tmp_path.iterdir()) == []  # swap files are unlinked once open: a killed run leaves nothing
     for key in tensors:
         tier.prefetch(key)  # all reads in flight together
     for key, value in tensors.items():
@@ -34,9 +34,7 @@ def test_roundtrip_prefetch_and_writeback(tmp_path):
     tier.release("t0")
     usage = tier.resident_bytes()
     assert usage["nvme"] == sum(aio.round_up(v.numel() * 4) for v in tensors.values())
-    root = tier.root
     tier.close()
-    assert not os.path.exists(root)
 
 
 def test_bf16_and_size_mismatch(tmp_path):
@@ -75,7 +73,7 @@ def test_disk_full_while_swapping_is_a_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(aio, "_pwrite", full)
     tier.writeback("a", torch.ones(5000))
-    with pytest.raises(DiskFullError, match="disk full while writing .*a.swp"):
+    with pytest.raises(DiskFullError, match="disk full while writing .*repro-zero-a-.*swp"):
         tier.flush()
     tier.close()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -108,6 +109,18 @@ class AsyncFileIO:
                     fd = os.open(path, flags, 0o600)
                 self._fds[path] = fd
             return fd
+
+    def create_unlinked(self, directory: str, prefix: str) -> str:
+        """Create a swap file in ``directory``, open it, and unlink its name at once: the file lives as long as
+        this process holds it open and vanishes when the process ends, however it ends. Returns the name used
+        as the file's key (and in error messages)."""
+        handle, path = tempfile.mkstemp(prefix=prefix, suffix=".swp", dir=directory)
+        try:
+            self._fd(path)
+        finally:
+            os.close(handle)
+            os.unlink(path)
+        return path
 
     def reserve(self, path: str, nbytes: int) -> None:
         """Create ``path`` with ``round_up(nbytes)`` bytes allocated, so that a full disk shows up now, not in the

@@ -1,6 +1,7 @@
 """The NVMe tier: model states swapped to files in a directory (ZeRO-Infinity sec. 5 and 6.3).
 
-Each key is one page-padded swap file under a private directory created inside ``nvme_path``. ``fetch`` reads it
+Each key is one page-padded swap file in ``nvme_path``, unlinked as soon as it is open (nothing is left behind,
+even when the process is killed). ``fetch`` reads it
 into a page-aligned host buffer, ``writeback`` writes the buffer back asynchronously, ``prefetch`` starts the read
 early so that it overlaps with compute (ZeRO-Infinity's overlap-centric design, sec. 6.2). Space is reserved with
 ``posix_fallocate`` when a key is created, so a full disk is reported at set-up with the path and the free space,
@@ -10,7 +11,6 @@ not half-way through an optimizer step.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -58,7 +58,7 @@ class NvmeTier:
         buffer_cache_bytes: int = 64 << 20,
     ) -> None:
         self.nvme_path = check_nvme_path(nvme_path)
-        self.root = tempfile.mkdtemp(prefix=f"repro-{prefix}-", dir=self.nvme_path)
+        self.prefix = prefix
         self.compute_device = torch.device("cpu")
         self.io = AsyncFileIO(threads=io_threads, block_bytes=io_block_bytes, direct=direct)
         self.max_inflight_writes = max_inflight_writes
@@ -96,12 +96,12 @@ class NvmeTier:
     # -- the tier protocol ----------------------------------------------------------------------------------
     def create(self, key: str, tensor: torch.Tensor, *, alias: bool = False) -> None:
         safe = key.replace("/", "_")
-        entry = _Entry(os.path.join(self.root, f"{safe}.swp"), tensor.numel(), tensor.dtype)
+        path = self.io.create_unlinked(self.nvme_path, f"repro-{self.prefix}-{safe}-")
+        entry = _Entry(path, tensor.numel(), tensor.dtype)
         try:
             self.io.reserve(entry.path, entry.nbytes)
         except OSError:
             self.io.forget(entry.path)
-            os.remove(entry.path)
             raise
         self._entries[key] = entry
         buffer = self._buffer(entry.nbytes)
@@ -177,18 +177,10 @@ class NvmeTier:
         return self.io.direct
 
     def close(self) -> None:
+        """Wait for writes and close the swap files (which frees their disk space: they have no names)."""
         try:
             self.flush()
         finally:
             self._reads.clear()
             self._free.clear()
             self.io.close()
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __del__(self) -> None:  # best effort: never leave swap files behind
-        try:
-            if os.path.isdir(self.root):
-                self.io.close()
-                shutil.rmtree(self.root, ignore_errors=True)
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
