@@ -48,13 +48,14 @@ def global_grad_stats(
     shards: Iterable[tuple[torch.Tensor, Sequence[tuple[int, int]] | None]],
     *,
     dp_group: CommGroup,
-    model_parallel_group: CommGroup | None,
+    model_parallel_group: CommGroup | Sequence[CommGroup] | None,
     replicated_over_dp: bool = False,
 ) -> tuple[float, bool]:
     """(sum of squares, any non-finite) of the whole gradient, agreed by every rank.
 
     ``shards`` yields (gradient shard, element ranges to count). ``replicated_over_dp``: every dp rank holds the
-    whole gradient (stage 0), so the dp sum is skipped.
+    whole gradient (stage 0), so the dp sum is skipped. ``model_parallel_group`` may be several groups of a grid
+    (e.g. tp then pp): summing over each in turn sums over all the ranks that hold different parameters.
     """
     local = torch.zeros(2, dtype=torch.float32)
     for shard, ranges in shards:
@@ -63,8 +64,9 @@ def global_grad_stats(
     local[1] = 0.0 if torch.isfinite(local[0]) else 1.0
     if not replicated_over_dp:
         comm.all_reduce(local, dp_group)
-    if model_parallel_group is not None:
-        comm.all_reduce(local, model_parallel_group)
+    groups = [model_parallel_group] if isinstance(model_parallel_group, CommGroup) else model_parallel_group or []
+    for group in groups:
+        comm.all_reduce(local, group)
     return float(local[0]), bool(local[1] > 0 or not torch.isfinite(local[0]))
 
 

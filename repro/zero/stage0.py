@@ -15,7 +15,7 @@ The step is written once, here, as a loop over buckets, and the stages override 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -50,7 +50,10 @@ class DataParallelOptimizer(torch.optim.Optimizer):
 
     ``params``: parameters or parameter groups, as for any torch optimizer. ``optimizer_tier`` holds the fp32
     master weights and optimizer states (resident on the parameters' device by default). ``model_parallel_group``
-    and ``norm_excluded`` make the clipping norm global under tensor/pipeline parallelism (see grad_norm.py).
+    (one group, or several such as ``(groups.tp, groups.pp)``) and ``norm_excluded`` (parameters another rank
+    already counts: tensor-parallel duplicates, the second copy of a tied embedding) make the clipping norm and
+    the fp16 overflow check global under tensor/pipeline parallelism (see grad_norm.py). Gradients accumulate
+    over micro-batches until ``step()``; gradients of tied copies must be summed by the caller before it.
     Remaining keyword arguments go to ``optimizer_cls`` (lr, betas, weight_decay, ...).
     """
 
@@ -66,7 +69,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         max_grad_norm: float | None = None,
         bucket_numel: int = 500_000,
         loss_scale: LossScaleConfig = LossScaleConfig(),
-        model_parallel_group: CommGroup | None = None,
+        model_parallel_group: CommGroup | Sequence[CommGroup] | None = None,
         norm_excluded: Iterable[nn.Parameter] = (),
         param_names: Iterable[tuple[str, nn.Parameter]] = (),
         **optimizer_kwargs: Any,
