@@ -196,10 +196,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them")
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.set_defaults(func=cmd_reproduce)
+    for name, (_, text) in FORWARDED.items():
+        sub.add_parser(name, help=text, add_help=False)  # listed here; main() hands its arguments over
     return parser
 
 
+#: subcommands that are other entry points: name -> (module with main(argv), help)
+FORWARDED = {
+    "eval": ("evals.cli", "WikiText-103 / LAMBADA / RACE harnesses (same as python -m evals)"),
+    "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
+    "zero-report": ("repro.zero.report", "where a ZeRO rank's memory goes (same as python -m repro.zero.report)"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in FORWARDED:
+        import importlib
+
+        return int(importlib.import_module(FORWARDED[argv[0]][0]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -107,3 +107,15 @@ def test_figures_are_deterministic_and_mark_missing_runs(fake_registry: Registry
     assert not first.errors and second.files["gna_speedup"][1].read_text() == svg
     assert "not yet" in svg  # gna_simulator has no rows here
     assert json.dumps(sorted(first.files)) == '["gna_speedup"]'
+
+
+def test_forwarded_subcommands_hand_over_their_arguments(capsys):
+    import pytest
+
+    from repro.cli import main
+
+    for name in ("eval", "train", "zero-report"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0
+        assert "usage: python -m" in capsys.readouterr().out
