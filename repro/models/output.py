@@ -24,5 +24,5 @@ def parallel_lm_logits(
     real = embedding.vocab_size - embedding.start  # columns of this shard that are real tokens
     if real < logits.shape[-1]:
         pad = torch.arange(logits.shape[-1], device=logits.device) >= real
-        logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
+        logits.masked_fill_(pad, torch.finfo(logits.dtype).min)  # in place: a fresh GEMM output, no copy
     return logits
