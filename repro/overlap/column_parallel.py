@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.overlap.chunking import check_num_chunks, row_chunks
 from repro.overlap.row_parallel import wait_all
+from repro.overlap.twin import twin_of
 from repro.tensor_parallel import ColumnParallelLinear, gather_from_tensor_parallel
 
 
@@ -74,14 +74,7 @@ class OverlappedColumnParallelLinear(ColumnParallelLinear):
     @classmethod
     def from_plain(cls, plain: ColumnParallelLinear, *, num_chunks: int = 4) -> "OverlappedColumnParallelLinear":
         """The overlapped twin of ``plain``, sharing its parameter tensors (no new initialisation, no RNG use)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.group = plain.group
-        layer.in_features, layer.out_features = plain.in_features, plain.out_features
-        layer.out_per_rank, layer.gather_output = plain.out_per_rank, plain.gather_output
-        layer.weight, layer.bias = plain.weight, plain.bias
-        layer.num_chunks = check_num_chunks(num_chunks)
-        return layer
+        return twin_of(cls, plain, num_chunks=num_chunks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = linear_chunked_grad_all_reduce(x, self.weight, self.bias, self.group, self.num_chunks)

@@ -15,11 +15,11 @@ communication, so nothing to overlap.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.overlap.chunking import check_num_chunks, row_chunks
+from repro.overlap.twin import twin_of
 from repro.tensor_parallel import RowParallelLinear, scatter_to_tensor_parallel
 
 
@@ -79,14 +79,7 @@ class OverlappedRowParallelLinear(RowParallelLinear):
     @classmethod
     def from_plain(cls, plain: RowParallelLinear, *, num_chunks: int = 4) -> "OverlappedRowParallelLinear":
         """The overlapped twin of ``plain``, sharing its parameter tensors (no new initialisation, no RNG use)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.group = plain.group
-        layer.in_features, layer.out_features = plain.in_features, plain.out_features
-        layer.in_per_rank, layer.input_is_parallel = plain.in_per_rank, plain.input_is_parallel
-        layer.weight, layer.bias = plain.weight, plain.bias
-        layer.num_chunks = check_num_chunks(num_chunks)
-        return layer
+        return twin_of(cls, plain, num_chunks=num_chunks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel:

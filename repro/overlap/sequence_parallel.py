@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.overlap.chunking import check_num_chunks, sequence_chunk_shape
 from repro.overlap.row_parallel import wait_all
+from repro.overlap.twin import twin_of
 from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 
@@ -151,14 +151,7 @@ class SequenceParallelRowLinear(RowParallelLinear):
         """The sequence-parallel overlapped twin of ``plain``, sharing its parameter tensors."""
         if not plain.input_is_parallel:
             raise ValueError("SequenceParallelRowLinear needs a RowParallelLinear with input_is_parallel=True")
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.group, layer.input_is_parallel = plain.group, True
-        layer.in_features, layer.out_features = plain.in_features, plain.out_features
-        layer.in_per_rank = plain.in_per_rank
-        layer.weight, layer.bias = plain.weight, plain.bias
-        layer.num_chunks = check_num_chunks(num_chunks)
-        return layer
+        return twin_of(cls, plain, num_chunks=num_chunks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_3d(x, type(self).__name__)
@@ -190,14 +183,7 @@ class SequenceParallelColumnLinear(ColumnParallelLinear):
         """The sequence-parallel overlapped twin of ``plain``, sharing its parameter tensors."""
         if plain.gather_output:
             raise ValueError("SequenceParallelColumnLinear needs a ColumnParallelLinear with gather_output=False")
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.group, layer.gather_output = plain.group, False
-        layer.in_features, layer.out_features = plain.in_features, plain.out_features
-        layer.out_per_rank = plain.out_per_rank
-        layer.weight, layer.bias = plain.weight, plain.bias
-        layer.num_chunks = check_num_chunks(num_chunks)
-        return layer
+        return twin_of(cls, plain, num_chunks=num_chunks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_3d(x, type(self).__name__)
