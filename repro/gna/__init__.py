@@ -22,6 +22,7 @@ from repro.gna.simulator import (
     dynamic_tiling_block_sparse,
     end_to_end_speedup,
     flopwise_speedup,
+    paper_end_to_end_speedup,
     simulate,
     sparsity,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "gna_mask_mod",
     "mask_1d",
     "neighborhood_attention",
+    "paper_end_to_end_speedup",
     "reference_attention",
     "simulate",
     "sparsity",
