@@ -33,7 +33,7 @@ SEQ, MICRO_BATCH, VOCAB = 128, 4, 1024
 #: within ~15% of the tp=1 model.
 CI_SWEEP = {1: (4, 4), 2: (6, 4)}
 PAPER_SWEEP = {1: (4, 4), 2: (6, 4), 4: (8, 5), 8: (12, 5)}
-WARMUP, TIMED = 3, 10
+ROUNDS, STEPS_PER_ROUND, WARMUP = 5, 3, 2
 
 
 def sweep_config(tp: int, sweep: dict[int, tuple[int, int]]) -> GPTConfig:
@@ -42,79 +42,111 @@ def sweep_config(tp: int, sweep: dict[int, tuple[int, int]]) -> GPTConfig:
                      max_position_embeddings=SEQ)
 
 
+def calibration_configs(tp: int, sweep: dict[int, tuple[int, int]]) -> tuple[GPTConfig, GPTConfig]:
+    """Two shallow versions (1 and 3 layers) of the swept model at ``tp``, whose measured steps calibrate the
+    per-layer and per-step time the kernel model does not see (``repro.perfmodel.cpu.fit_overheads``)."""
+    heads, _ = sweep[tp]
+    return tuple(GPTConfig(vocab_size=VOCAB, hidden_size=heads * HEAD_DIM, num_layers=layers,
+                           num_attention_heads=heads, max_position_embeddings=SEQ) for layers in (1, 3))
+
+
 def step_flops(config: GPTConfig, tp: int) -> float:
     return gpt_flops_per_iteration(batch_size=MICRO_BATCH, seq_length=SEQ, num_layers=config.num_layers,
                                    hidden_size=config.hidden_size, vocab_size=config.padded_vocab_size(tp),
                                    activation_recompute=False)
 
 
-def _measure(point: Point, ctx: RunContext) -> list[dict]:
+class _Trainer:
+    """One model and its AdamW on ``groups.tp``; ``step()`` returns the seconds of a training step (forward,
+    backward, optimizer), which lasts as long as its slowest rank."""
+
+    def __init__(self, config: GPTConfig, groups) -> None:
+        self.groups = groups
+        self.model = GPTModel(config, tp_group=groups.tp, rng_tracker=seed_everything(0, tp_rank=groups.tp_rank))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.ids = torch.randint(0, VOCAB, (MICRO_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
+
+    def step(self) -> float:
+        comm.barrier(self.groups.world)
+        start = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.loss(self.ids[:, :-1], self.ids[:, 1:]).mean().backward()
+        self.optimizer.step()
+        elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+        if dist.is_initialized():
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return float(elapsed)
+
+
+def interleaved_step_seconds(trainers: list[_Trainer]) -> list[float]:
+    """Median step time of every trainer, measured round-robin (a few steps of each per round) so that a drifting
+    load on the shared cores hits all of them alike."""
+    for trainer in trainers:
+        for _ in range(WARMUP):
+            trainer.step()
+    times: list[list[float]] = [[] for _ in trainers]
+    for _ in range(ROUNDS):
+        for trainer, out in zip(trainers, times):
+            out.extend(trainer.step() for _ in range(STEPS_PER_ROUND))
+    return [statistics.median(t) for t in times]
+
+
+def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    """Measure the swept model at ``tp`` and predict it from a calibration made in the same process.
+
+    One core per rank (one torch thread) stands in for one GPU per rank. The prediction uses the kernels (every
+    GEMM shape, RNG, GELU, bandwidth, op overhead) and the all-reduce measured on all ranks at once, plus the
+    per-layer and per-step time they do not explain, fitted to 1- and 3-layer versions of the model; the swept
+    model's own steps are never used by the prediction. All three models are timed interleaved."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one core per rank: the CPU stand-in for one GPU per rank
+    torch.set_num_threads(1)
     try:
-        return _measure_single_threaded(point, ctx)
+        return _run_point(point, ctx)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure_single_threaded(point: Point, ctx: RunContext) -> list[dict]:
+def _run_point(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.perfmodel.cpu import calibrate_these_ranks, fit_overheads, gpt_config_from_model, model_gemm_shapes
+    from repro.perfmodel.cpu import predict_cpu_step
+
     tp = ctx.world_size
     groups = init_parallel(tp=tp)
     config = sweep_config(tp, point.params["sweep"])
-    tracker = seed_everything(0, tp_rank=groups.tp_rank)
-    model = GPTModel(config, tp_group=groups.tp, rng_tracker=tracker)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, VOCAB, (MICRO_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
+    shallow = calibration_configs(tp, point.params["sweep"])
+    model = gpt_config_from_model(config, seq_length=SEQ, tp_size=tp)
+    small = [gpt_config_from_model(c, seq_length=SEQ, tp_size=tp) for c in shallow]
+    shapes = [shape for m in (model, *small) for shape in model_gemm_shapes(m, tp_size=tp, micro_batch_size=MICRO_BATCH)]
+    calibration = calibrate_these_ranks(gemm_shapes=shapes)
 
-    def step() -> float:
-        comm.barrier(groups.world)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(ids[:, :-1], ids[:, 1:]).mean()
-        loss.backward()
-        optimizer.step()
-        elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
-        if dist.is_initialized():  # a step lasts as long as its slowest rank
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        return float(elapsed)
+    trainers = [_Trainer(c, groups) for c in (*shallow, config)]
+    *shallow_seconds, seconds = interleaved_step_seconds(trainers)
+    calibration = fit_overheads(calibration, list(zip(small, shallow_seconds)), tp_size=tp,
+                                micro_batch_size=MICRO_BATCH)
+    predicted = predict_cpu_step(model, tp_size=tp, dp_size=1, micro_batch_size=MICRO_BATCH, calibration=calibration)
 
     flops = step_flops(config, tp)
-    times = [step() for _ in range(WARMUP + TIMED)][WARMUP:]
-    seconds = statistics.median(times)
     common = {"tp": tp, "hidden": config.hidden_size, "heads": config.num_attention_heads,
               "layers": config.num_layers, "seq": SEQ, "micro_batch": MICRO_BATCH,
-              "params_per_rank": sum(p.numel() for p in model.parameters()), "step_flops": flops}
-    return [
+              "params_per_rank": sum(p.numel() for p in trainers[-1].model.parameters()), "step_flops": flops}
+    rows = [{"metric": "calibration_step_time_s", "value": t, "unit": "s", "tp": tp, "hidden": c.hidden_size,
+             "layers": c.num_layers} for c, t in zip(shallow, shallow_seconds)]
+    return rows + [
         {"metric": "step_time_s", "value": seconds, "unit": "s", **common},
         {"metric": "gflops_per_rank", "value": flops / tp / seconds / 1e9, "unit": "GFLOP/s", **common},
+        {"metric": "calibrated_gemm_gflops", "value": calibration.gemm_flops / 1e9, "unit": "GFLOP/s", **common},
+        {"metric": "calibrated_allreduce_latency_us", "value": calibration.allreduce_latency_s * 1e6, "unit": "us",
+         **common},
+        {"metric": "fitted_layer_overhead_ms", "value": calibration.layer_overhead_s * 1e3, "unit": "ms", **common},
+        {"metric": "fitted_step_overhead_ms", "value": calibration.step_overhead_s * 1e3, "unit": "ms", **common},
+        {"metric": "predicted_tp_comm_s", "value": predicted.tp_comm * config.num_layers, "unit": "s", **common},
+        {"metric": "predicted_step_time_s", "value": predicted.total, "unit": "s", **common},
+        {"metric": "prediction_error", "value": predicted.total / seconds - 1.0, "unit": "fraction", **common},
     ]
 
 
-def _calibrate(point: Point, ctx: RunContext) -> list[dict]:
-    from repro.perfmodel.cpu import calibrate_cpu, gpt_config_from_model, predict_cpu_step_time
-
-    calibration = calibrate_cpu(threads=1, world_size=2)
-    rows = [{"metric": "calibrated_gemm_gflops", "value": calibration.gemm_flops / 1e9, "unit": "GFLOP/s"}]
-    for tp in point.params["sweep"]:
-        config = sweep_config(tp, point.params["sweep"])
-        model = gpt_config_from_model(config, seq_length=SEQ, tp_size=tp)
-        seconds = predict_cpu_step_time(model, tp_size=tp, dp_size=1, micro_batch_size=MICRO_BATCH,
-                                        calibration=calibration)
-        rows.append({"metric": "predicted_step_time_s", "value": seconds, "unit": "s", "tp": tp,
-                     "hidden": config.hidden_size, "layers": config.num_layers,
-                     "step_flops": step_flops(config, tp)})
-    return rows
-
-
-def run_point(point: Point, ctx: RunContext) -> list[dict]:
-    return _calibrate(point, ctx) if point.params.get("calibrate") else _measure(point, ctx)
-
-
 def _points(sweep: dict[int, tuple[int, int]]) -> tuple[Point, ...]:
-    params = {"sweep": sweep}
-    return (Point("calibrate", {**params, "calibrate": True}),) + tuple(
-        Point(f"tp{tp}", params, world_size=tp) for tp in sweep
-    )
+    return tuple(Point(f"tp{tp}", {"sweep": sweep}, world_size=tp) for tp in sweep)
 
 
 def efficiency_rows(rows) -> list[dict]:
@@ -142,5 +174,7 @@ EXPERIMENT = Experiment(
     claims=None,
     description=__doc__ or "",
     budget_s={"ci": 40.0, "paper": 900.0},
-    metrics=("step_time_s", "gflops_per_rank", "calibrated_gemm_gflops", "predicted_step_time_s"),
+    metrics=("step_time_s", "gflops_per_rank", "calibration_step_time_s", "calibrated_gemm_gflops",
+             "calibrated_allreduce_latency_us", "fitted_layer_overhead_ms", "fitted_step_overhead_ms",
+             "predicted_tp_comm_s", "predicted_step_time_s", "prediction_error"),
 )

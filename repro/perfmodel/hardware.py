@@ -27,6 +27,11 @@ class Accelerator:
     for wave quantization (a GEMM whose tiles do not fill the last wave leaves SMs idle). ``num_sms = 1`` and
     ``gemm_tile = (1, 1)`` switch quantization off (CPUs).
     ``rng_seconds_per_element``: seconds per random number drawn (dropout masks), measured on CPUs.
+    ``math_seconds_per_element``: seconds per element of a transcendental element-wise function (GELU's erf,
+    softmax's exp), measured on CPUs, where they are compute-bound; ~0 on GPUs (hidden under memory traffic).
+    ``measured_gemm_flops``: ``((m, n, k, batch), FLOP/s)`` pairs measured on this device (CPUs: small GEMMs run far
+    below peak, and how far depends on the shape); a listed GEMM shape uses its measured rate instead of
+    ``peak_flops`` times the efficiency.
     """
 
     name: str
@@ -36,6 +41,12 @@ class Accelerator:
     num_sms: int = 1
     gemm_tile: tuple[int, int] = (1, 1)
     rng_seconds_per_element: float = 0.0  # cost of one random number (dropout); GPUs fuse Philox: ~0
+    math_seconds_per_element: float = 0.0
+    measured_gemm_flops: tuple[tuple[tuple[int, int, int, int], float], ...] = ()
+
+    def gemm_flops(self, shape: tuple[int, int, int, int]) -> float | None:
+        """Measured FLOP/s of a GEMM of ``shape`` (m, n, k, batch), or None if it was not measured."""
+        return dict(self.measured_gemm_flops).get(tuple(shape))
 
     def __post_init__(self) -> None:
         for field_name in ("peak_flops", "memory_bandwidth", "memory_bytes"):

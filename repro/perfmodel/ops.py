@@ -30,6 +30,8 @@ class Op:
     launches: int = 1
     gemm_shape: tuple[int, int, int, int] | None = None  # (m, n, k, batch) of a GEMM's output tiling
     random_elements: float = 0.0  # random numbers drawn (dropout masks); costly on CPUs, ~free on GPUs
+    math_elements: float = 0.0  # elements of a transcendental function (erf, exp); costly on CPUs
+    backward_math: bool = False  # the backward kernel evaluates the function again (GELU) or not (softmax)
 
 
 def gemm(name: str, *, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = BYTES) -> Op:
@@ -42,10 +44,13 @@ _gemm = gemm
 
 
 def elementwise(name: str, *, elements: float, bytes_per_element: float, launches: int = 1,
-                random: bool = False) -> Op:
-    """A memory-bound kernel; ``random`` marks a dropout that draws one random number per element."""
+                random: bool = False, math: bool = False, backward_math: bool = False) -> Op:
+    """A memory-bound kernel; ``random`` marks a dropout that draws one random number per element, ``math`` a
+    transcendental function of every element (GELU, softmax's exp), ``backward_math`` one whose backward
+    evaluates it again (GELU's derivative needs erf and exp)."""
     return Op(name, "elementwise", 0.0, float(elements * bytes_per_element), launches,
-              random_elements=float(elements) if random else 0.0)
+              random_elements=float(elements) if random else 0.0, math_elements=float(elements) if math else 0.0,
+              backward_math=backward_math)
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,10 @@ def layer_forward_ops(shape: LayerShape) -> list[Op]:
         elementwise("split/transpose q,k,v", elements=3 * tokens * h_rank, bytes_per_element=2 * e, launches=3),
         gemm("attention scores q k^T", m=s, n=s, k=head_dim, batch=b * heads_per_rank),
         # unfused 2019 attention: scale, mask (multiply + subtract), softmax: 4 read+write passes, then dropout
-        *([elementwise("fused scale+mask+softmax+dropout", elements=scores, bytes_per_element=2 * e, random=rand)]
+        *([elementwise("fused scale+mask+softmax+dropout", elements=scores, bytes_per_element=2 * e, random=rand,
+                       math=True)]
           if shape.fused_attention else
-          [elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * e, launches=4),
+          [elementwise("scale+mask+softmax", elements=scores, bytes_per_element=4 * 2 * e, launches=4, math=True),
            elementwise("attention dropout", elements=scores, bytes_per_element=2 * e + 1, random=rand)]),
         gemm("attention context p v", m=s, n=head_dim, k=s, batch=b * heads_per_rank),
         elementwise("context transpose", elements=tokens * h_rank, bytes_per_element=2 * e),
@@ -100,7 +106,7 @@ def layer_forward_ops(shape: LayerShape) -> list[Op]:
                     launches=3, random=rand),
         elementwise("layernorm_2 (dup)", elements=tokens * h, bytes_per_element=2 * e),
         gemm("fc1 (column-parallel)", m=tokens, n=4 * h_rank, k=h),
-        elementwise("gelu", elements=4 * tokens * h_rank, bytes_per_element=2 * e),
+        elementwise("gelu", elements=4 * tokens * h_rank, bytes_per_element=2 * e, math=True, backward_math=True),
         gemm("fc2 (row-parallel)", m=tokens, n=h, k=4 * h_rank),
         elementwise("bias+dropout+residual 2 (dup)", elements=tokens * h, bytes_per_element=7 * e + 1,
                     launches=3, random=rand),
@@ -119,7 +125,7 @@ def backward_ops(forward: list[Op]) -> list[Op]:
             ops.append(Op(op.name + " wgrad", "gemm", op.flops, op.bytes, op.launches, (k, n, m, batch)))
         else:
             ops.append(Op(op.name + " bwd", "elementwise", 0.0, op.bytes * BACKWARD_ELEMENTWISE_FACTOR,
-                          op.launches))
+                          op.launches, math_elements=op.math_elements if op.backward_math else 0.0))
     return ops
 
 
@@ -146,7 +152,7 @@ def head_iteration_ops(*, micro_batch_size: int, seq_length: int, hidden_size: i
         logits,
     ]
     cross_entropy = elementwise("vocab-parallel cross-entropy fwd+bwd (fp32)", elements=tokens * vocab_rank,
-                                bytes_per_element=10 * 2 * 4, launches=10)
+                                bytes_per_element=10 * 2 * 4, launches=10, math=True)
     return forward + backward_ops(forward) + [cross_entropy]
 
 

@@ -2,6 +2,10 @@
 
 ``time = max(flops / (gemm_eff * wave_eff * peak), bytes / (memory_eff * bandwidth)) + launches * overhead``
 
+plus, on CPUs, the measured cost of random numbers (dropout) and transcendental functions (GELU, exp), which are
+compute-bound there; a GEMM whose shape was measured on the device (``Accelerator.measured_gemm_flops``) takes its
+measured rate instead of the roofline.
+
 (Williams, Waterman & Patterson 2009). A GEMM with low arithmetic intensity (small ``k`` or ``n`` per
 tensor-parallel rank) becomes memory-bound; a GEMM whose output tiles do not fill the last wave of SMs loses
 ``wave_eff`` (NVIDIA's "Matrix Multiplication Background" guide: tile and wave quantization).
@@ -30,10 +34,13 @@ def wave_efficiency(op: Op, device: Accelerator) -> float:
 
 def op_time(op: Op, device: Accelerator, efficiency: Efficiency) -> float:
     """Seconds one kernel takes on ``device`` at the achieved fractions in ``efficiency``."""
+    measured = device.gemm_flops(op.gemm_shape) if op.gemm_shape is not None else None
+    if measured is not None:  # a measured kernel (CPUs): its rate already includes its memory traffic
+        return op.flops / measured + op.launches * efficiency.kernel_overhead
     compute = op.flops / (efficiency.gemm * wave_efficiency(op, device) * device.peak_flops)
     memory = op.bytes / (efficiency.memory * device.memory_bandwidth)
-    random = op.random_elements * device.rng_seconds_per_element
-    return max(compute, memory) + random + op.launches * efficiency.kernel_overhead
+    special = op.random_elements * device.rng_seconds_per_element + op.math_elements * device.math_seconds_per_element
+    return max(compute, memory) + special + op.launches * efficiency.kernel_overhead
 
 
 def ops_time(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> float:

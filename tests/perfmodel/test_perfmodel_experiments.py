@@ -31,3 +31,22 @@ def test_experiment_rows_and_claims(module, allowed, tmp_path):
     assert differs == allowed
     assert experiment.claims(pd.DataFrame()) == [] or all(c.verdict != "reproduced"
                                                           for c in experiment.claims(pd.DataFrame()))
+
+
+def test_cpu_weak_scaling_points_measure_and_predict(tmp_path):
+    """Both ci points run (tp 2 on two gloo ranks) and report a measured step next to a prediction that never used
+    the measured model's own steps. How close the two are is a timing, checked in the claims report and bench,
+    not here: this only bounds it loosely enough to catch a broken model (a factor of 2)."""
+    from repro.experiments import megatron_weak_scaling_cpu as cpu
+    from repro.experiments.runner import execute_point
+
+    experiment = cpu.EXPERIMENT
+    for point in experiment.points_for("ci"):
+        rows = {row["metric"]: row for row in execute_point(experiment, point, "ci", device="cpu",
+                                                             scratch_dir=tmp_path, timeout_s=300)}
+        assert {"step_time_s", "predicted_step_time_s", "prediction_error", "fitted_layer_overhead_ms"} <= set(rows)
+        measured, predicted = rows["step_time_s"]["value"], rows["predicted_step_time_s"]["value"]
+        assert measured > 0 and 0.5 < predicted / measured < 2.0, rows
+        assert rows["prediction_error"]["value"] == pytest.approx(predicted / measured - 1)
+        if point.world_size > 1:
+            assert rows["calibrated_allreduce_latency_us"]["value"] > 0

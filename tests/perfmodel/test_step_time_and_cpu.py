@@ -84,3 +84,53 @@ def test_calibrate_cpu_measures_this_machine():
     assert predict_cpu_step_time(SMALL, tp_size=2, dp_size=1, micro_batch_size=2, calibration=calibration) > 0
     with pytest.raises(ValueError, match="threads"):
         calibrate_cpu(threads=0)
+
+
+def test_measured_gemm_rates_and_math_costs_enter_the_roofline():
+    from repro.perfmodel.hardware import Accelerator, Efficiency
+    from repro.perfmodel.ops import elementwise, gemm
+    from repro.perfmodel.roofline import op_time
+
+    eff = Efficiency(gemm=1.0, memory=1.0, kernel_overhead=0.0)
+    op = gemm("g", m=64, n=32, k=16)
+    plain = Accelerator("cpu", peak_flops=1e9, memory_bandwidth=1e12, memory_bytes=1)
+    measured = Accelerator("cpu", peak_flops=1e9, memory_bandwidth=1e12, memory_bytes=1,
+                           measured_gemm_flops=(((64, 32, 16, 1), 1e8),))
+    assert op_time(op, plain, eff) == pytest.approx(op.flops / 1e9)
+    assert op_time(op, measured, eff) == pytest.approx(op.flops / 1e8)  # the measured rate wins
+    gelu = elementwise("gelu", elements=1000, bytes_per_element=8, math=True, backward_math=True)
+    costly = Accelerator("cpu", peak_flops=1e9, memory_bandwidth=1e12, memory_bytes=1, math_seconds_per_element=1e-9)
+    assert op_time(gelu, costly, eff) == pytest.approx(8000 / 1e12 + 1000 * 1e-9)
+
+
+def test_fit_overheads_recovers_known_per_layer_and_per_step_time():
+    from dataclasses import replace
+
+    from repro.perfmodel.cpu import fit_overheads
+    from repro.perfmodel.step_time import GPTConfig
+
+    truth = replace(FAKE_CPU, layer_overhead_s=2e-3, step_overhead_s=3e-3)
+    runs = []
+    for layers in (1, 3):
+        model = GPTConfig(layers, SMALL.hidden_size, SMALL.num_heads, SMALL.vocab_size, SMALL.seq_length)
+        runs.append((model, predict_cpu_step_time(model, tp_size=2, dp_size=1, micro_batch_size=4, calibration=truth)))
+    fitted = fit_overheads(FAKE_CPU, runs, tp_size=2, micro_batch_size=4)
+    assert fitted.layer_overhead_s == pytest.approx(2e-3, rel=1e-6)
+    assert fitted.step_overhead_s == pytest.approx(3e-3, rel=1e-6)
+    deep = GPTConfig(6, SMALL.hidden_size, SMALL.num_heads, SMALL.vocab_size, SMALL.seq_length)
+    step = predict_cpu_step(deep, tp_size=2, dp_size=1, micro_batch_size=4, calibration=fitted)
+    assert step.overhead == pytest.approx(3e-3 + 6 * 2e-3)
+    with pytest.raises(ValueError, match="two depths"):
+        fit_overheads(FAKE_CPU, runs[:1], tp_size=2, micro_batch_size=4)
+
+
+def test_calibrate_these_ranks_measures_the_model_gemm_shapes():
+    from repro.perfmodel.cpu import calibrate_these_ranks, model_gemm_shapes
+
+    shapes = model_gemm_shapes(SMALL, tp_size=1, micro_batch_size=2)
+    assert len(shapes) >= 5 and all(len(s) == 4 for s in shapes)
+    calibration = calibrate_these_ranks(gemm_shapes=shapes)
+    assert {s for s, _ in calibration.measured_gemm_flops} == set(shapes)
+    assert all(rate > 1e7 for _, rate in calibration.measured_gemm_flops)
+    assert calibration.math_seconds_per_element >= 0 and calibration.concurrent_ranks == 1
+    assert calibration.allreduce_latency_s == 0 and calibration.allreduce_bandwidth == float("inf")
