@@ -114,28 +114,12 @@ def test_zero1_over_dp_matches_single_process(reference):
         assert reduce_scatters >= STEPS  # gradients are reduce-scattered to their owners, not all-reduced
 
 
-def _pipeline_only_groups(world_size):
-    """tp = dp = 1, pp = world size, built by hand: init_parallel cannot build pp > 2 yet (it finds no embedding
-    group for the middle stages), so this test makes the middle stages' embedding group a group of one."""
-    from repro.dist.comm import CommGroup, new_comm_group
-    from repro.dist.groups import ParallelGroups, RankGrid
-    from repro.dist.ledger import CollectiveLedger
-
-    ledger = CollectiveLedger()
-    pp = new_comm_group("pp", list(range(world_size)), ledger)
-    embedding = new_comm_group("embedding", [0, world_size - 1], ledger)
-    if embedding.rank < 0:
-        embedding = CommGroup.single("embedding", ledger)
-    return ParallelGroups(grid=RankGrid(tp=1, dp=1, pp=world_size), rank=pp.rank, tp=CommGroup.single("tp", ledger),
-                          dp=CommGroup.single("dp", ledger), pp=pp, embedding=embedding,
-                          world=new_comm_group("world", list(range(world_size)), ledger), ledger=ledger)
-
-
 def test_four_stages_with_middle_stages_match_single_process(reference):
     ref_losses, _ = reference
 
     def rank_fn(rank, world_size):
-        groups = _pipeline_only_groups(world_size)
+        groups = init_parallel(tp=1, pp=world_size, dp=1)  # middle stages get an embedding group of one
+        assert groups.embedding.size == (2 if groups.pp.rank in (0, world_size - 1) else 1)
         return train_gpt(CONFIG, groups, STEPS, 4, micro_batch_size=2, data=_data(), initial_state=_initial_state(),
                          **SETTINGS)
 
