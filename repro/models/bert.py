@@ -39,6 +39,13 @@ class BertLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size(group.size) // group.size))
         self.approximate = config.gelu_approximate
 
+    def forward(self, sequence_output: torch.Tensor, word_embeddings: nn.Module) -> torch.Tensor:
+        """This rank's vocabulary shard of the logits [b, s, V_padded / tp]; ``word_embeddings`` is the tied
+        (vocab-parallel) input embedding. A module forward of its own, so that ZeRO stage 3's hooks gather the
+        bias and the tied weight around it."""
+        x = self.layernorm(F.gelu(self.dense(sequence_output), approximate=self.approximate))
+        return parallel_lm_logits(x, word_embeddings, self.bias)
+
 
 class BertModel(nn.Module):
     """``forward(input_ids, token_type_ids, attention_mask) -> (sequence_output [b, s, h], pooled [b, h])``."""
@@ -81,9 +88,7 @@ class BertModel(nn.Module):
 
     def lm_logits(self, sequence_output: torch.Tensor) -> torch.Tensor:
         """Masked-LM logits, this rank's vocabulary shard [b, s, V_padded / tp]."""
-        head = self.lm_head
-        x = head.layernorm(F.gelu(head.dense(sequence_output), approximate=head.approximate))
-        return parallel_lm_logits(x, self.embedding.word_embeddings, head.bias)
+        return self.lm_head(sequence_output, self.embedding.word_embeddings)
 
     def mlm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return vocab_parallel_cross_entropy(self.lm_logits(sequence_output), labels, self.tp_group)

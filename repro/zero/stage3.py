@@ -27,11 +27,15 @@ from repro.zero.stage2 import ZeroStage2
 
 
 def default_external_parameters(module: nn.Module) -> dict[nn.Module, list[nn.Parameter]]:
-    """GPT ties its output layer to the word embedding and calls it from the model's own forward."""
+    """GPT ties its output layer to the word embedding and calls it from the model's own forward; BERT's masked-LM
+    head uses the word embedding inside the head's forward."""
+    from repro.models.bert import BertModel
     from repro.models.gpt import GPTModel
 
     if isinstance(module, GPTModel):
         return {module: [module.embedding.word_embeddings.weight]}
+    if isinstance(module, BertModel):
+        return {module.lm_head: [module.embedding.word_embeddings.weight]}
     return {}
 
 
