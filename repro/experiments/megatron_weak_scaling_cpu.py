@@ -15,6 +15,7 @@ reproductions of its V100 numbers (those are in ``megatron_weak_scaling``, from 
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -29,10 +30,10 @@ from repro.tensor_parallel import seed_everything
 
 HEAD_DIM = 32
 SEQ, MICRO_BATCH, VOCAB = 128, 4, 1024
-#: tp -> (heads, layers): heads grow with tp as in Table 1 (16/20/24/32 at 96 per head); parameters per rank stay
-#: within ~15% of the tp=1 model.
+#: tp -> (heads, layers): heads grow with tp as in Table 1 (16/20/24/32 at 96 per head), divisible by tp; layer
+#: parameters per rank stay within 25% of the tp=1 model's (+12% at tp 2, +25% at tp 4, equal at tp 8).
 CI_SWEEP = {1: (4, 4), 2: (6, 4)}
-PAPER_SWEEP = {1: (4, 4), 2: (6, 4), 4: (8, 5), 8: (12, 5)}
+PAPER_SWEEP = {1: (4, 4), 2: (6, 4), 4: (8, 5), 8: (16, 2)}
 ROUNDS, STEPS_PER_ROUND, WARMUP = 5, 3, 2
 
 
@@ -94,16 +95,27 @@ def interleaved_step_seconds(trainers: list[_Trainer]) -> list[float]:
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     """Measure the swept model at ``tp`` and predict it from a calibration made in the same process.
 
-    One core per rank (one torch thread) stands in for one GPU per rank. The prediction uses the kernels (every
+    One core per rank (one torch thread, the rank pinned to its core when there are enough cores) stands in for one
+    GPU per rank; pinning keeps the scheduler from moving both ranks onto one core, which made tp 2 steps vary by
+    +-10% between runs. The prediction uses the kernels (every
     GEMM shape, RNG, GELU, bandwidth, op overhead) and the all-reduce measured on all ranks at once, plus the
     per-layer and per-step time they do not explain, fitted to 1- and 3-layer versions of the model; the swept
     model's own steps are never used by the prediction. All three models are timed interleaved."""
-    threads = torch.get_num_threads()
+    threads, cores = torch.get_num_threads(), _cores()
     torch.set_num_threads(1)
+    if cores and ctx.world_size <= len(cores):  # pin rank r to a core of its own, as srun --cpu-bind does
+        os.sched_setaffinity(0, {cores[ctx.rank]})
     try:
         return _run_point(point, ctx)
     finally:
         torch.set_num_threads(threads)
+        if cores:
+            os.sched_setaffinity(0, set(cores))
+
+
+def _cores() -> list[int]:
+    """The cores this process may run on (empty where the OS cannot pin processes)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def _run_point(point: Point, ctx: RunContext) -> list[dict]:

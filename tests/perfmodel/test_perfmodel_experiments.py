@@ -50,3 +50,13 @@ def test_cpu_weak_scaling_points_measure_and_predict(tmp_path):
         assert rows["prediction_error"]["value"] == pytest.approx(predicted / measured - 1)
         if point.world_size > 1:
             assert rows["calibrated_allreduce_latency_us"]["value"] > 0
+
+
+def test_cpu_weak_scaling_sweeps_are_valid_tensor_parallel_models():
+    from repro.experiments import megatron_weak_scaling_cpu as cpu
+
+    for sweep in (cpu.CI_SWEEP, cpu.PAPER_SWEEP):
+        for tp in sweep:
+            for config in (cpu.sweep_config(tp, sweep), *cpu.calibration_configs(tp, sweep)):
+                config.check_tensor_parallel(tp)  # raises if the heads do not split across tp ranks
+                assert config.num_attention_heads % tp == 0
