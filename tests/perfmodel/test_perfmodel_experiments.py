@@ -50,6 +50,9 @@ def test_cpu_weak_scaling_points_measure_and_predict(tmp_path):
         assert rows["prediction_error"]["value"] == pytest.approx(predicted / measured - 1)
         if point.world_size > 1:
             assert rows["calibrated_allreduce_latency_us"]["value"] > 0
+            assert rows["tp_allreduces_per_layer"]["value"] == 4  # Megatron-LM sec 3: 2 forward + 2 backward
+            (check,) = experiment.claims(pd.DataFrame(list(rows.values())))
+            assert (check.claim_id, check.verdict) == ("comm_allreduce_per_layer", "reproduced")
 
 
 def test_cpu_weak_scaling_sweeps_are_valid_tensor_parallel_models():
