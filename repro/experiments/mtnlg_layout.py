@@ -2,16 +2,23 @@
 DGX A100 nodes from the analytic model (``repro.perfmodel.mtnlg``; one constant fitted on the 280-node
 iteration time, the 350/420-node rows are predictions). MT-NLG's throughput numbers are ``secondary`` rows of
 paper_claims.csv (quoted by third parties), not read in the paper itself.
+
+Also emitted: the configuration the suite runs (layers, hidden, heads, sequence, global batch, tp, pp, nodes from
+``repro.perfmodel.mtnlg``; Adam betas / eps, weight decay and clipping from the settings of the tiny 3-D run,
+``repro.experiments.mtnlg_3d_tiny``), and derived quantities: GPUs = tp x pp x dp, bytes per parameter of
+mixed-precision Adam, tokens per step, tokens per parameter.
 """
 
 from __future__ import annotations
 
 from repro.claims import check_value
+from repro.experiments import mtnlg_3d_tiny
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.paper import paper_value
 from repro.perfmodel.mtnlg import (
-    BYTES_PER_PARAM, MTNLG_530B, PP_SIZE, TP_SIZE, calibrate_a100, layout_for_nodes, memory_per_gpu_530b,
-    predict_iteration, predict_tflops_per_gpu, tflops_from_iteration_time,
+    BYTES_PER_PARAM, GLOBAL_BATCH, MTNLG_530B, PP_SIZE, SELENE_NODES, TP_SIZE, calibrate_a100, layout_for_nodes,
+    memory_per_gpu_530b, mixed_precision_adam_bytes_per_param, predict_iteration, predict_tflops_per_gpu,
+    tflops_from_iteration_time, tokens_per_parameter, tokens_per_step, total_gpus,
 )
 
 PAPER = "mt_nlg_2022"
@@ -30,7 +37,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         _row("num_params", params / 1e9, "billion params", "params_repro"),
         _row("num_params", params / 1e9, "billion params", "params"),
         _row("gpus_per_replica", TP_SIZE * PP_SIZE, "GPUs", "gpus_per_replica"),
-        _row("dp_size", 560 * 8 // (TP_SIZE * PP_SIZE), "way", "dp_full", nodes=560),
+        _row("dp_size", layout_for_nodes(SELENE_NODES).dp_size, "way", "dp_full", nodes=SELENE_NODES),
         _row("model_state_tb", params * BYTES_PER_PARAM / 1e12, "TB", "model_state_tb"),
     ]
     memory = memory_per_gpu_530b()
@@ -47,11 +54,51 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
             _row("tflops_from_paper_time", tflops_from_iteration_time(nodes, paper_value(PAPER,
                  f"iter_time_{nodes}n")), "TFLOP/s", f"tflops_{nodes}n_repro", nodes=nodes),
         ]
+    return rows + config_rows() + derived_rows()
+
+
+def config_rows() -> list[dict]:
+    """The configuration the suite runs: the 530B model and layout, and the tiny 3-D run's optimizer settings."""
+    model = MTNLG_530B
+    rows = [_row("config", value, unit, claim_id) for value, unit, claim_id in (
+        (model.num_layers, "count", "layers"), (model.hidden_size, "count", "hidden"),
+        (model.num_heads, "count", "heads"), (model.seq_length, "tokens", "seq_len"),
+        (GLOBAL_BATCH, "sequences", "global_batch"), (TP_SIZE, "way", "tp"), (PP_SIZE, "way", "pp"),
+        (SELENE_NODES, "nodes", "nodes"))]
+    point = mtnlg_3d_tiny.POINTS["ci"][0]
+    settings = mtnlg_3d_tiny.settings_for(dict(point.params), point.params["micro_batches"],
+                                          point.params["micro_batch_size"], point.params["zero_stage"])
+    rows += [_row("tiny_run_setting", value, "-", claim_id, point=point.name) for value, claim_id in (
+        (settings.betas[0], "adam_b1"), (settings.betas[1], "adam_b2"), (settings.eps, "adam_eps"),
+        (settings.weight_decay, "weight_decay"), (settings.clip_grad, "grad_clip"))]
     return rows
 
 
+def derived_rows() -> list[dict]:
+    """Quantities the paper derives from its configuration (sec 2.1, 2.4, 3)."""
+    return [
+        _row("gpus_total", total_gpus(SELENE_NODES), "GPUs", "gpus_total", nodes=SELENE_NODES),
+        _row("bytes_per_param", mixed_precision_adam_bytes_per_param(), "bytes/param", "bytes_per_param"),
+        _row("tokens_per_step", tokens_per_step() / 1e6, "million tokens", "tokens_per_step"),
+        _row("tokens_per_param", tokens_per_parameter(paper_value(PAPER, "train_tokens") * 1e9), "tokens/param",
+             "tokens_per_param"),
+    ]
+
+
 TOLERANCE = {"tflops_per_gpu": {"rel": 0.05}, "iteration_time": {"rel": 0.05}, "num_params": {"rel": 0.001},
-             "tflops_from_paper_time": {"abs": 0.06}, "model_state_tb": {"rel": 0.01}}
+             "tflops_from_paper_time": {"abs": 0.06}, "model_state_tb": {"rel": 0.01},
+             # the paper's rounding: +-0.5 of the last printed digit (3.93 M, 0.51)
+             "tokens_per_step": {"abs": 0.005}, "tokens_per_param": {"abs": 0.005}}
+#: Notes of the rows that are neither model predictions nor layout arithmetic.
+NOTES = {
+    "config": "configuration the suite runs (repro.perfmodel.mtnlg)",
+    "tiny_run_setting": "the optimizer setting the tiny 3-D run (mtnlg_3d_tiny) trains with",
+    "gpus_total": "tp x pp x dp of the layout on 560 nodes",
+    "bytes_per_param": "2 fp16 weights + 2 fp16 grads + 12 fp32 master/momentum/variance + 4 fp32 grad copy; "
+                       "the paper states only the total",
+    "tokens_per_step": "global batch x sequence length of the suite's config",
+    "tokens_per_param": "the paper's 270B training tokens over the suite's 529.6B parameter count",
+}
 
 
 def claims(rows) -> list[ClaimCheck]:
@@ -64,6 +111,7 @@ def claims(rows) -> list[ClaimCheck]:
             note = ("fitted on this claim" if row.get("nodes") == 280 else "predicted (held out)") + "; " + note
         if row["metric"] == "tflops_from_paper_time":
             note = "the paper's iteration time through 96 B s l h^2 (1 + s/6h + V/16lh)"
+        note = NOTES.get(row["metric"], note)
         checks.append(check_value(PAPER, row["claim_id"], row["value"], note=note,
                                   **TOLERANCE.get(row["metric"], {})))
     return checks

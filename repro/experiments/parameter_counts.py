@@ -2,6 +2,10 @@
 the closed form 12Lh^2 + 13Lh + (V + s)h + 2h (``repro.models.count_parameters``) beside the number of parameters
 a :class:`~repro.models.GPTModel` of that configuration actually instantiates.
 
+The configurations are the suite's own (``repro.perfmodel.megatron.TABLE1`` / ``TABLE2``,
+``repro.perfmodel.mtnlg.MTNLG_530B``); the layers, hidden size and heads of each instantiated module are reported
+too, so Table 2's configuration claims check the models the suite builds.
+
 The models are built on torch's ``meta`` device, so even the 530B model costs no memory and the "measured"
 count is the real module tree, not the formula again. Megatron pads the 50,257-token GPT-2 vocabulary to a
 multiple of 128 x 8 = 1024 for 8-way model parallelism (sec. 5.1), i.e. V = 51,200.
@@ -14,16 +18,20 @@ import torch
 from repro.claims import check_value
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
+from repro.paper import load_claims
+from repro.perfmodel.megatron import TABLE1, TABLE2
+from repro.perfmodel.mtnlg import MTNLG_530B
 
 GPT2_VOCAB = 50257
-#: label -> (layers, hidden, heads, sequence length, paper, claim-id prefix)
+MEGATRON = "megatron_lm_2019"
+#: label -> (layers, hidden, heads, sequence length, paper, claim-id prefix), from the suite's config objects
 CONFIGS = {
-    "1p2B": (40, 1536, 16, 1024, "megatron_lm_2019", "t1_1p2B"),
-    "2p5B": (54, 1920, 20, 1024, "megatron_lm_2019", "t1_2p5B"),
-    "4p2B": (64, 2304, 24, 1024, "megatron_lm_2019", "t1_4p2B"),
-    "8p3B": (72, 3072, 32, 1024, "megatron_lm_2019", "t1_8p3B"),
-    "355M": (24, 1024, 16, 1024, "megatron_lm_2019", "t2_355M"),
-    "mtnlg530B": (105, 20480, 128, 2048, "mt_nlg_2022", "params"),
+    **{f"t1_{c.label}": (c.num_layers, c.hidden_size, c.num_heads, c.model().seq_length, MEGATRON, f"t1_{c.label}")
+       for c in TABLE1},
+    **{f"t2_{r.label}": (r.num_layers, r.hidden_size, r.num_heads, r.model().seq_length, MEGATRON, f"t2_{r.label}")
+       for r in TABLE2},
+    "mtnlg530B": (MTNLG_530B.num_layers, MTNLG_530B.hidden_size, MTNLG_530B.num_heads, MTNLG_530B.seq_length,
+                  "mt_nlg_2022", "params"),
 }
 #: ZeRO Table 4 checks use 12 L h^2 (the transformer blocks only): label -> (layers, hidden)
 ZERO_T4 = {"60B": (75, 8192), "170B": (212, 8192)}
@@ -49,6 +57,11 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         rows.append({"metric": "instantiated_params", "value": count_model_parameters(model) / 1e9,
                      "unit": "billion params", **common})
         rows.append({"metric": "hidden_per_head", "value": float(hidden // heads), "unit": "count", **common})
+        attention = model.layers[0].attention  # one process: heads_per_rank is all the heads
+        built = {"built_layers": len(model.layers), "built_hidden": model.final_layernorm.normalized_shape[0],
+                 "built_heads": attention.heads_per_rank}
+        rows += [{"metric": metric, "value": float(value), "unit": "count", **common}
+                 for metric, value in built.items()]
         del model
     for label, (layers, hidden) in ZERO_T4.items():
         rows.append({"metric": "block_params_12Lh2", "value": 12 * layers * hidden**2 / 1e9,
@@ -64,9 +77,22 @@ def _value(rows, metric: str, model: str) -> float | None:
     return float(hit["value"].iloc[0]) if len(hit) else None
 
 
+def half_last_digit(paper: str, claim_id: str) -> float:
+    """Half a unit of the last digit the paper prints (``'2.49'`` -> 0.005, ``'8.317'`` -> 0.0005, ``'64'`` ->
+    0.5): the tolerance of a value the paper rounded."""
+    claims = load_claims()
+    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+    if hit.empty:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    text = str(hit["value"].iloc[0]).replace(",", "").strip()
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10.0**-decimals
+
+
 def claims(rows) -> list[ClaimCheck]:
-    """The instantiated count against the paper's count (rounded to 0.1B) and its config-derived count (3
-    decimals); hidden size per head; the padded vocabulary; ZeRO's 12Lh^2 checks."""
+    """The instantiated count against the paper's count (rounded to 0.1B) and its config-derived count (to the
+    paper's printed digits); hidden size per head; Table 2's layers / hidden / heads of the built modules; the
+    padded vocabulary; ZeRO's 12Lh^2 checks."""
     if rows is None or len(rows) == 0:
         return []
     checks = []
@@ -78,12 +104,18 @@ def claims(rows) -> list[ClaimCheck]:
             checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note))
             checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B"))
             continue
-        checks.append(check_value(paper, f"{prefix}_params_recomputed", got, abs=0.0005, note=note))
+        recomputed = f"{prefix}_params_recomputed"
+        checks.append(check_value(paper, recomputed, got, abs=half_last_digit(paper, recomputed),
+                                  note=note + "; ±half the paper's last printed digit"))
         if prefix.startswith("t1_"):
             checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B"))
-        else:
-            checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label)))
-    per_head = {_value(rows, "hidden_per_head", label) for label in ("1p2B", "2p5B", "4p2B", "8p3B")}
+            continue
+        checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label)))
+        for key in ("layers", "hidden", "heads"):
+            checks.append(check_value(paper, f"{prefix}_{key}", _value(rows, f"built_{key}", label),
+                                      note="configuration the suite runs (repro.perfmodel.megatron.TABLE2), read "
+                                           "from the instantiated GPTModel"))
+    per_head = {_value(rows, "hidden_per_head", f"t1_{c.label}") for c in TABLE1}
     if len(per_head) == 1:
         checks.append(check_value("megatron_lm_2019", "t1_hidden_per_head", per_head.pop(),
                                   note="h / heads of all four Table 1 configs"))
@@ -104,5 +136,6 @@ EXPERIMENT = Experiment(
     claims=claims,
     description=__doc__ or "",
     budget_s={"ci": 30.0, "paper": 60.0},
-    metrics=("closed_form_params", "instantiated_params", "hidden_per_head", "block_params_12Lh2", "padded_vocab"),
+    metrics=("closed_form_params", "instantiated_params", "hidden_per_head", "built_layers", "built_hidden",
+             "built_heads", "block_params_12Lh2", "padded_vocab"),
 )

@@ -22,14 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .flops import gpt_flops_per_iteration
-from .hardware import DGX2H, Cluster, Efficiency
+from .flops import achieved_flops_per_device, gpt_flops_per_iteration
+from .hardware import DGX2H, Accelerator, Cluster, Efficiency
 from .step_time import GPTConfig, Layout, iteration_time
 
 PADDED_VOCAB = 51200  # Megatron-LM sec 5.1: 50,257 padded to a multiple of 128 x 8
 SEQ_LENGTH = 1024
 MP_BATCH = 8  # sec 5.1: batch 8 for the model-parallel runs
 DP_DEGREE = 64  # sec 5.1: 64-way data parallel, global batch 512
+GPT2_GLOBAL_BATCH = 512  # sec 5.2 (Table 2 runs): GPT-2 trained on batches of 512 sequences of 1024 tokens
+SECONDS_PER_DAY = 86400
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,28 @@ TABLE1 = (
 )
 
 
+@dataclass(frozen=True)
+class TrainingRun:
+    """One row of Megatron-LM Table 2: a GPT-2 model trained on ``gpus`` GPUs with batch ``GPT2_GLOBAL_BATCH``."""
+
+    label: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    gpus: int
+
+    def model(self) -> GPTConfig:
+        return GPTConfig(self.num_layers, self.hidden_size, self.num_heads, PADDED_VOCAB, SEQ_LENGTH)
+
+
+#: Megatron-LM Table 2 (claim ids ``t2_<label>_*``). The 8.3B run has 24 heads here, 32 in Table 1.
+TABLE2 = (
+    TrainingRun("355M", 24, 1024, 16, 64),
+    TrainingRun("2p5B", 54, 1920, 20, 128),
+    TrainingRun("8p3B", 72, 3072, 24, 512),
+)
+
+
 def _flops(model: GPTConfig, batch: int) -> float:
     return gpt_flops_per_iteration(batch_size=batch, seq_length=model.seq_length, num_layers=model.num_layers,
                                    hidden_size=model.hidden_size, vocab_size=model.vocab_size)
@@ -62,9 +86,45 @@ def _flops(model: GPTConfig, batch: int) -> float:
 
 def per_gpu_flops(model: GPTConfig, layout: Layout, cluster: Cluster, eff: Efficiency) -> float:
     """Model FLOP/s per GPU the model predicts for ``layout``."""
-    nodes = max(1, -(-layout.world_size // cluster.devices_per_node))
-    step = iteration_time(model, layout, cluster.with_nodes(nodes), eff)
+    step = iteration_time(model, layout, cluster.with_nodes(nodes_for(layout.world_size, cluster)), eff)
     return _flops(model, layout.global_batch_size) / (step.total * layout.world_size)
+
+
+def nodes_for(world_size: int, cluster: Cluster = DGX2H) -> int:
+    """Nodes a ``world_size``-GPU run occupies: ``ceil(world_size / devices_per_node)`` (at least one).
+    Megatron-LM sec 5: the 512-GPU runs use 32 DGX-2H servers of 16 V100s."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    return max(1, -(-world_size // cluster.devices_per_node))
+
+
+def percent_of_peak(flops_per_device: float, device: Accelerator) -> float:
+    """Achieved FLOP/s as a percentage of the device's dense 16-bit peak (Megatron-LM abstract / sec 1: the
+    1-GPU baseline's 39 TFLOP/s is 30 % of a V100's peak)."""
+    if flops_per_device < 0:
+        raise ValueError(f"flops_per_device must be >= 0, got {flops_per_device}")
+    return 100.0 * flops_per_device / device.peak_flops
+
+
+def tokens_per_epoch(iterations: float, *, global_batch: int = GPT2_GLOBAL_BATCH,
+                     seq_length: int = SEQ_LENGTH) -> float:
+    """Tokens one epoch of ``iterations`` steps reads: ``iterations x batch x seq`` (sec 5.2: an epoch is 68,507
+    iterations of 512 x 1024 tokens)."""
+    if iterations <= 0 or global_batch < 1 or seq_length < 1:
+        raise ValueError(f"iterations, global_batch and seq_length must be positive, got "
+                         f"{iterations}, {global_batch}, {seq_length}")
+    return float(iterations) * global_batch * seq_length
+
+
+def tflops_from_epoch_time(run: TrainingRun, *, days_per_epoch: float, iterations_per_epoch: float) -> float:
+    """Per-GPU model TFLOP/s implied by a Table 2 epoch time: the iteration's model FLOPs (Narayanan et al. 2021,
+    with recomputation; ``flops.gpt_flops_per_iteration``) over the time per iteration and ``run.gpus``."""
+    if days_per_epoch <= 0 or iterations_per_epoch <= 0:
+        raise ValueError(f"days_per_epoch and iterations_per_epoch must be > 0, got {days_per_epoch}, "
+                         f"{iterations_per_epoch}")
+    seconds = days_per_epoch * SECONDS_PER_DAY / iterations_per_epoch
+    flops = _flops(run.model(), GPT2_GLOBAL_BATCH)
+    return achieved_flops_per_device(flops_per_iteration=flops, iteration_time_s=seconds, num_devices=run.gpus) / 1e12
 
 
 def mp_layout(mp_size: int, *, batch: int = MP_BATCH) -> Layout:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from repro.zero.memory_model import K_ADAM
+
 from .flops import gpt_flops_per_iteration
 from .hardware import DGX_A100, Cluster, Efficiency
 from .megatron import _bisect
@@ -25,7 +27,20 @@ TP_SIZE = 8
 PP_SIZE = 35
 GLOBAL_BATCH = 1920
 MICRO_BATCH = 1
-BYTES_PER_PARAM = 20  # MT-NLG sec 2.1: "Adam, mixed precision" training memory per parameter
+SELENE_NODES = 560  # MT-NLG sec 2.4: DGX A100 nodes in Selene (the full-cluster layout, dp = 16)
+
+
+def mixed_precision_adam_bytes_per_param(*, fp32_grad_copy: bool = True) -> int:
+    """Training memory per parameter with mixed-precision Adam (MT-NLG sec 2.1 states 20 bytes, no breakdown).
+
+    2 bytes of fp16 weights + 2 of fp16 gradients + ``K_ADAM`` = 12 of fp32 master weights, momentum and variance
+    (ZeRO sec 3.1) = 16, plus 4 for the fp32 copy of the gradients that Megatron's mixed-precision optimizer
+    steps on (``fp32_grad_copy``) = 20.
+    """
+    return 2 + 2 + K_ADAM + (4 if fp32_grad_copy else 0)
+
+
+BYTES_PER_PARAM = mixed_precision_adam_bytes_per_param()
 
 A100_ASSUMED = Efficiency(gemm=0.5, memory=0.8, kernel_overhead=5e-6, intra_link=0.77, inter_link=0.8)
 
@@ -38,6 +53,26 @@ def layout_for_nodes(num_nodes: int, *, cluster: Cluster = DGX_A100) -> Layout:
         raise ValueError(f"{num_nodes} nodes = {gpus} GPUs is not a multiple of tp x pp = {replica}")
     return Layout(tp_size=TP_SIZE, pp_size=PP_SIZE, dp_size=gpus // replica, micro_batch_size=MICRO_BATCH,
                   global_batch_size=GLOBAL_BATCH, dp_overlap=0.0)
+
+
+def total_gpus(num_nodes: int, *, cluster: Cluster = DGX_A100) -> int:
+    """GPUs of the 3-D layout on ``num_nodes`` nodes: ``tp x pp x dp`` (sec 2.4: 8 x 35 x 16 = 4480 on 560 nodes)."""
+    layout = layout_for_nodes(num_nodes, cluster=cluster)
+    return layout.tp_size * layout.pp_size * layout.dp_size
+
+
+def tokens_per_step(model: GPTConfig = MTNLG_530B, global_batch: int = GLOBAL_BATCH) -> int:
+    """Tokens per optimizer step at the full batch: ``global_batch x seq_length`` (sec 3: 1920 x 2048)."""
+    if global_batch < 1:
+        raise ValueError(f"global_batch must be >= 1, got {global_batch}")
+    return global_batch * model.seq_length
+
+
+def tokens_per_parameter(train_tokens: float, model: GPTConfig = MTNLG_530B) -> float:
+    """Training tokens per model parameter (sec 3: 270B tokens for the 530B model)."""
+    if train_tokens <= 0:
+        raise ValueError(f"train_tokens must be > 0, got {train_tokens}")
+    return train_tokens / model.num_params
 
 
 def flops_per_iteration(model: GPTConfig = MTNLG_530B, global_batch: int = GLOBAL_BATCH) -> float:

@@ -71,3 +71,24 @@ def test_ffn_size_other_than_4h():
     config = GPTConfig(vocab_size=128, hidden_size=32, num_layers=2, num_attention_heads=2,
                        max_position_embeddings=8, ffn_hidden_size=48)
     assert count_parameters(config) == count_model_parameters(GPTModel(config))
+
+
+def test_parameter_counts_experiment_builds_the_suite_configs():
+    """The experiment's models are the perfmodel's Table 1 / Table 2 / MT-NLG configs (nothing re-typed)."""
+    from repro.experiments.parameter_counts import CONFIGS, half_last_digit
+    from repro.perfmodel.megatron import TABLE1, TABLE2
+    from repro.perfmodel.mtnlg import MTNLG_530B
+
+    for table, prefix in ((TABLE1, "t1_"), (TABLE2, "t2_")):
+        for config in table:
+            layers, hidden, heads, seq, _, claim_prefix = CONFIGS[prefix + config.label]
+            assert (layers, hidden, heads, seq) == (config.num_layers, config.hidden_size, config.num_heads, 1024)
+            assert claim_prefix == prefix + config.label
+    assert CONFIGS["mtnlg530B"][:4] == (MTNLG_530B.num_layers, MTNLG_530B.hidden_size, MTNLG_530B.num_heads,
+                                        MTNLG_530B.seq_length)
+    # half a unit of the printed last digit: '2.49' -> 0.005, '8.317' -> 0.0005, '40' -> 0.5
+    assert half_last_digit("megatron_lm_2019", "t2_2p5B_params_recomputed") == pytest.approx(0.005)
+    assert half_last_digit("megatron_lm_2019", "t2_8p3B_params_recomputed") == pytest.approx(0.0005)
+    assert half_last_digit("megatron_lm_2019", "t1_1p2B_layers") == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="no claim"):
+        half_last_digit("megatron_lm_2019", "no_such_claim")

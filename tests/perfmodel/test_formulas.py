@@ -4,8 +4,13 @@ import pytest
 
 from repro.perfmodel.collectives import allgather_bytes_per_rank, allreduce_bytes_per_rank, allreduce_time
 from repro.perfmodel.flops import achieved_flops_per_device, gpt_flops_per_iteration, gpt_param_count
-from repro.perfmodel.hardware import Link
-from repro.perfmodel.mtnlg import MTNLG_530B, tflops_from_iteration_time
+from repro.perfmodel.hardware import DGX2H, DGX_A100, Accelerator, Link
+from repro.perfmodel.megatron import TrainingRun, nodes_for, percent_of_peak, tflops_from_epoch_time, tokens_per_epoch
+from repro.perfmodel.mtnlg import (
+    MTNLG_530B, mixed_precision_adam_bytes_per_param, tflops_from_iteration_time, tokens_per_parameter,
+    tokens_per_step, total_gpus,
+)
+from repro.perfmodel.step_time import GPTConfig
 from repro.perfmodel.parallel_comm import (
     pipeline_bubble_fraction, pipeline_idle_fraction, tp_allreduces_per_layer, tp_bytes_per_layer,
     zero_communication_volume,
@@ -82,7 +87,52 @@ def test_pipeline_bubble_and_idle_fraction():
     assert pipeline_idle_fraction(pp_size=1, num_micro_batches=1) == 0
 
 
+def test_nodes_for_rounds_up_to_whole_nodes():
+    assert [nodes_for(n, DGX2H) for n in (1, 16, 17, 64, 512)] == [1, 1, 2, 4, 32]
+    assert [nodes_for(n, DGX_A100) for n in (8, 9, 2240)] == [1, 2, 280]
+
+
+def test_percent_of_peak():
+    device = Accelerator("toy", peak_flops=200e12, memory_bandwidth=1.0, memory_bytes=1.0)
+    assert percent_of_peak(50e12, device) == pytest.approx(25.0)
+    assert percent_of_peak(0.0, device) == 0.0
+
+
+def test_tokens_per_epoch_is_iterations_times_batch_times_sequence():
+    assert tokens_per_epoch(10, global_batch=4, seq_length=8) == 320
+    assert tokens_per_epoch(1) == 512 * 1024  # the GPT-2 defaults: batch 512 x seq 1024
+
+
+def test_tflops_from_epoch_time_on_a_hand_computed_run():
+    # 1 layer, h = 1024, batch 512, s = 1024, V = 51200: 96 B s l h^2 (1 + s/6h + V/16lh)
+    # = 96 * 512 * 1024 * 1024^2 * (1 + 1/6 + 3.125) = 2.2636e14 FLOPs; 1000 iterations in 0.01 day = 864 s, 4 GPUs
+    run = TrainingRun("toy", num_layers=1, hidden_size=1024, num_heads=16, gpus=4)
+    flops = 96 * 512 * 1024 * 1024**2 * (1 + 1 / 6 + 51200 / (16 * 1024))
+    expected = flops * 1000 / (864 * 4) / 1e12
+    assert tflops_from_epoch_time(run, days_per_epoch=0.01, iterations_per_epoch=1000) == pytest.approx(expected)
+
+
+def test_mixed_precision_adam_bytes_per_param():
+    assert mixed_precision_adam_bytes_per_param(fp32_grad_copy=False) == 2 + 2 + 4 + 4 + 4
+    assert mixed_precision_adam_bytes_per_param() == 2 + 2 + 4 + 4 + 4 + 4
+
+
+def test_mtnlg_token_and_gpu_arithmetic():
+    toy = GPTConfig(num_layers=1, hidden_size=8, num_heads=2, vocab_size=16, seq_length=4)
+    assert tokens_per_step(toy, global_batch=3) == 12
+    assert tokens_per_parameter(2 * toy.num_params, toy) == pytest.approx(2.0)
+    assert total_gpus(280) == 8 * 35 * 8  # tp x pp x dp on 280 DGX A100 nodes
+    assert total_gpus(420) == 8 * 35 * 12
+
+
 @pytest.mark.parametrize("call", [
+    lambda: nodes_for(0),
+    lambda: percent_of_peak(-1.0, DGX2H.device),
+    lambda: tokens_per_epoch(0),
+    lambda: tflops_from_epoch_time(TrainingRun("x", 1, 8, 1, 1), days_per_epoch=0, iterations_per_epoch=1),
+    lambda: tokens_per_step(MTNLG_530B, global_batch=0),
+    lambda: tokens_per_parameter(0.0),
+    lambda: total_gpus(100),
     lambda: gpt_flops_per_iteration(batch_size=0, seq_length=1, num_layers=1, hidden_size=1, vocab_size=1),
     lambda: zero_communication_volume(stage=4, num_params=1),
     lambda: pipeline_bubble_fraction(pp_size=0, num_micro_batches=1),

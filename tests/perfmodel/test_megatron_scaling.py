@@ -5,7 +5,7 @@ Fitted on three paper numbers (39 TFLOP/s, 64-GPU 96 %, 8-way MP 77 %); everythi
 import pytest
 
 from repro.perfmodel.megatron import (
-    TABLE1, aggregate_flops, calibrate_v100, heads_efficiency, strong_scaling_speedup, weak_scaling_efficiency,
+    TABLE1, TABLE2, aggregate_flops, calibrate_v100, heads_efficiency, strong_scaling_speedup, weak_scaling_efficiency,
 )
 
 from perfmodel_claims import paper
@@ -31,6 +31,15 @@ def test_table1_configs_match_the_paper():
         assert config.num_heads == paper(M, f"t1_{config.label}_heads")
         assert config.num_layers == paper(M, f"t1_{config.label}_layers")
         assert config.mp_size == paper(M, f"t1_{config.label}_mp_gpus")
+
+
+def test_table2_configs_match_the_paper():
+    for run in TABLE2:
+        assert run.num_layers == paper(M, f"t2_{run.label}_layers")
+        assert run.hidden_size == paper(M, f"t2_{run.label}_hidden")
+        assert run.num_heads == paper(M, f"t2_{run.label}_heads")
+        assert run.gpus == paper(M, f"t2_{run.label}_gpus")
+        assert run.hidden_size // run.num_heads == paper(M, f"t2_{run.label}_hidden_per_head")
 
 
 def test_calibration_hits_its_three_fitting_points(eff):

@@ -3,7 +3,8 @@
 import pytest
 
 from repro.perfmodel.mtnlg import (
-    MTNLG_530B, PP_SIZE, TP_SIZE, calibrate_a100, layout_for_nodes, memory_per_gpu_530b, predict_tflops_per_gpu,
+    BYTES_PER_PARAM, GLOBAL_BATCH, MTNLG_530B, PP_SIZE, SELENE_NODES, TP_SIZE, calibrate_a100, layout_for_nodes,
+    memory_per_gpu_530b, predict_tflops_per_gpu, tokens_per_parameter, tokens_per_step, total_gpus,
 )
 
 from perfmodel_claims import paper
@@ -42,6 +43,16 @@ def test_memory_per_gpu_of_the_8x35_layout():
     assert memory.model_states * paper(N, "gpus_per_replica") / 1e12 == pytest.approx(
         paper(N, "model_state_tb"), rel=0.01)
     assert memory.total < 80e9  # fits an A100 80GB
+
+
+def test_derived_quantities_match_the_paper():
+    assert BYTES_PER_PARAM == paper(N, "bytes_per_param")
+    assert GLOBAL_BATCH == paper(N, "global_batch") and SELENE_NODES == paper(N, "nodes")
+    assert total_gpus(SELENE_NODES) == paper(N, "gpus_total")
+    assert layout_for_nodes(SELENE_NODES).dp_size == paper(N, "dp_full")
+    assert tokens_per_step() / 1e6 == pytest.approx(paper(N, "tokens_per_step"), abs=0.005)
+    assert tokens_per_parameter(paper(N, "train_tokens") * 1e9) == pytest.approx(paper(N, "tokens_per_param"),
+                                                                                 abs=0.005)
 
 
 def test_a100_layout_rejects_node_counts_that_do_not_tile():

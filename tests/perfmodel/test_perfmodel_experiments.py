@@ -1,4 +1,4 @@
-"""The four analytic experiments run their ci point in well under a second and map rows onto claim ids."""
+"""The analytic experiments run their ci point in well under a second and map rows onto claim ids."""
 
 import collections
 
@@ -7,14 +7,18 @@ import pytest
 
 from repro.experiments.base import RunContext
 
-from repro.experiments import megatron_weak_scaling, mtnlg_layout, zero_infinity_model, zero_memory_tables
+from repro.experiments import (
+    megatron_weak_scaling, mtnlg_layout, parameter_counts, zero_infinity_model, zero_memory_tables,
+)
 
 #: (module, claims allowed to differ: the model's documented misses)
 EXPERIMENTS = [
     (megatron_weak_scaling, {"fig5_eff_mpdp_128gpu", "t8_strong_4gpu", "t8_strong_8gpu"}),
-    (zero_memory_tables, set()),
+    # the paper's activation numbers that its own formulas do not give (see zero_memory_tables.RESIDUAL_NOTES)
+    (zero_memory_tables, {"act_1p5B_ckpt", "act_100B_ckpt", "act_ckpt_100B_mp16", "act_ckpt_100B_mp16_pa"}),
     (mtnlg_layout, set()),
     (zero_infinity_model, {"v100s_for_1T"}),
+    (parameter_counts, set()),
 ]
 
 
