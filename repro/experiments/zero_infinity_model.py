@@ -6,8 +6,11 @@ zero_infinity_2021 rows of paper_claims.csv. The formulas come from a secondary 
 
 from __future__ import annotations
 
+import math
+
 from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.paper import load_claims
 from repro.perfmodel import zero_infinity as zi
 
 PAPER = "zero_infinity_2021"
@@ -51,7 +54,60 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         _row("awm_gb", zi.activation_working_memory(bsz=1, seq=1024, hd=25600, attn_heads=160) / 1e9, "GB", None,
              model="1T"),
     ]
+    return rows + formula_rows()
+
+
+#: Points where the sec 3-4 formulas are evaluated: the 1T model of sec 3 (hd 25600, 128 layers, 160 heads,
+#: bsz 1, seq 1024, checkpoint every layer) and an arbitrary second point that varies every symbol.
+FORMULA_POINTS = ({"bsz": 1, "seq": 1024, "hd": 25600, "nl": 128, "ci": 1, "attn_heads": 160},
+                  {"bsz": 3, "seq": 2048, "hd": 8192, "nl": 40, "ci": 2, "attn_heads": 64})
+FORMULA_CLAIMS = ("params_per_block", "act_ckpt_bytes", "awm_bytes", "flops_per_iter", "ait_params", "ait_opt",
+                  "ait_ckpt")
+
+
+def formula_rows() -> list[dict]:
+    """The sec 3-4 quantities at :data:`FORMULA_POINTS`. The three AITs are derived, not taken from their closed
+    forms: FLOPs per iteration over the bytes each kind of data moves per iteration."""
+    rows = []
+    for p in FORMULA_POINTS:
+        flops = zi.flops_per_iteration(bsz=p["bsz"], seq=p["seq"], nl=p["nl"], hd=p["hd"])
+        params = p["nl"] * zi.params_per_block(p["hd"])
+        ckpt_traffic = zi.bytes_moved_activation_checkpoints(nl=p["nl"], hd=p["hd"], seq=p["seq"], bsz=p["bsz"],
+                                                             ci=p["ci"])
+        rows += [
+            _row("params_per_block", zi.params_per_block(p["hd"]), "params", "params_per_block", **p),
+            _row("activation_checkpoint_bytes", zi.activation_checkpoint_bytes(
+                bsz=p["bsz"], seq=p["seq"], hd=p["hd"], nl=p["nl"], ci=p["ci"]), "bytes", "act_ckpt_bytes", **p),
+            _row("awm_bytes", zi.activation_working_memory(
+                bsz=p["bsz"], seq=p["seq"], hd=p["hd"], attn_heads=p["attn_heads"], ci=p["ci"]), "bytes",
+                "awm_bytes", **p),
+            _row("flops_per_iteration", flops, "FLOPs", "flops_per_iter", **p),
+            _row("ait", zi.arithmetic_intensity(flops=flops, bytes_moved=zi.bytes_moved_params_grads(params)),
+                 "FLOPs/byte", "ait_params", data="params+grads", **p),
+            _row("ait", zi.arithmetic_intensity(flops=flops, bytes_moved=zi.bytes_moved_optimizer_states(params)),
+                 "FLOPs/byte", "ait_opt", data="optimizer states", **p),
+            _row("ait", zi.arithmetic_intensity(flops=flops, bytes_moved=ckpt_traffic), "FLOPs/byte", "ait_ckpt",
+                 data="activation checkpoints", **p),
+        ]
     return rows
+
+
+def _formula_check(claim_id: str, rows) -> ClaimCheck:
+    """Evaluate the paper's formula (e.g. ``2*bsz*seq*hd*nl/ci``) at each row's point against the row's value."""
+    claims = load_claims()
+    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    symbols = [name for name in FORMULA_POINTS[0] if name in rows]
+    agree = []
+    for _, row in rows.iterrows():
+        point = {name: float(row[name]) for name in symbols}
+        expected = eval(text.replace("^", "**"), {"__builtins__": {}}, point)  # noqa: S307 - the CSV's formula
+        agree.append(math.isclose(float(row["value"]), expected, rel_tol=1e-9))
+    first = rows.iloc[0]
+    where = ", ".join(f"{name}={int(first[name])}" for name in symbols)
+    return ClaimCheck(PAPER, claim_id, float(first["value"]), "same formula (rel 1e-9)",
+                      "reproduced" if all(agree) else "differs",
+                      f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} points; "
+                      "formula from a secondary transcription (ZINF-SEC)")
 
 
 NOTES = {
@@ -69,7 +125,11 @@ def claims(rows) -> list[ClaimCheck]:
     checks = [needs_gpu(PAPER, claim_id, "512-GPU measurement") for claim_id in ("pflops_512", "pct_peak_512")]
     if rows is None or len(rows) == 0 or "claim_id" not in rows:
         return checks
-    for _, row in rows[rows["claim_id"].notna()].iterrows():
+    for claim_id in FORMULA_CLAIMS:
+        mine = rows[rows["claim_id"] == claim_id]
+        if len(mine):
+            checks.append(_formula_check(claim_id, mine))
+    for _, row in rows[rows["claim_id"].notna() & ~rows["claim_id"].isin(FORMULA_CLAIMS)].iterrows():
         claim_id = row["claim_id"]
         note = NOTES.get(claim_id, "formula from a secondary transcription (ZINF-SEC)")
         checks.append(check_value(PAPER, claim_id, row["value"], note=note, **TOLERANCE[claim_id]))

@@ -7,6 +7,12 @@ differs from the nearest integer by >= 0.5) are flagged in the rows (``truncated
 Table 2: the 20 theoretical cells follow ``32 GB / bytes-per-param`` (Pos, Pos+g rounded to 0.1B, then x MP);
 the paper prints the Pos+g+p cells of MP 4/8/16 as 500/1000/2000 (exact 512/1024/2048). The 10 measured cells
 need GPUs.
+
+Also the other closed forms of the paper (``residual_rows``): ZeRO-R's activation, checkpoint and fused-buffer
+memory (sec 3.2, 6.1, 6.2) on Table 4's 1.5B and 100B configurations, the communication of partitioned
+activation checkpoints against Megatron-LM's (sec 8, SC20 sec VII-C), sec 1's N_d x N_m reduction, sec 5.4's
+1T at N_d = 1024 and sec 9's 1T vs BERT-Large compute. Four of the paper's activation numbers differ from the
+stated formulas (sec 3.2's 8 GB with checkpointing, the 100B model's 60 GB and 33 GB / 2 GB): see the notes.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import numpy as np
 
 from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
-from repro.paper import load_claims
+from repro.paper import load_claims, paper_value
+from repro.zero import residual_model as zr
 from repro.zero.memory_model import (
-    STAGE_NAMES, bytes_per_param, max_params, model_state_bytes, paper_table1_display, paper_table2_theoretical,
+    STAGE_NAMES, bytes_per_param, max_params, memory_reduction, model_state_bytes, paper_table1_display,
+    paper_table2_theoretical,
 )
 
 PAPER = "zero_2019"
@@ -74,7 +82,114 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         _row("model_state_gb", model_state_bytes(num_params=7.5e9, stage=3, dp_size=64) / 1e9, "GB",
              "fig1_7p5B_nd64_posgp"),
     ]
+    return rows + residual_rows()
+
+
+# Model configurations from the paper's text. GPT-2 1.5B: Table 4 (48 layers, hidden 1600), sec 3.2 trains it
+# with sequence length 1K and batch 32. The 100B model of sec 6.1 is Table 4's 8192-hidden family at 125 layers
+# (12 x 125 x 8192^2 = 100.7B; its neighbours 100 and 150 layers give 80.5B and 120.8B), batch 32, seq 1024, MP 16.
+GPT2_1P5B = {"layers": 48, "hidden": 1600, "batch": 32, "seq": 1024}
+GPT_100B = {"layers": 125, "hidden": 8192, "batch": 32, "seq": 1024}
+MP_DGX2 = 16  # sec 8: MP as large as the 16 GPUs of a DGX-2 node (sec 6.1 uses MP 16)
+
+
+def residual_rows() -> list[dict]:
+    """ZeRO-R (sec 3.2, 4.2.1, 6, 8), sec 1's N_d x N_m, sec 5.4's 1T at N_d = 1024 and sec 9's 1T vs
+    BERT-Large, all from ``repro.zero.residual_model`` / ``memory_model`` on the configurations above."""
+    small = dict(num_layers=GPT2_1P5B["layers"], hidden_size=GPT2_1P5B["hidden"], batch_size=GPT2_1P5B["batch"],
+                 seq_length=GPT2_1P5B["seq"])
+    big = dict(num_layers=GPT_100B["layers"], hidden_size=GPT_100B["hidden"], batch_size=GPT_100B["batch"],
+               seq_length=GPT_100B["seq"])
+    block = dict(batch_size=GPT2_1P5B["batch"], seq_length=GPT2_1P5B["seq"], hidden_size=GPT2_1P5B["hidden"])
+    replicated = zr.checkpoint_bytes_per_gpu(**big, mp_size=MP_DGX2)
+    partitioned = zr.checkpoint_bytes_per_gpu(**big, mp_size=MP_DGX2, partitioned=True)
+    rows = [
+        _row("activation_gb", zr.activation_bytes(**small) / 1e9, "GB", "act_1p5B", **GPT2_1P5B),
+        _row("activation_gb", zr.sqrt_checkpointed_activation_bytes(**small) / 1e9, "GB", "act_1p5B_ckpt",
+             **GPT2_1P5B),
+        _row("recompute_overhead", 100 * zr.recompute_overhead(**block), "%", "recompute_overhead", **GPT2_1P5B),
+        _row("checkpoint_gb", zr.checkpoint_bytes_per_gpu(**big) / 1e9, "GB", "act_100B_ckpt", **GPT_100B),
+        _row("checkpoint_gb_per_gpu", replicated / 1e9, "GB", "act_ckpt_100B_mp16", mp_size=MP_DGX2, **GPT_100B),
+        _row("checkpoint_gb_per_gpu", partitioned / 1e9, "GB", "act_ckpt_100B_mp16_pa", mp_size=MP_DGX2,
+             **GPT_100B),
+        _row("batch_gain", replicated / partitioned, "x", "mp_batch_gain", mp_size=MP_DGX2, **GPT_100B),
+        _row("cpu_traffic_over_partition", zr.pa_cpu_transfer_bytes(partitioned) / partitioned, "x", "pa_cpu_extra"),
+        _row("fused_buffer_gb", zr.fused_buffer_bytes(1.5e9) / 1e9, "GB", "fused_buf_1p5B", params=1.5e9),
+        _row("fused_buffer_gb", zr.fused_buffer_bytes(3e9) / 1e9, "GB", "fused_buf_3B", params=3e9),
+        _row("mp_volume_per_block", zr.mp_allreduce_volume_per_block(**block) / (
+            block["batch_size"] * block["seq_length"] * block["hidden_size"]), "x batch x seq x hidden",
+            "mp_comm_per_block", **GPT2_1P5B),
+        _row("pa_overhead", 100 * zr.pa_overhead_fraction(**block), "%", "pa_overhead", **GPT2_1P5B),
+        _row("checkpoint_ait", zr.checkpoint_arithmetic_intensity(**block), "FLOPs/byte", "ait_gpt2", **GPT2_1P5B),
+        _row("max_model_billion_params", max_params(device_bytes=32e9, stage=3, dp_size=1024) / 1e9,
+             "billion params", "max_model_nd1024_posgp", nd=1024, stage="Pos+g+p"),
+        # sec 9: per sample, training FLOPs are ~6 x params per token at equal sequence length
+        _row("compute_ratio", 6 * 1e12 / (6 * 330e6), "x", "trillion_compute_ratio"),
+    ]
+    for nd, mp in ((64, 16), (1024, 8), (1, 1)):
+        rows.append(_row("memory_reduction", memory_reduction(stage=3, dp_size=nd, mp_size=mp), "x",
+                         "formula_zero_mp", nd=nd, mp_size=mp))
+    for layers, hidden, batch, seq in ((48, 1600, 32, 1024), (125, 8192, 512, 2048)):
+        rows.append(_row("mp_over_zero_dp_volume", zr.mp_to_zero_dp_comm_ratio(
+            batch_size=batch, seq_length=seq, hidden_size=hidden, num_layers=layers), "ratio",
+            "mp_vs_zero_comm_ratio", layers=layers, hidden=hidden, batch=batch, seq=seq))
     return rows
+
+
+#: Claims whose paper value is a formula: the CSV's symbols and the row columns that hold them.
+FORMULA_SYMBOLS = {"formula_zero_mp": {"Nd": "nd", "Nm": "mp_size"},
+                   "mp_vs_zero_comm_ratio": {"batch": "batch", "seq_length": "seq", "hidden_dim": "hidden"}}
+#: Claims the paper states as a bound: (comparison, what the text says).
+BOUNDS = {"pa_overhead": ("<=", "sec 8: 'less than 10 %' of the MP volume"),
+          "ait_gpt2": (">=", "sec 4.2.1: '>= 10K' for GPT-2 and larger (here the 1.5B model, hidden 1600)"),
+          "max_model_nd1024_posgp": (">=", "sec 5.4/9: 'could train 1 Trillion' ('more than 1 Trillion', sec 9); "
+                                           "the closed-form maximum on 32 GB is 2048B")}
+RESIDUAL_NOTES = {
+    "act_1p5B": ("sec 3.2 footnote: 12 x hidden x batch x seq x layers fp16 elements; paper rounds 'about 60 GB'",
+                 {"abs": 0.5}),
+    "act_1p5B_ckpt": ("sec 3.2's sqrt rule (total / sqrt(48 layers)) gives 8.7 GB, paper 'about 8 GB'; one checkpoint "
+                      "per layer plus one layer's activations gives 6.3 GB: the paper's accounting is not stated",
+                      {"abs": 0.5}),
+    "recompute_overhead": ("one extra forward over forward + backward (2x forward) of the transformer layers; with "
+                           "the never-recomputed logit layer of GPT-2 1.5B it is 31.8 %; paper rounds", {"abs": 0.5}),
+    "act_100B_ckpt": ("one fp16 checkpoint per layer (125 x 8192, batch 32, seq 1024) = 67.1 GB (62.5 GiB), 12 % above "
+                      "the paper's 'around 60 GB'", {"abs": 0.5}),
+    "act_ckpt_100B_mp16": ("Megatron replicates checkpoints on all 16 MP GPUs: 67.1 GB; the paper's 33 GB is half of "
+                           "that (batch 16, or 62 layers) and half of its own sec 3.2 figure for the same model",
+                           {"abs": 0.5}),
+    "act_ckpt_100B_mp16_pa": ("P_a divides the 67.1 GB by MP 16 = 4.2 GB; the paper's 2 GB is its 33 GB / 16, the "
+                              "same factor 16 (mp_batch_gain)", {"abs": 0.5}),
+    "mp_batch_gain": ("checkpoint memory without / with P_a at MP 16", {}),
+    "pa_cpu_extra": ("each partitioned checkpoint goes to CPU and back: 2x the bytes P_a keeps on the GPU", {}),
+    "fused_buf_1p5B": ("1.5e9 fp32 elements", {}),
+    "fused_buf_3B": ("3e9 fp32 elements (sec 6.2)", {}),
+    "mp_comm_per_block": ("6 all-reduces (2 fwd, 2 recompute, 2 bwd) x 2 x message; in units of batch x seq x hidden "
+                          "(the arXiv text omits batch, SC20 has it)", {}),
+    "trillion_compute_ratio": ("1e12 / 330e6 = 3030 (6 x params FLOPs per token); paper rounds to 3000",
+                               {"abs": 50}),
+}
+
+
+def _row_formula_check(claim_id: str, rows) -> ClaimCheck:
+    """Evaluate the paper's formula (e.g. ``Nd*Nm``) at each row's configuration against the row's value."""
+    claims = load_claims()
+    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    symbols = FORMULA_SYMBOLS[claim_id]
+    agree = [math.isclose(float(row["value"]), eval(text, {"__builtins__": {}},  # noqa: S307 - the CSV's formula
+                                                    {s: float(row[c]) for s, c in symbols.items()}), rel_tol=1e-9)
+             for _, row in rows.iterrows()]
+    first = rows.iloc[0]
+    where = ", ".join(f"{s}={int(first[c])}" for s, c in symbols.items())
+    return ClaimCheck(PAPER, claim_id, float(first["value"]), "same formula (rel 1e-9)",
+                      "reproduced" if all(agree) else "differs",
+                      f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} configurations")
+
+
+def _bound_check(claim_id: str, value: float) -> ClaimCheck:
+    op, note = BOUNDS[claim_id]
+    bound = paper_value(PAPER, claim_id)
+    ok = value <= bound if op == "<=" else value >= bound
+    return ClaimCheck(PAPER, claim_id, value, f"{op} {bound:g}", "reproduced" if ok else "differs", note)
 
 
 def _formula_check(claim_id: str, stage: int) -> ClaimCheck:
@@ -99,8 +214,15 @@ def claims(rows) -> list[ClaimCheck]:
         return []
     checks = [_formula_check("formula_pos", 1), _formula_check("formula_posg", 2),
               _formula_check("formula_posgp", 3)]
-    for _, row in rows[rows["claim_id"].notna()].iterrows():
+    special = set(FORMULA_SYMBOLS) | set(BOUNDS)
+    for claim_id in FORMULA_SYMBOLS:
+        if (rows["claim_id"] == claim_id).any():
+            checks.append(_row_formula_check(claim_id, rows[rows["claim_id"] == claim_id]))
+    for _, row in rows[rows["claim_id"].notna() & ~rows["claim_id"].isin(special)].iterrows():
         claim_id, note, tol = row["claim_id"], "", {"abs": 1e-9}
+        if claim_id in RESIDUAL_NOTES:
+            note, extra = RESIDUAL_NOTES[claim_id]
+            tol = extra or tol
         if _flag(row, "truncated_by_paper"):
             note = f"paper truncates the exact {row['exact_gb']:g} GB"
         if _flag(row, "rounded_by_paper"):
@@ -112,6 +234,8 @@ def claims(rows) -> list[ClaimCheck]:
         if claim_id.startswith("fig1_") or claim_id == "trillion_per_gpu":
             tol = {"rel": 0.03}
         checks.append(check_value(PAPER, claim_id, row["value"], note=note, **tol))
+    for _, row in rows[rows["claim_id"].isin(list(BOUNDS))].iterrows():
+        checks.append(_bound_check(row["claim_id"], float(row["value"])))
     for mp in (1, 2, 4, 8, 16):
         for key in ("baseline", "Pos"):
             checks.append(needs_gpu(PAPER, f"t2_mp{mp}_meas_{key}", "measured on a V100 cluster"))

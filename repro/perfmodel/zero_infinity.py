@@ -18,10 +18,16 @@ def _positive(**values: float) -> None:
             raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
-def params_per_block(hd: int) -> float:
-    """Parameters of one transformer block: QKV (hd x 3hd) + output (hd x hd) + MLP (hd x 4hd, 4hd x hd)."""
+def block_weight_shapes(hd: int) -> dict[str, tuple[int, int]]:
+    """The weight matrices of one transformer block (sec 3, ZINF-SEC notes): QKV, attention output, MLP."""
     _positive(hd=hd)
-    return 12.0 * hd * hd
+    return {"qkv": (hd, 3 * hd), "attn_out": (hd, hd), "mlp_in": (hd, 4 * hd), "mlp_out": (4 * hd, hd)}
+
+
+def params_per_block(hd: int) -> float:
+    """Parameters of one transformer block, the sum of :func:`block_weight_shapes` (biases and layer norms,
+    O(hd), are left out as in the paper): ``3 hd^2 + hd^2 + 4 hd^2 + 4 hd^2 = 12 hd^2``."""
+    return float(sum(rows * cols for rows, cols in block_weight_shapes(hd).values()))
 
 
 def model_state_bytes(*, nl: int, hd: int, bytes_per_param: float = 16.0) -> float:
@@ -49,9 +55,35 @@ def activation_working_memory(*, bsz: int, seq: int, hd: int, attn_heads: int, c
 
 
 def flops_per_iteration(*, bsz: int, seq: int, nl: int, hd: int) -> float:
-    """Computation per iteration with activation checkpointing: ``2 x 4 x 12 bsz seq nl hd^2``."""
+    """Computation per iteration with activation checkpointing (sec 4): 2 FLOPs per multiply-add, for every
+    token and every block parameter, over 4 passes (forward, recompute forward, backward = 2 forwards):
+    ``2 x 4 x bsz seq nl x params_per_block = 2 x 4 x 12 bsz seq nl hd^2`` (attention scores left out)."""
     _positive(bsz=bsz, seq=seq, nl=nl, hd=hd)
-    return 2.0 * 4 * 12 * bsz * seq * nl * hd * hd
+    return 2.0 * 4 * bsz * seq * nl * params_per_block(hd)
+
+
+def bytes_moved_params_grads(num_params: float) -> float:
+    """Parameter and gradient traffic per iteration (sec 4, ZINF-SEC): ``2 x 4 x params`` bytes."""
+    _positive(num_params=num_params)
+    return 2.0 * 4 * num_params
+
+
+def bytes_moved_optimizer_states(num_params: float) -> float:
+    """Optimizer-state traffic per iteration (sec 4, ZINF-SEC): ``2 x 16 x params`` bytes (read and write)."""
+    _positive(num_params=num_params)
+    return 2.0 * 16 * num_params
+
+
+def bytes_moved_activation_checkpoints(*, nl: int, hd: int, seq: int, bsz: int, ci: int = 1) -> float:
+    """Activation-checkpoint traffic per iteration (sec 4, ZINF-SEC): ``4 (nl / ci) hd seq bsz`` bytes, i.e.
+    each fp16 checkpoint (:func:`activation_checkpoint_bytes`) written once and read once."""
+    return 2.0 * activation_checkpoint_bytes(bsz=bsz, seq=seq, hd=hd, nl=nl, ci=ci)
+
+
+def arithmetic_intensity(*, flops: float, bytes_moved: float) -> float:
+    """AIT (sec 4): computation per iteration over the bytes moved per iteration, FLOPs per byte."""
+    _positive(flops=flops, bytes_moved=bytes_moved)
+    return flops / bytes_moved
 
 
 def ait_params_grads(*, bsz: int, seq: int) -> float:

@@ -59,6 +59,16 @@ def max_params(*, device_bytes: float, stage: int, dp_size: int, mp_size: int = 
     return mp_size * device_bytes / bytes_per_param(stage=stage, dp_size=dp_size, k=k)
 
 
+def memory_reduction(*, stage: int, dp_size: int, mp_size: int = 1, k: float = K_ADAM) -> float:
+    """Model-state memory of plain DP over ZeRO ``stage`` combined with ``mp_size``-way model parallelism, per
+    device (sec 1: with all three stages, ``N_d x N_m``). Model parallelism splits the model ``mp_size`` ways,
+    ZeRO then partitions each slice across the ``dp_size`` data-parallel ranks."""
+    if mp_size < 1:
+        raise ValueError(f"mp_size (N_m) must be >= 1, got {mp_size}")
+    zero_mp = bytes_per_param(stage=stage, dp_size=dp_size, k=k) / mp_size
+    return bytes_per_param(stage=0, dp_size=1, k=k) / zero_mp
+
+
 def paper_table1_display(value_gb: float) -> float:
     """How ZeRO Table 1 prints a cell (inferred from all 54 cells): below 10 GB two decimals, below 100 GB one
     decimal (both rounded half up), from 100 GB an integer *truncated* (513.5 -> 513, 257.75 -> 257)."""

@@ -49,3 +49,28 @@ def test_flops_per_iteration_and_efficiency_bounds():
     assert zi.efficiency(ait=1e6, bandwidth=1e12, peak_flops=1) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         zi.bandwidth_for_efficiency(target=1.0, ait=1, peak_flops=1)
+
+
+def test_params_per_block_counts_a_real_transformer_layer():
+    """12 hd^2 equals the weight matrices of this suite's own GPT layer (biases and layer norms left out)."""
+    from repro.dist.comm import CommGroup
+    from repro.models.config import GPTConfig
+    from repro.models.transformer import TransformerLayer
+
+    for hd in (32, 48):
+        config = GPTConfig(vocab_size=64, hidden_size=hd, num_layers=1, num_attention_heads=4,
+                           max_position_embeddings=16)
+        layer = TransformerLayer(config, group=CommGroup.single(), causal=True)
+        weights = sum(p.numel() for p in layer.parameters() if p.dim() == 2)
+        assert zi.params_per_block(hd) == weights == 12 * hd * hd
+
+
+def test_derived_arithmetic_intensities_hand_computed():
+    # bsz 2, seq 3, nl 1, hd 1, ci 1: FLOPs 2 x 4 x 12 x 6 = 576; params 12
+    flops = zi.flops_per_iteration(bsz=2, seq=3, nl=1, hd=1)
+    assert flops == 576
+    assert zi.arithmetic_intensity(flops=flops, bytes_moved=zi.bytes_moved_params_grads(12)) == 576 / 96 == 6
+    assert zi.arithmetic_intensity(flops=flops, bytes_moved=zi.bytes_moved_optimizer_states(12)) == 576 / 384
+    ckpt = zi.bytes_moved_activation_checkpoints(nl=1, hd=1, seq=3, bsz=2, ci=1)
+    assert ckpt == 4 * 6  # 4 (nl/ci) hd seq bsz
+    assert zi.arithmetic_intensity(flops=flops, bytes_moved=ckpt) == 24 == zi.ait_activation_checkpoints(hd=1)
