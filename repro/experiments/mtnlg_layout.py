@@ -68,7 +68,7 @@ def config_rows() -> list[dict]:
     point = mtnlg_3d_tiny.POINTS["ci"][0]
     settings = mtnlg_3d_tiny.settings_for(dict(point.params), point.params["micro_batches"],
                                           point.params["micro_batch_size"], point.params["zero_stage"])
-    rows += [_row("tiny_run_setting", value, "-", claim_id, point=point.name) for value, claim_id in (
+    rows += [_row("tiny_run_setting", value, "-", claim_id, tiny_point=point.name) for value, claim_id in (
         (settings.betas[0], "adam_b1"), (settings.betas[1], "adam_b2"), (settings.eps, "adam_eps"),
         (settings.weight_decay, "weight_decay"), (settings.clip_grad, "grad_clip"))]
     return rows

@@ -11,11 +11,12 @@ import pandas as pd
 from gna_cases import gna_claims
 from repro.experiments import gna_simulator, gna_speedup
 from repro.experiments.base import SCALES, ClaimCheck, Experiment, RunContext
+from repro.experiments.runner import run_rank
 
 
 def _run(experiment: Experiment, scale: str, tmp_path: Path) -> pd.DataFrame:
     ctx = RunContext(scale=scale, rank=0, world_size=1, device="cpu", scratch_dir=tmp_path)
-    rows = [row for point in experiment.points_for(scale) for row in experiment.run_point(point, ctx)]
+    rows = [row for point in experiment.points_for(scale) for row in run_rank(experiment, point, ctx)]  # validated
     for row in rows:
         assert {"metric", "value", "unit"} <= set(row)
     return pd.DataFrame(rows)

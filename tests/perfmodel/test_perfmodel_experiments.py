@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from repro.experiments.base import RunContext
+from repro.experiments.runner import run_rank
 
 from repro.experiments import (
     megatron_weak_scaling, mtnlg_layout, parameter_counts, zero_infinity_model, zero_memory_tables,
@@ -26,7 +27,7 @@ EXPERIMENTS = [
 def test_experiment_rows_and_claims(module, allowed, tmp_path):
     experiment = module.EXPERIMENT
     ctx = RunContext(scale="ci", rank=0, world_size=1, device="cpu", scratch_dir=tmp_path)
-    rows = [row for point in experiment.points_for("ci") for row in experiment.run_point(point, ctx)]
+    rows = [row for point in experiment.points_for("ci") for row in run_rank(experiment, point, ctx)]  # validated
     assert rows and all({"metric", "value", "unit"} <= set(row) for row in rows)
     checks = experiment.claims(pd.DataFrame(rows))
     verdicts = collections.Counter(check.verdict for check in checks)
