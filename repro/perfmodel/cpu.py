@@ -209,48 +209,37 @@ def _alpha_beta(cost_small: float, cost_large: float, small_bytes: int, large_by
     return alpha, beta
 
 
-def _calibration_worker(rank: int, world_size: int, threads: int, gemm_shapes: tuple[GemmShape, ...],
-                        message_bytes: tuple[int, int]) -> tuple[_Kernels, list[float]]:
-    torch.set_num_threads(threads)
-    return _measure_kernels(gemm_shapes), _pattern_allreduce_costs(message_bytes)
+def _check_calibration_args(threads: int, small_bytes: int, large_bytes: int) -> None:
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    if not 0 < small_bytes < large_bytes:
+        raise ValueError(f"need 0 < small_bytes < large_bytes, got {small_bytes} and {large_bytes}")
+
+
+def _calibrate_rank(rank: int, world_size: int, gemm_shapes: tuple[GemmShape, ...], threads: int, small_bytes: int,
+                    large_bytes: int) -> CPUCalibration:
+    return calibrate_these_ranks(gemm_shapes=gemm_shapes, threads=threads, small_bytes=small_bytes,
+                                 large_bytes=large_bytes)
 
 
 def calibrate_cpu(*, threads: int = 1, world_size: int = 2, gemm_shapes: Iterable[GemmShape] = (),
                   small_bytes: int = 4096, large_bytes: int = 1 << 20) -> CPUCalibration:
-    """Measure this machine with ``world_size`` ranks of ``threads`` threads running at once (a few seconds).
+    """Measure this machine with ``world_size`` ranks of ``threads`` threads running at once (a few seconds), from
+    a process that is not itself a rank: :func:`calibrate_these_ranks` in ``world_size`` local processes.
 
     ``world_size = 1`` measures the kernels alone (no collectives: the all-reduce costs nothing). Otherwise the
     kernels are measured in ``world_size`` concurrent processes (the slowest rank's numbers are kept) and the
     all-reduce in the GEMM / all-reduce pattern of the module docstring."""
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if not 0 < small_bytes < large_bytes:
-        raise ValueError(f"need 0 < small_bytes < large_bytes, got {small_bytes} and {large_bytes}")
-    shapes = tuple(dict.fromkeys(tuple(int(x) for x in shape) for shape in gemm_shapes))
+    # checked here too, so that bad input is a ValueError rather than a failed rank
+    _check_calibration_args(threads, small_bytes, large_bytes)
+    args = (tuple(gemm_shapes), threads, small_bytes, large_bytes)
     if world_size == 1:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            kernels = [_measure_kernels(shapes)]
-        finally:
-            torch.set_num_threads(previous)
-        alpha, beta = 0.0, float("inf")
-    else:
-        from repro.dist.spawn import spawn
+        return _calibrate_rank(0, 1, *args)
+    from repro.dist.spawn import spawn
 
-        results = spawn(_calibration_worker, world_size, threads, shapes, (small_bytes, large_bytes),
-                        backend="gloo", timeout_s=300)
-        kernels = [k for k, _ in results]
-        alpha, beta = _alpha_beta(*results[0][1], small_bytes, large_bytes, world_size)
-    slowest = {shape: min(dict(k.shapes)[shape] for k in kernels) for shape in shapes}
-    return CPUCalibration(gemm_flops=min(k.gemm_flops for k in kernels), rng_seconds_per_element=max(k.rng for k in kernels),
-                          memory_bandwidth=min(k.memory for k in kernels),
-                          op_overhead_s=max(k.overhead for k in kernels), allreduce_latency_s=alpha,
-                          allreduce_bandwidth=beta, threads=threads,
-                          math_seconds_per_element=max(k.math for k in kernels),
-                          measured_gemm_flops=tuple(slowest.items()), concurrent_ranks=world_size)
+    return spawn(_calibrate_rank, world_size, *args, backend="gloo", timeout_s=300)[0]
 
 
 def calibrate_these_ranks(*, gemm_shapes: Iterable[GemmShape] = (), threads: int = 1, small_bytes: int = 4096,
@@ -260,6 +249,7 @@ def calibrate_these_ranks(*, gemm_shapes: Iterable[GemmShape] = (), threads: int
     kept; with more than one rank, the all-reduce is measured in the GEMM / all-reduce pattern."""
     import torch.distributed as dist
 
+    _check_calibration_args(threads, small_bytes, large_bytes)
     shapes = tuple(dict.fromkeys(tuple(int(x) for x in shape) for shape in gemm_shapes))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
