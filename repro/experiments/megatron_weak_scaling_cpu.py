@@ -7,9 +7,11 @@ each GPU holds about the same number of parameters, and Fig. 5 reports throughpu
 
 Here each rank is one CPU core (one thread) and the collectives go through gloo: the same code as on a cluster, at
 a size two cores can run. FLOPs per step use the Narayanan formula without recomputation (72 B s l h^2 (1 + s/6h)
-+ 6 B s h V). The ``calibrate`` point measures this machine (``repro.perfmodel.cpu.calibrate_cpu``) and predicts
-each configuration's step time with the same op-level model that projects the paper's GPUs; the measured points
-test that model on hardware we have (issue goal: within 20%). These are CPU analogues of the paper's bars, not
++ 6 B s h V). Each point (one per tp) measures its model's step and, in the same processes, predicts it with the
+same op-level model that projects the paper's GPUs, calibrated on this machine (``repro.perfmodel.cpu``: kernels
+and all-reduce measured with all ranks busy, per-layer overheads fitted on 1- and 3-layer versions of the model),
+so ``prediction_error`` tests that model on hardware we have (issue goal: within 20%). The ledger also counts the
+tensor-parallel all-reduces per layer (Megatron-LM sec 3: four). These are CPU analogues of the paper's bars, not
 reproductions of its V100 numbers (those are in ``megatron_weak_scaling``, from the calibrated model).
 """
 
