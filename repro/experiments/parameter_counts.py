@@ -21,6 +21,7 @@ from repro.models import GPTConfig, GPTModel, count_model_parameters, count_para
 from repro.paper import load_claims
 from repro.perfmodel.megatron import TABLE1, TABLE2
 from repro.perfmodel.mtnlg import MTNLG_530B
+from repro.perfmodel.zero_infinity import params_per_block
 
 GPT2_VOCAB = 50257
 MEGATRON = "megatron_lm_2019"
@@ -64,7 +65,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                  for metric, value in built.items()]
         del model
     for label, (layers, hidden) in ZERO_T4.items():
-        rows.append({"metric": "block_params_12Lh2", "value": 12 * layers * hidden**2 / 1e9,
+        rows.append({"metric": "block_params_12Lh2", "value": params_per_block(hidden) * layers / 1e9,
                      "unit": "billion params", "model": label, "paper": "zero_2019", "layers": layers,
                      "hidden": hidden})
     rows.append({"metric": "padded_vocab", "value": float(_config(1, 64, 1, 8).padded_vocab_size(1)),

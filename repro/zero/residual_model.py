@@ -14,6 +14,7 @@ import math
 
 from repro.perfmodel.flops import gpt_layer_forward_flops
 from repro.perfmodel.parallel_comm import tp_allreduces_per_layer, zero_communication_volume
+from repro.perfmodel.zero_infinity import params_per_block
 
 ACTIVATION_COEFF = 12  # sec 3.2 footnote: total activations ~ 12 x hidden x batch x seq x layers (GPT-2-like)
 FP16_BYTES = 2
@@ -110,7 +111,7 @@ def mp_to_zero_dp_comm_ratio(*, batch_size: int, seq_length: int, hidden_size: i
     _positive(num_layers=num_layers)
     mp = num_layers * mp_allreduce_volume_per_block(batch_size=batch_size, seq_length=seq_length,
                                                     hidden_size=hidden_size)
-    psi = 12.0 * hidden_size * hidden_size * num_layers
+    psi = params_per_block(hidden_size) * num_layers
     return mp / zero_communication_volume(stage=3, num_params=psi)
 
 
