@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Iterator, Mapping
 
-from repro.experiments.base import SCALES, ClaimCheck, Experiment, Point, RunContext, Row
+from repro.experiments.base import CPU_SCALES, SCALES, ClaimCheck, Experiment, Point, RunContext, Row
 
 __all__ = [
     "SCALES", "ClaimCheck", "Experiment", "Point", "Registry", "Row", "RunContext",
@@ -90,9 +90,13 @@ def validate_experiment(experiment: object) -> list[str]:
     name = experiment.name
     if not name or not name.replace("_", "").isalnum():
         problems.append(f"name {name!r} must be a non-empty identifier (letters, digits, underscores)")
-    missing = [scale for scale in SCALES if scale not in experiment.points]
-    if missing:
-        problems.append(f"{name}: scales {missing} are missing; every experiment declares {list(SCALES)}")
+    if "paper" not in experiment.points:
+        problems.append(f"{name}: scale 'paper' is missing; every experiment declares it")
+    if not any(scale in experiment.points for scale in CPU_SCALES):
+        problems.append(f"{name}: declares none of {list(CPU_SCALES)}; every experiment has a CPU-sized scale")
+    unknown = [scale for scale in experiment.points if scale not in SCALES]
+    if unknown:
+        problems.append(f"{name}: scales {unknown} are not among {list(SCALES)}")
     if not callable(experiment.run_point):
         problems.append(f"{name}: run_point is not callable")
     for scale, points in experiment.points.items():

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-SCALES = ("ci", "paper")
+#: ``ci``: CPU scale of the CPU experiments (``repro reproduce --scale ci``); ``smoke``: the GPU experiments' toy size,
+#: the same code as ``paper`` run on CPU in CI; ``node``: one GPU node (up to 8 GPUs); ``paper``: the paper's scale.
+SCALES = ("ci", "smoke", "node", "paper")
+#: Every experiment declares ``paper`` and at least one of these CPU-sized scales.
+CPU_SCALES = ("ci", "smoke")
 
 #: Keys the runner adds to every row; a row returned by ``run_point`` may not use them.
 RESERVED_ROW_KEYS = ("experiment", "scale", "point", "run_id", "provenance")
@@ -24,12 +28,39 @@ VERDICTS = ("reproduced", "differs", "not run", "needs GPU")
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What one point asks of a cluster, as Slurm sees it: the sbatch header and ``repro submit`` derive from it.
+
+    ``world_size = nodes x tasks per node``; with GPUs there is one task (rank) per GPU. ``mem_gib`` is host memory
+    per node, ``time_min`` the wall-clock limit in minutes.
+    """
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_gib: float = 4.0
+    time_min: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "cpus_per_task", "time_min"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Resources.{name}={value!r} must be a positive integer")
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0:
+            raise ValueError(f"Resources.gpus_per_node={self.gpus_per_node!r} must be an integer >= 0")
+        if not self.mem_gib > 0:
+            raise ValueError(f"Resources.mem_gib={self.mem_gib!r} must be > 0")
+
+
+@dataclass(frozen=True)
 class Point:
     """One configuration of an experiment.
 
     ``params`` is the configuration (JSON-serialisable); ``world_size`` is how many ranks the point needs;
     ``needs_gpu`` marks points that cannot run on a CPU (their claims get the verdict "needs GPU");
-    ``memory_gib`` is the estimated peak host memory per rank, checked before starting.
+    ``memory_gib`` is the estimated peak host memory per rank, checked before starting; ``resources``, when given,
+    is what the point asks of a Slurm cluster (nodes, GPUs, CPUs, memory, time); ``None`` means one node sized from
+    ``world_size`` and ``memory_gib``.
     """
 
     name: str
@@ -37,6 +68,7 @@ class Point:
     world_size: int = 1
     needs_gpu: bool = False
     memory_gib: float = 0.5
+    resources: Resources | None = None
 
 
 @dataclass(frozen=True)

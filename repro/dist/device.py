@@ -1,0 +1,106 @@
+"""Which device a rank computes on, chosen at run time: one GPU per rank (``LOCAL_RANK``) with nccl, else CPU + gloo.
+
+Megatron-LM and torchrun's convention: rank ``r`` of a node uses ``cuda:LOCAL_RANK``. Asking for more ranks per node
+than the node has GPUs is an error here (silently sharing a GPU between ranks would make every timing wrong).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class DeviceError(ValueError):
+    """A device request this machine cannot satisfy (one line naming the value and the rule)."""
+
+
+def local_rank_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``LOCAL_RANK`` (torchrun) or ``SLURM_LOCALID`` (srun); 0 for a single process."""
+    env = os.environ if env is None else env
+    for key in ("LOCAL_RANK", "SLURM_LOCALID"):
+        if key in env:
+            try:
+                value = int(env[key])
+            except ValueError as err:
+                raise DeviceError(f"{key}={env[key]!r} must be a non-negative integer") from err
+            if value < 0:
+                raise DeviceError(f"{key}={value} must be a non-negative integer")
+            return value
+    return 0
+
+
+def select_device(requested: str = "auto", *, local_rank: int | None = None,
+                  cuda_devices: int | None = None) -> torch.device:
+    """``cuda:LOCAL_RANK`` or ``cpu``.
+
+    ``auto``: a GPU when this process has one, else the CPU. ``cuda``: a GPU or a :class:`DeviceError`.
+    ``cpu``: the CPU, always. A local rank at or beyond the node's GPU count is an error, never a wrap-around.
+    """
+    if requested not in DEVICES:
+        raise DeviceError(f"device {requested!r} is not one of {', '.join(DEVICES)}")
+    if requested == "cpu":
+        return torch.device("cpu")
+    if cuda_devices is None:
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cuda_devices == 0:
+        if requested == "cuda":
+            raise DeviceError("device 'cuda' was asked for but this machine has no CUDA GPU "
+                              "(torch.cuda.is_available() is False); use --device cpu or auto")
+        return torch.device("cpu")
+    rank = local_rank_from_env() if local_rank is None else local_rank
+    if rank >= cuda_devices:
+        raise DeviceError(
+            f"local rank {rank} has no GPU: this node has {cuda_devices} GPU(s) and each rank needs its own "
+            f"(launch at most {cuda_devices} rank(s) per node, e.g. --ntasks-per-node={cuda_devices})"
+        )
+    return torch.device("cuda", rank)
+
+
+def backend_for(device: torch.device | str) -> str:
+    """nccl for GPU tensors, gloo for CPU tensors."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def describe(device: torch.device | str) -> dict[str, object]:
+    """Provenance of a device: GPU name, count, driver, CUDA and cuDNN versions (or the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        import platform
+
+        return {"type": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count()}
+    props = torch.cuda.get_device_properties(device)
+    info: dict[str, object] = {
+        "type": "cuda",
+        "name": props.name,
+        "count": torch.cuda.device_count(),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "multiprocessors": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+    try:  # the driver version is not exposed by torch; NVML has it when installed
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        info["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+    except Exception:  # noqa: BLE001 - provenance is best effort; the rest still identifies the GPU
+        info["driver"] = _driver_from_proc()
+    return info
+
+
+def _driver_from_proc() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version", encoding="ascii") as handle:
+            first = handle.readline()
+    except OSError:
+        return None
+    for word in first.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
