@@ -21,28 +21,60 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def make_torch_optimizer(params, settings: "TrainSettings") -> torch.optim.Optimizer:
+    """AdamW (fused into a few kernels on CUDA) or SGD over ``params``."""
     if settings.optimizer == "adam":
+        fused = torch.device(settings.device).type == "cuda"
         return torch.optim.AdamW(params, lr=settings.lr, betas=settings.betas, eps=settings.eps,
-                                 weight_decay=settings.weight_decay)
+                                 weight_decay=settings.weight_decay, fused=fused or None)
     if settings.optimizer == "sgd":
         return torch.optim.SGD(params, lr=settings.lr, weight_decay=settings.weight_decay)
     raise ValueError(f"optimizer={settings.optimizer!r} must be 'adam' or 'sgd'")
 
 
 class DataParallelOptimizer:
-    """All-reduce (average) gradients over ``groups.dp``, clip by the global norm, then step."""
+    """All-reduce (average) gradients over ``groups.dp``, clip by the global norm, then step.
+
+    With ``precision='fp16'`` the loss is scaled by a dynamic loss scale (:class:`repro.zero.precision.
+    DynamicLossScaler`); gradients are unscaled after the all-reduce and a step whose gradients overflowed on any
+    rank of the model (tp x pp, all dp ranks see the same reduced gradients) is skipped by every rank."""
 
     def __init__(self, model: nn.Module, settings: "TrainSettings", groups: ParallelGroups) -> None:
+        from repro.zero.precision import DynamicLossScaler
+
         self.model, self.groups, self.clip_grad = model, groups, settings.clip_grad
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_torch_optimizer(self.params, settings)
         self.last_grad_norm: float | None = None
+        self.scaler = DynamicLossScaler() if settings.precision == "fp16" else None
+        self.skipped_steps = 0
+
+    @property
+    def loss_scale(self) -> float:
+        return self.scaler.scale if self.scaler is not None else 1.0
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
+    def _unscale_and_check(self) -> bool:
+        """Divide gradients by the loss scale; True when any gradient of the model is inf or nan."""
+        from repro.dist import comm
+
+        grads = [p.grad for p in self.params if p.grad is not None]
+        device = grads[0].device if grads else torch.device("cpu")
+        found = torch.zeros((), dtype=torch.float32, device=device)
+        for grad in grads:
+            grad.div_(self.scaler.scale)
+            found = torch.maximum(found, (~torch.isfinite(grad)).any().float())
+        comm.all_reduce(found, self.groups.tp, op=torch.distributed.ReduceOp.MAX)
+        comm.all_reduce(found, self.groups.pp, op=torch.distributed.ReduceOp.MAX)
+        return bool(found > 0)
+
     def step(self) -> None:
         allreduce_data_parallel_grads(self.params, self.groups.dp)
+        if self.scaler is not None:
+            if self.scaler.update(self._unscale_and_check()):
+                self.skipped_steps += 1
+                return
         if self.clip_grad is not None:
             self.last_grad_norm = clip_grad_norm_(self.model, self.clip_grad, tp_group=self.groups.tp,
                                                   pp_group=self.groups.pp)

@@ -4,14 +4,23 @@ One step (Megatron / MT-NLG sec. 2.4): cut the global batch into this dp rank's 
 through the pipeline with 1F1B (:mod:`repro.pipeline.engine`), sum the tied-embedding gradient of the first and
 last stage, average gradients over dp (or let ZeRO-1 reduce them), clip by the global norm, step the optimizer.
 The loss each step reports is the mean per-token loss of the whole global batch, the same on every rank.
+
+The same loop runs on CPU ranks (gloo) and GPU ranks (nccl, one GPU per rank): ``device`` places the stage and the
+batches, ``precision`` runs forward and loss under bf16 or fp16 autocast with the fp32 parameters as masters (fp16 with
+dynamic loss scaling, a skipped step on overflow agreed by every rank), ``activation_checkpointing`` recomputes each
+layer in backward (Megatron sec. 5: checkpointing after every transformer layer), and ``compile_layers`` compiles
+each transformer layer with ``torch.compile`` (the role of Megatron's fused bias-GeLU, bias-dropout-add and
+layer-norm kernels).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
@@ -23,6 +32,8 @@ from repro.pipeline.tied import allreduce_tied_embedding_grad
 from repro.tensor_parallel import RNGTracker
 from repro.training.data import local_micro_batches, synthetic_tokens
 from repro.training.optim import build_optimizer
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,10 @@ class TrainSettings:
     clip_grad: float | None = None
     zero_stage: int = 0
     seed: int = 0
+    device: str = "cpu"
+    precision: str = "fp32"
+    activation_checkpointing: bool = False
+    compile_layers: bool = False
 
     def __post_init__(self) -> None:
         for name in ("steps", "micro_batches", "micro_batch_size", "seq_len"):
@@ -53,6 +68,24 @@ class TrainSettings:
             raise ValueError(f"clip_grad={self.clip_grad} must be positive (or None for no clipping)")
         if self.zero_stage not in (0, 1):
             raise ValueError(f"zero_stage={self.zero_stage!r} must be 0 (DDP all-reduce) or 1 (ZeRO-1 over dp)")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
+        if self.precision == "fp16" and self.zero_stage != 0:
+            raise ValueError("precision='fp16' with zero_stage=1 is not supported: ZeRO-1 here keeps its own fp32 "
+                             "states and has no loss scaler in the trainer; use bf16")
+        if torch.device(self.device).type not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} must be a CPU or CUDA device")
+
+
+class _Checkpointed(torch.nn.Module):
+    """A layer whose activations are recomputed in backward instead of kept (one checkpoint per layer)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.layer, x, use_reentrant=False)
 
 
 class PipelineTrainer:
@@ -71,12 +104,23 @@ class PipelineTrainer:
             )
         self.config, self.groups, self.settings, self.on_action = config, groups, settings, on_action
         # Megatron's seeding: replicated dropout equal across tp, different per stage; tp regions per tp rank.
+        self.device = torch.device(settings.device)
         torch.manual_seed(settings.seed + 100 * groups.pp_rank)
-        tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed(settings.seed + 100 * groups.pp_rank)
+        tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank,
+                             device=self.device.type)
         self.stage = GPTStage(config, pp_rank=groups.pp_rank, pp_size=groups.pp_size, tp_group=groups.tp,
                               seed=settings.seed, rng_tracker=tracker)
         if initial_state is not None:
             self.stage.load_consolidated(initial_state)
+        self.stage.to(self.device)
+        for index, layer in enumerate(self.stage.layers):
+            if settings.compile_layers:
+                layer.compile()
+            if settings.activation_checkpointing:
+                self.stage.layers[index] = _Checkpointed(layer)
+        self.autocast_dtype = PRECISIONS[settings.precision]
         self.optimizer = build_optimizer(self.stage, settings, groups)
         self.last_result: StepResult | None = None
 
@@ -96,26 +140,48 @@ class PipelineTrainer:
             )
         micro = local_micro_batches(batch, dp_rank=groups.dp_rank, dp_size=groups.dp_size,
                                     num_micro_batches=s.micro_batches)
+        micro = [(ids.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True))
+                 for ids, labels in micro]
         self.stage.train()
         self.optimizer.zero_grad(set_to_none=True)
         m = s.micro_batches
+        scale = getattr(self.optimizer, "loss_scale", 1.0)  # fp16's dynamic loss scale; 1 otherwise
+
+        def forward(x: torch.Tensor, i: int) -> torch.Tensor:
+            with self._autocast():
+                return self.stage(x)
+
+        def loss(hidden: torch.Tensor, i: int) -> torch.Tensor:
+            with self._autocast():  # the cross-entropy itself runs in fp32 (vocab_parallel_cross_entropy)
+                value = self.stage.loss(hidden, micro[i][1]).mean() / m
+            return value * scale if scale != 1.0 else value
+
         result = run_1f1b(
-            forward_fn=lambda x, i: self.stage(x),
-            loss_fn=lambda hidden, i: self.stage.loss(hidden, micro[i][1]).mean() / m,
+            forward_fn=forward,
+            loss_fn=loss,
             inputs=[ids for ids, _ in micro] if self.stage.is_first else None,
             num_micro_batches=m,
             activation_shape=(s.micro_batch_size, s.seq_len, self.config.hidden_size),
             pp_group=groups.pp,
+            device=self.device,
             on_action=self.on_action,
         )
+        if scale != 1.0:
+            result.losses = [value / scale for value in result.losses]
         allreduce_tied_embedding_grad(self.stage, groups.embedding)
         self.optimizer.step()  # reduces over dp (all-reduce or ZeRO-1), clips, updates
         self.last_result = result
         return self._report_loss(result)
 
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
     def _report_loss(self, result: StepResult) -> float:
         """Mean loss of the global batch: summed on the last stage, averaged over dp, sent to every stage."""
-        loss = torch.tensor(sum(result.losses) if self.stage.is_last else 0.0, dtype=torch.float64)
+        loss = torch.tensor(sum(result.losses) if self.stage.is_last else 0.0, dtype=torch.float64,
+                            device=self.device)
         if self.stage.is_last:
             comm.all_reduce(loss, self.groups.dp)
             loss /= self.groups.dp_size

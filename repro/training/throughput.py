@@ -1,0 +1,88 @@
+"""Measure training throughput the way Megatron-LM reports it: time per iteration, tokens/s and model TFLOP/s per GPU.
+
+Model FLOPs per iteration are the paper's formula (:func:`repro.perfmodel.flops.gpt_flops_per_iteration`,
+``96 B s l h^2 (1 + s/6h + V/16lh)`` with activation recomputation counted, 72 instead of 96 without), never a
+profiler count, so the numbers compare with the papers' however the kernels are fused. The share of peak divides by
+the GPU's datasheet peak (:mod:`repro.perfmodel.gpus`). Iterations are timed after warm-up with CUDA events
+(:mod:`repro.timing`); the median is reported.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from repro.perfmodel.flops import gpt_flops_per_iteration
+from repro.timing import time_iterations
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One measured configuration: per-iteration time and what follows from it (per GPU where it says so)."""
+
+    iteration_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    flops_per_iteration: float
+    peak_memory_gib: float | None
+    setup_s: float
+    last_loss: float
+
+
+def model_flops(*, global_batch: int, seq_len: int, num_layers: int, hidden_size: int, vocab_size: int,
+                recompute: bool) -> float:
+    """The paper's model FLOPs of one iteration on a global batch of ``global_batch`` sequences."""
+    return gpt_flops_per_iteration(batch_size=global_batch, seq_length=seq_len, num_layers=num_layers,
+                                   hidden_size=hidden_size, vocab_size=vocab_size, activation_recompute=recompute)
+
+
+def measure_steps(step: Callable[[], float], *, device: torch.device, flops_per_iteration: float,
+                  tokens_per_iteration: int, num_gpus: int, warmup: int, iters: int, setup_s: float) -> Throughput:
+    """Time ``step`` (one optimizer step; returns its loss) and turn the median time into throughput."""
+    losses: list[float] = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    timing = time_iterations(lambda: losses.append(step()), device=device, warmup=warmup, iters=iters)
+    seconds = timing.median_s
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return Throughput(
+        iteration_s=seconds,
+        tokens_per_s=tokens_per_iteration / seconds,
+        model_tflops_per_gpu=flops_per_iteration / seconds / num_gpus / 1e12,
+        flops_per_iteration=flops_per_iteration,
+        peak_memory_gib=peak,
+        setup_s=setup_s,
+        last_loss=losses[-1],
+    )
+
+
+def release(device: torch.device) -> None:
+    """Free what the last measurement left (models, optimizers, compiled graphs) before the next one."""
+    gc.collect()
+    try:
+        torch._dynamo.reset()
+    except Exception:  # noqa: BLE001 - dynamo may be unavailable; nothing to reset then
+        pass
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...; sw.s`` (wall seconds, synchronised on CUDA)."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.device, self.s = device, 0.0
+
+    def __enter__(self) -> "Stopwatch":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.s = time.perf_counter() - self.start
