@@ -23,7 +23,7 @@ import torch
 from repro.claims import needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
 from repro.paper import paper_value
-from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SEQ_LENGTH, TABLE1
+from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SECONDS_PER_DAY, SEQ_LENGTH, TABLE1, TABLE2
 
 PAPER = "megatron_lm_2019"
 VARIANTS = ("repro", "repro_eager", "plain_compiled", "plain_eager")
@@ -160,16 +160,22 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     return rows
 
 
-def _config_params(label: str) -> dict:
-    config = next(c for c in TABLE1 if c.label == label)
-    return dict(model=label, layers=config.num_layers, hidden=config.hidden_size, heads=config.num_heads,
+#: Table 2 counts an epoch as 68,507 iterations of 512 x 1024 tokens (its setting, used as given).
+ITERATIONS_PER_EPOCH = 68_507
+
+
+def _config_params(label: str, table: str = "t1") -> dict:
+    rows = TABLE1 if table == "t1" else TABLE2
+    config = next(c for c in rows if c.label == label)
+    name = label if table == "t1" else f"t2_{label}"
+    return dict(model=name, layers=config.num_layers, hidden=config.hidden_size, heads=config.num_heads,
                 vocab=PADDED_VOCAB, seq_len=SEQ_LENGTH, micro_batch_size=MP_BATCH)
 
 
-def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, **extra) -> Point:
+def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, table: str = "t1", **extra) -> Point:
     gpus = tp * dp
     per_node = min(gpus, 8)
-    params = dict(_config_params(label), tp=tp, dp=dp, precision="bf16", checkpointing=True, warmup=3, iters=10,
+    params = dict(_config_params(label, table), tp=tp, dp=dp, precision="bf16", checkpointing=True, warmup=3, iters=10,
                   variants=["repro"])
     params.update(extra)
     return Point(name or f"{label}_{gpus}gpu", params, world_size=gpus, needs_gpu=True, memory_gib=24.0,
@@ -180,12 +186,18 @@ def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, **extra
 #: The 1-GPU baseline beside a compiled plain GPT and repro without compiled layers, with and without checkpointing.
 BASELINE_VARIANTS = ["repro", "repro_eager", "plain_compiled"]
 _MP = [("1p2B", 1), ("2p5B", 2), ("4p2B", 4), ("8p3B", 8)]
+#: Table 2's training runs: 64-way data parallelism (global batch 512) over 1/2/8-way model parallelism.
+_T2_MP = {"355M": 1, "2p5B": 2, "8p3B": 8}
 NODE_POINTS = (
     _gpu_point("1p2B", 1, 1, variants=BASELINE_VARIANTS),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt", checkpointing=False, variants=BASELINE_VARIANTS),
     *(_gpu_point(label, tp, 1) for label, tp in _MP[1:]),
+    # Table 8: strong scaling of the 1.2B model at a fixed batch of 8 over 2/4/8-way model parallelism.
+    *(_gpu_point("1p2B", tp, 1, name=f"1p2B_{tp}gpu_strong") for tp in (2, 4, 8)),
 )
-PAPER_POINTS = NODE_POINTS + tuple(_gpu_point(label, tp, 64) for label, tp in _MP)
+PAPER_POINTS = NODE_POINTS + tuple(_gpu_point(label, tp, 64) for label, tp in _MP) + tuple(
+    _gpu_point(run.label, _T2_MP[run.label], run.gpus // _T2_MP[run.label], table="t2",
+               name=f"t2_{run.label}_{run.gpus}gpu") for run in TABLE2)
 
 _SMOKE = dict(model="toy", layers=2, hidden=64, heads=4, vocab=512, seq_len=32, micro_batch_size=2,
               precision="bf16", checkpointing=True, warmup=1, iters=2)
@@ -248,6 +260,43 @@ def claims(rows) -> list[ClaimCheck]:
             verdict = "reproduced" if abs(eff - paper_value(PAPER, claim)) <= 5 else "differs"
             checks.append(ClaimCheck(PAPER, claim, round(eff, 1), "+-5 points", verdict,
                                      f"per-GPU TFLOP/s of {label} on {mp * dp} {gpu} over the 1-GPU 1.2B point"))
+    checks += _strong_scaling(rows, gpu) + _days_per_epoch(rows, gpu)
+    return checks
+
+
+def _hardware_bound(claim: str, value: float | None, gpu, what: str, fmt: str, tolerance: str,
+                    relative: float) -> ClaimCheck:
+    """A time-like claim: decided only on the paper's V100s, else "needs GPU" with the measured value."""
+    if value is None:
+        return needs_gpu(PAPER, claim, f"run megatron_weak_scaling_gpu's {what}")
+    if gpu is not None and "V100" in str(gpu):
+        ok = abs(value / paper_value(PAPER, claim) - 1) <= relative
+        return ClaimCheck(PAPER, claim, round(value, 2), tolerance, "reproduced" if ok else "differs", what)
+    return needs_gpu(PAPER, claim, f"needs the paper's V100s; measured on {gpu}: {value:{fmt}} ({what})")
+
+
+def _strong_scaling(rows, gpu) -> list[ClaimCheck]:
+    """Table 8: speedup = iteration time of the 1-GPU point / that of the 1.2B model on g GPUs (batch 8)."""
+    checks = [needs_gpu(PAPER, "t8_strong_1gpu", "the 1-GPU point is the reference (1.0 by definition)")]
+    base = _value(rows, "iteration_s", model="1p2B", gpus=1, variant="repro", checkpointing=True)
+    for tp in (2, 4, 8):
+        time = _value(rows, "iteration_s", model="1p2B", tp=tp, dp=1, variant="repro")
+        speedup = base / time if base is not None and time is not None else None
+        checks.append(_hardware_bound(f"t8_strong_{tp}gpu", speedup, gpu,
+                                      f"1p2B_1gpu and 1p2B_{tp}gpu_strong: 1-GPU iteration time / {tp}-GPU", ".2f",
+                                      "+-10%", 0.10))
+    return checks
+
+
+def _days_per_epoch(rows, gpu) -> list[ClaimCheck]:
+    """Table 2: days per epoch = 68,507 iterations x the measured iteration time / 86,400 s."""
+    checks = []
+    for run in TABLE2:
+        time = _value(rows, "iteration_s", model=f"t2_{run.label}", variant="repro")
+        days = ITERATIONS_PER_EPOCH * time / SECONDS_PER_DAY if time is not None else None
+        checks.append(_hardware_bound(f"t2_{run.label}_days_per_epoch", days, gpu,
+                                      f"t2_{run.label}_{run.gpus}gpu: 68,507 x iteration time / 86,400 s", ".2f",
+                                      "+-10%", 0.10))
     return checks
 
 
