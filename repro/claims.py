@@ -23,6 +23,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
 from repro.experiments.base import VERDICTS, ClaimCheck
 from repro.paper import PAPER_TITLES, load_claims, paper_value
 
@@ -85,10 +86,13 @@ class CheckSet:
 
 
 def choose_scale(rows: pd.DataFrame, scale: str) -> str:
-    """``ci`` or ``paper`` as asked; ``any`` -> paper when the experiment has paper-scale rows, else ci."""
+    """The scale asked for; ``any`` -> paper when the experiment has paper-scale rows, else ci, else smoke."""
     if scale != "any":
         return scale
-    return "paper" if (len(rows) and (rows["scale"] == "paper").any()) else "ci"
+    for candidate in ("paper", "ci", "smoke"):
+        if len(rows) and (rows["scale"] == candidate).any():
+            return candidate
+    return "ci"
 
 
 def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "any",
@@ -153,9 +157,10 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
         mapped = by_claim.get(key)
         if not mapped:
             gpu = is_gpu_measurement(claim["unit"], claim["quantity"])
+            scope = out_of_reach(claim["paper"], claim["claim_id"]) if gpu else None
+            note = f"{ONLY_PAPER_HARDWARE}: {scope.reason}" if scope else "no experiment maps this claim yet"
             out.append({**base, "reproduced_value": None, "tolerance": "", "verdict": "needs GPU" if gpu else "not run",
-                        "experiment": "", "scale": "", "command": "",
-                        "note": "no experiment maps this claim yet"})
+                        "experiment": "", "scale": "", "command": "", "note": note})
             continue
         # Several experiments may check one claim: a disagreement ("differs") wins over agreement.
         best = min(mapped, key=lambda r: (r["reproduced_value"] is None, _RANK[r["verdict"]]))

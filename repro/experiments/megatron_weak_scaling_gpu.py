@@ -261,6 +261,9 @@ def claims(rows) -> list[ClaimCheck]:
             checks.append(ClaimCheck(PAPER, claim, round(eff, 1), "+-5 points", verdict,
                                      f"per-GPU TFLOP/s of {label} on {mp * dp} {gpu} over the 1-GPU 1.2B point"))
     checks += _strong_scaling(rows, gpu) + _days_per_epoch(rows, gpu)
+    per_gpu = _value(rows, "model_tflops_per_gpu", model="8p3B", tp=8, dp=64, variant="repro")
+    checks.append(_hardware_bound("agg_pflops_from_74pct", per_gpu * 512 / 1e3 if per_gpu is not None else None, gpu,
+                                  "8p3B_512gpu: 512 x per-GPU TFLOP/s / 1000", ".2f", "+-10%", 0.10))
     return checks
 
 
