@@ -5,9 +5,12 @@ measures the overlapped sublayer against the sequential one. The same four quant
 ranks of a real process group, plus a diagnostic fifth, ``chunked``: the overlapped layer's chunks run one after
 the other with blocking collectives, which separates the cost of cutting the GEMM from the gain of overlapping it.
 The modes are interleaved round by round (so drift in a shared machine's load hits
-all of them alike). A round's time is the slowest rank's (it sets the step time); each mode is then summarised by
-its fastest round, the usual estimator on a machine shared with other processes (their interference only ever
-adds time), and by its median round, kept beside it.
+all of them alike). The device and dtype are chosen by the caller: on CPU (gloo) each mode is timed with
+``time.perf_counter``, on CUDA (nccl) with CUDA events on the current stream after a device synchronisation and a
+barrier, so the time is the GPU's (asynchronous collectives are waited for on that stream before the end event).
+A round's time is the slowest rank's (it sets the step time); each mode is then summarised by its fastest round,
+the usual estimator on a machine shared with other processes (their interference only ever adds time), and by its
+median round, kept beside it.
 
 Sublayers (T3's names; ``h`` hidden, ``f`` FFN size, ``T`` tokens):
 
@@ -41,6 +44,7 @@ from repro.overlap.row_parallel import OverlappedRowParallelLinear
 from repro.overlap.schedule import equal_chunks_time, ideal_overlap_time, share_of_ideal_saving, speedup_percent
 from repro.overlap.sequence_parallel import SequenceParallelRowLinear, chunk_rows
 from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear, copy_to_tensor_parallel
+from repro.timing import synchronize
 
 MODES = ("gemm", "comm", "sequential", "chunked", "overlapped")
 
@@ -144,28 +148,46 @@ class SublayerTiming:
         return plain
 
 
-def _timed(fn: Callable[[], None], group: CommGroup, prepare: Callable[[], None] | None) -> float:
+def _timed(fn: Callable[[], None], group: CommGroup, prepare: Callable[[], None] | None,
+           device: torch.device = torch.device("cpu")) -> float:
     if prepare is not None:
         prepare()
+    if device.type == "cuda":  # the GPU's time: events on the current stream, all ranks released together
+        synchronize(device)
+        comm.barrier(group)
+        synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
     comm.barrier(group)
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, seed: int):
-    """``{mode: (prepare, run)}`` closures for one sublayer on this rank."""
+def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, seed: int,
+           device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32):
+    """``{mode: (prepare, run)}`` closures for one sublayer on this rank. Layers are built on the CPU from ``seed``
+    (the same weights whatever the device) and moved to ``device`` and ``dtype`` before their twins share them."""
     tp = group.size
     torch.manual_seed(seed)
+    like = {"device": device, "dtype": dtype}
+
+    def randn(*shape: int, requires_grad: bool = False) -> torch.Tensor:  # drawn on the CPU: same on any device
+        return torch.randn(*shape, dtype=dtype).to(device).requires_grad_(requires_grad)
+
     if spec.parallel == "column":
-        plain = ColumnParallelLinear(spec.in_features, spec.out_features, group=group)
+        plain = ColumnParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
         overlapped = OverlappedColumnParallelLinear.from_plain(plain, num_chunks=num_chunks)
         def sequential(inputs):  # f, then the GEMM: dX's all-reduce waits for both backward GEMMs
             return F.linear(copy_to_tensor_parallel(inputs, group), plain.weight, plain.bias)
 
-        x = torch.randn(tokens, spec.in_features, requires_grad=True)
-        grad = torch.randn(tokens, spec.out_features // tp)
-        grad_x = torch.empty(tokens, spec.in_features)
+        x = randn(tokens, spec.in_features, requires_grad=True)
+        grad = randn(tokens, spec.out_features // tp)
+        grad_x = torch.empty(tokens, spec.in_features, **like)
         state = {}
 
         def forward(layer):
@@ -193,10 +215,10 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
             "overlapped": (forward(overlapped), lambda: state["y"].backward(grad)),
         }
     if spec.parallel == "row":
-        plain = RowParallelLinear(spec.in_features, spec.out_features, group=group)
+        plain = RowParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
         overlapped = OverlappedRowParallelLinear.from_plain(plain, num_chunks=num_chunks)
-        x = torch.randn(tokens, spec.in_features // tp)
-        out = torch.empty(tokens, spec.out_features)
+        x = randn(tokens, spec.in_features // tp)
+        out = torch.empty(tokens, spec.out_features, **like)
 
         def chunked():
             for block in row_chunks(tokens, num_chunks):
@@ -211,13 +233,14 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
             "overlapped": (None, lambda: overlapped(x)),
         }
     sequential = SequenceParallelRowLinear(spec.in_features, spec.out_features, group=group, num_chunks=1)
+    sequential = sequential.to(**like)
     overlapped = SequenceParallelRowLinear.from_plain(sequential, num_chunks=num_chunks)
-    x = torch.randn(1, tokens, spec.in_features // tp)
-    full = torch.empty(tokens, spec.out_features)
-    shard = torch.empty(tokens // tp, spec.out_features)
+    x = randn(1, tokens, spec.in_features // tp)
+    full = torch.empty(tokens, spec.out_features, **like)
+    shard = torch.empty(tokens // tp, spec.out_features, **like)
     _, n, length = sequence_chunk_shape(tokens, tp, num_chunks)
     x5 = x.view(1, tp, n, length, -1)
-    shards = torch.empty(n, length, spec.out_features)
+    shards = torch.empty(n, length, spec.out_features, **like)
 
     def chunked():  # the overlapped layer's chunks, each reduce-scatter waited for at once
         for chunk in range(n):
@@ -235,28 +258,32 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
 
 def time_sublayer(
     spec: SublayerSpec, group: CommGroup, *, tokens: int, num_chunks: int, rounds: int = 10, warmup: int = 2,
-    seed: int = 0,
+    seed: int = 0, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
 ) -> SublayerTiming:
     """Measure ``spec`` on every rank of ``group`` (all ranks must call it); returns the same timing on every rank.
 
-    The timing collectives go through a scratch ledger: the group's own ledger is left as it was.
+    ``device``/``dtype``: where and in what precision the sublayer runs (``cuda:N`` with an nccl group, ``cpu``
+    with gloo). The timing collectives go through a scratch ledger: the group's own ledger is left as it was.
     """
     if rounds < 1 or warmup < 0:
         raise ValueError(f"rounds={rounds} must be >= 1 and warmup={warmup} >= 0")
     if tokens < 1:
         raise ValueError(f"tokens={tokens} must be >= 1")
     group = dataclasses.replace(group, ledger=CollectiveLedger())
-    modes = _modes(spec, group, tokens, num_chunks, seed)
+    device = torch.device(device)
+    modes = _modes(spec, group, tokens, num_chunks, seed, device, dtype)
     samples: dict[str, list[float]] = {mode: [] for mode in MODES}
     with torch.enable_grad():
         for round_index in range(warmup + rounds):
             for mode in MODES:
                 prepare, run = modes[mode]
-                elapsed = _timed(run, group, prepare)
+                elapsed = _timed(run, group, prepare, device)
                 if round_index >= warmup:
                     samples[mode].append(elapsed)
     per_round = torch.tensor([samples[mode] for mode in MODES], dtype=torch.float64)  # [modes, rounds]
+    per_round = per_round.to(device)  # nccl reduces device tensors only
     comm.all_reduce(per_round, group, op=torch.distributed.ReduceOp.MAX)  # each round: the slowest rank
+    per_round = per_round.cpu()
     fastest = per_round.min(dim=1).values.tolist()
     medians = tuple(statistics.median(row) for row in per_round.tolist())
     paired = statistics.median((per_round[MODES.index("sequential")] / per_round[MODES.index("overlapped")]).tolist())
