@@ -9,7 +9,9 @@ Layout of a checkpoint directory::
 
 Loading at any tp size works from either form: shards of another size are merged, then re-sharded with
 :mod:`repro.models.sharding`. The checkpoint hash recorded in result rows is the sha256 over the files' bytes.
-A Hugging Face directory (``config.json`` + weights) is recognised and converted by :mod:`evals.hf_convert`.
+A Hugging Face directory (``config.json`` + weights) is recognised and converted by :mod:`evals.hf_convert`, a
+Megatron-LM checkpoint (``latest_checkpointed_iteration.txt``, ``mp_rank_XX/model_optim_rng.pt`` shards) by
+:mod:`evals.megatron_checkpoint`; :func:`checkpoint_format` tells the three apart.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class LoadedState:
     config: GPTConfig | BertConfig
     state_dict: dict[str, torch.Tensor]
     sha256: str
-    source: str  # "repro" or "huggingface"
+    source: str  # "repro", "huggingface" or "megatron"
     meta: Mapping[str, Any]
 
 
@@ -127,19 +129,42 @@ def load_repro(directory: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
                        source="repro", meta=header.get("meta", {}))
 
 
-def load_checkpoint(path: str | Path, *, expect: str, tp_rank: int = 0, tp_size: int = 1) -> LoadedState:
-    """A repro checkpoint directory or a Hugging Face model directory (GPT-2 / BERT), for one tp rank."""
+FORMATS = ("repro", "huggingface", "megatron")
+
+
+def checkpoint_format(path: str | Path) -> str:
+    """"repro", "huggingface" or "megatron" for a checkpoint directory; ValueError naming what was looked for."""
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a directory")
     if (path / HEADER).is_file():
-        return load_repro(path, expect=expect, tp_rank=tp_rank, tp_size=tp_size)
+        return "repro"
     if (path / "config.json").is_file():
+        return "huggingface"
+    from evals.megatron_checkpoint import TRACKER, is_megatron_checkpoint
+
+    if is_megatron_checkpoint(path):
+        return "megatron"
+    raise ValueError(
+        f"{str(path)!r} is not a checkpoint directory of a known format: a repro checkpoint has {HEADER}, a Hugging "
+        f"Face model config.json, a Megatron-LM checkpoint {TRACKER} or mp_rank_XX/ folders"
+    )
+
+
+def load_checkpoint(path: str | Path, *, expect: str, tp_rank: int = 0, tp_size: int = 1) -> LoadedState:
+    """A repro checkpoint, a Hugging Face model directory (GPT-2 / BERT) or a Megatron-LM checkpoint directory
+    (tp/pp shards in Megatron's own layout), for one tp rank."""
+    path = Path(path)
+    kind = checkpoint_format(path)
+    if kind == "repro":
+        return load_repro(path, expect=expect, tp_rank=tp_rank, tp_size=tp_size)
+    if kind == "huggingface":
         from evals.hf_convert import load_hf
 
         loaded = load_hf(path, expect=expect)
-        state = shard_state_dict(loaded.state_dict, loaded.config, tp_rank, tp_size)
-        return dataclasses.replace(loaded, state_dict=state)
-    raise ValueError(
-        f"{str(path)!r} is neither a repro checkpoint ({HEADER}) nor a Hugging Face model directory (config.json)"
-    )
+    else:
+        from evals.megatron_checkpoint import read_megatron
+
+        loaded = read_megatron(path, expect=expect)
+    state = shard_state_dict(loaded.state_dict, loaded.config, tp_rank, tp_size)
+    return dataclasses.replace(loaded, state_dict=state)

@@ -21,18 +21,18 @@ def _tp(tp_group: CommGroup | None) -> tuple[int, int]:
 
 
 def gpt_from_state(loaded: LoadedState, *, tp_group: CommGroup | None = None, dtype=torch.float32) -> GPTModel:
-    model = GPTModel(loaded.config, tp_group=tp_group)
+    model = GPTModel(loaded.config, tp_group=tp_group).to(dtype)  # cast first: a float64 checkpoint stays exact
     model.load_state_dict(loaded.state_dict, strict=True)
-    return model.to(dtype).eval()
+    return model.eval()
 
 
 def bert_from_state(loaded: LoadedState, *, tp_group: CommGroup | None = None, dtype=torch.float32) -> BertModel:
-    model = BertModel(loaded.config, tp_group=tp_group)
+    model = BertModel(loaded.config, tp_group=tp_group).to(dtype)
     missing, unexpected = model.load_state_dict(loaded.state_dict, strict=False)
     bad_missing = [k for k in missing if not k.startswith(OPTIONAL_BERT_PREFIXES)]
     if bad_missing or unexpected:
         raise ValueError(f"BERT checkpoint does not match the model: missing {bad_missing}, unexpected {unexpected}")
-    return model.to(dtype).eval()
+    return model.eval()
 
 
 def load_gpt_for_eval(

@@ -92,7 +92,7 @@ def test_wrong_architecture_is_refused(tmp_path):
                                                    num_attention_heads=2, intermediate_size=16)).save_pretrained(hf_bert)
     with pytest.raises(ValueError, match="model_type 'bert', expected 'gpt2'"):
         load_checkpoint(hf_bert, expect="gpt")
-    with pytest.raises(ValueError, match="neither a repro checkpoint"):
+    with pytest.raises(ValueError, match="not a checkpoint directory of a known format: a repro checkpoint has"):
         load_checkpoint(tmp_path, expect="gpt")
     with pytest.raises(ValueError, match="does not exist"):
         load_checkpoint(tmp_path / "absent", expect="gpt")
