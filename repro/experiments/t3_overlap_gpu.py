@@ -153,7 +153,8 @@ SMOKE_POINTS = (
 def _gpu_shares(rows, sublayers) -> tuple[float, str] | None:
     """The largest communication share (%) of ``sublayers`` at tp 8 on a GPU: per (model, tokens, sublayer)
     the median over chunk settings (the isolated GEMM and collective do not depend on them), then the max."""
-    if rows is None or not len(rows) or not {"metric", "device_type", "tp", "sublayer", "model"} <= set(rows.columns):
+    needed = {"metric", "device_type", "tp", "sublayer", "model"}
+    if rows is None or not len(rows) or not needed <= set(rows.columns):
         return None
     sel = rows[(rows["metric"] == "comm_share") & (rows["device_type"] == "cuda") & (rows["tp"] == 8)
                & rows["sublayer"].isin(list(sublayers)) & rows["model"].isin(list(MODELS))]
