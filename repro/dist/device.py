@@ -52,6 +52,8 @@ def select_device(requested: str = "auto", *, local_rank: int | None = None,
                               "(torch.cuda.is_available() is False); use --device cpu or auto")
         return torch.device("cpu")
     rank = local_rank_from_env() if local_rank is None else local_rank
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise DeviceError(f"local rank {rank!r} must be a non-negative integer")
     if rank >= cuda_devices:
         raise DeviceError(
             f"local rank {rank} has no GPU: this node has {cuda_devices} GPU(s) and each rank needs its own "

@@ -73,19 +73,48 @@ class TrainSettings:
         if self.precision == "fp16" and self.zero_stage != 0:
             raise ValueError("precision='fp16' with zero_stage=1 is not supported: ZeRO-1 here keeps its own fp32 "
                              "states and has no loss scaler in the trainer; use bf16")
-        if torch.device(self.device).type not in ("cpu", "cuda"):
+        try:
+            kind = torch.device(self.device).type
+        except (RuntimeError, TypeError) as err:  # torch rejects unknown device strings with a RuntimeError
+            raise ValueError(f"device={self.device!r} must be a CPU or CUDA device ({err})") from err
+        if kind not in ("cpu", "cuda"):
             raise ValueError(f"device={self.device!r} must be a CPU or CUDA device")
 
 
 class _Checkpointed(torch.nn.Module):
-    """A layer whose activations are recomputed in backward instead of kept (one checkpoint per layer)."""
+    """A layer whose activations are recomputed in backward instead of kept (one checkpoint per layer).
 
-    def __init__(self, layer: torch.nn.Module) -> None:
+    ``torch.utils.checkpoint`` replays the default generator for the recomputation (the replicated dropout), but not
+    the tensor-parallel region's generator that :class:`RNGTracker` keeps aside (attention dropout). As Megatron's
+    ``CheckpointFunction`` does, the tracker's state is saved before the forward, set back for the recomputation and
+    restored afterwards, so the recomputed layer draws the same dropout masks and later layers' draws are untouched.
+    """
+
+    def __init__(self, layer: torch.nn.Module, rng_tracker: RNGTracker | None = None) -> None:
         super().__init__()
         self.layer = layer
+        self.rng_tracker = rng_tracker
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.layer, x, use_reentrant=False)
+        tracker = self.rng_tracker
+        if tracker is None:
+            return checkpoint(self.layer, x, use_reentrant=False)
+        forward_state = tracker._state.clone()
+        calls = 0
+
+        def run(inp: torch.Tensor) -> torch.Tensor:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the forward itself: advance the tracker as usual
+                return self.layer(inp)
+            later_state = tracker._state  # recomputation in backward: replay the forward's draws, then restore
+            tracker._state = forward_state.clone()
+            try:
+                return self.layer(inp)
+            finally:
+                tracker._state = later_state
+
+        return checkpoint(run, x, use_reentrant=False)
 
 
 class PipelineTrainer:
@@ -119,7 +148,7 @@ class PipelineTrainer:
             if settings.compile_layers:
                 layer.compile()
             if settings.activation_checkpointing:
-                self.stage.layers[index] = _Checkpointed(layer)
+                self.stage.layers[index] = _Checkpointed(layer, tracker)
         self.autocast_dtype = PRECISIONS[settings.precision]
         self.optimizer = build_optimizer(self.stage, settings, groups)
         self.last_result: StepResult | None = None

@@ -1,0 +1,157 @@
+"""The experiment megatron_weak_scaling_gpu: registered and valid, its GPU points declare what a cluster must give
+them, its smoke points run on CPU ranks through the runner (the same code as on GPUs), and its claims turn rows into
+verdicts (share of peak compared across GPUs, TFLOP/s only on the paper's V100)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from repro.experiments import registry, validate_experiment
+from repro.experiments import megatron_weak_scaling_gpu as mod
+from repro.experiments.runner import execute_point
+from repro.paper import load_claims, paper_value
+from repro.perfmodel.flops import gpt_flops_per_iteration
+from repro.results import check_row
+
+EXPERIMENT = mod.EXPERIMENT
+PAPER = "megatron_lm_2019"
+
+
+def test_registered_and_valid():
+    reg = registry()
+    assert "megatron_weak_scaling_gpu" in reg
+    assert reg.get("megatron_weak_scaling_gpu") is EXPERIMENT
+    assert not [m for m in reg.errors if m.endswith("megatron_weak_scaling_gpu")]
+    assert validate_experiment(EXPERIMENT) == []
+    assert set(EXPERIMENT.points) == {"smoke", "node", "paper"}
+    assert EXPERIMENT.claims is not None and EXPERIMENT.budget_s["smoke"] > 0
+
+
+@pytest.mark.parametrize("scale", ["node", "paper"])
+def test_gpu_points_need_gpus_and_declare_their_resources(scale):
+    points = EXPERIMENT.points_for(scale)
+    assert points and len({p.name for p in points}) == len(points)
+    for point in points:
+        params, res = point.params, point.resources
+        assert point.needs_gpu is True, point.name
+        assert res is not None, point.name
+        assert res.nodes * res.gpus_per_node == point.world_size, (point.name, res)
+        assert 1 <= res.gpus_per_node <= 8  # one DGX-class node at most
+        assert params["tp"] * params["dp"] == point.world_size, point.name
+        assert params["tp"] <= res.gpus_per_node  # tensor parallelism stays inside a node (Megatron sec. 5)
+        assert set(params["variants"]) <= set(mod.VARIANTS)
+        if any(v.startswith("plain") for v in params["variants"]):
+            assert point.world_size == 1  # the plain GPT is the single-GPU reference
+    if scale == "paper":
+        assert {p.world_size for p in points} >= {1, 2, 4, 8, 64, 128, 256, 512}
+        assert {p.name for p in EXPERIMENT.points_for("node")} <= {p.name for p in points}
+
+
+def test_smoke_points_are_cpu_sized():
+    for point in EXPERIMENT.points_for("smoke"):
+        assert not point.needs_gpu
+        assert point.params["tp"] * point.params["dp"] == point.world_size
+
+
+def _check_rows(rows, point, device):
+    params = point.params
+    for row in rows:
+        check_row(row, metrics=EXPERIMENT.metrics)
+    frame = pd.DataFrame(rows)
+    assert set(frame.metric) <= set(EXPERIMENT.metrics)
+    assert all(math.isfinite(v) for v in frame.value)
+    assert set(frame.variant) == set(params["variants"])
+    gpus = params["tp"] * params["dp"]
+    for variant in params["variants"]:
+        mine = frame[frame.variant == variant].set_index("metric").value
+        for metric in ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "setup_s", "loss"):
+            assert metric in mine and mine[metric] > 0, (variant, metric)
+        assert 0.5 * math.log(params["vocab"]) < mine["loss"] < 2 * math.log(params["vocab"])  # near ln V at the start
+        batch = params["micro_batch_size"] * (params["dp"] if variant.startswith("repro") else 1)
+        tokens = batch * params["seq_len"]
+        assert mine["tokens_per_s"] * mine["iteration_s"] == pytest.approx(tokens, rel=1e-9)
+        flops = gpt_flops_per_iteration(batch_size=batch, seq_length=params["seq_len"], num_layers=params["layers"],
+                                        hidden_size=params["hidden"], vocab_size=params["vocab"],
+                                        activation_recompute=params["checkpointing"])
+        assert mine["model_tflops_per_gpu"] * 1e12 * mine["iteration_s"] * gpus == pytest.approx(flops, rel=1e-9)
+        if device == "cuda":
+            assert "share_of_peak" in mine and "peak_memory_gib" in mine
+        else:  # no GPU, no peak: the CPU rows do not pretend to a share of peak
+            assert "share_of_peak" not in mine and "peak_memory_gib" not in mine
+    assert (frame.gpu.isna().all()) == (device == "cpu")
+
+
+@pytest.mark.parametrize("name", [p.name for p in mod.SMOKE_POINTS])
+def test_smoke_points_run_on_cpu(name, tmp_path):
+    point = EXPERIMENT.point_named("smoke", name)
+    rows = execute_point(EXPERIMENT, point, "smoke", device="cpu", scratch_dir=Path(tmp_path))
+    _check_rows(rows, point, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_smoke_single_rank_point_runs_on_cuda(tmp_path):
+    point = EXPERIMENT.point_named("smoke", "toy_1rank")
+    rows = execute_point(EXPERIMENT, point, "smoke", device="cuda", scratch_dir=Path(tmp_path))
+    _check_rows(rows, point, "cuda")
+
+
+def _checks(rows):
+    return {c.claim_id: c for c in mod.claims(rows)}
+
+
+def test_claims_are_known_ids():
+    known = set(zip(*load_claims()[["paper", "claim_id"]].values.T))
+    for check in mod.claims(pd.DataFrame()):
+        assert (check.paper, check.claim_id) in known
+
+
+@pytest.mark.parametrize("rows", [pd.DataFrame(), None], ids=["empty", "none"])
+def test_claims_without_rows_need_gpus(rows):
+    checks = _checks(rows)
+    assert {"baseline_tflops_1gpu", "baseline_pct_peak", "fig5_eff_mp_8gpu", "fig5_eff_mpdp_512gpu"} <= set(checks)
+    assert all(c.verdict == "needs GPU" and c.reproduced_value is None for c in checks.values())
+
+
+def _row(metric, value, *, model="1p2B", tp=1, dp=1, variant="repro", checkpointing=True,
+         gpu="NVIDIA H100 80GB HBM3"):
+    return dict(metric=metric, value=value, unit=mod._UNITS[metric], variant=variant, model=model, tp=tp, dp=dp,
+                gpus=tp * dp, precision="bf16", checkpointing=checkpointing, gpu=gpu)
+
+
+def test_claims_on_a_synthetic_h100_run():
+    rows = pd.DataFrame([
+        _row("model_tflops_per_gpu", 445.2),
+        _row("share_of_peak", 45.0),
+        # the no-checkpointing baseline and the eager variant must not be taken for the paper's baseline
+        _row("model_tflops_per_gpu", 600.0, checkpointing=False), _row("share_of_peak", 60.6, checkpointing=False),
+        _row("model_tflops_per_gpu", 300.0, variant="repro_eager"), _row("share_of_peak", 30.3, variant="repro_eager"),
+        _row("model_tflops_per_gpu", 0.95 * 445.2, model="2p5B", tp=2),
+    ])
+    checks = _checks(rows)
+    share = checks["baseline_pct_peak"]
+    assert share.verdict == "differs" and share.reproduced_value == 45.0  # |45 - 30| > 5 points
+    assert "45.0" in share.note and "NVIDIA H100 80GB HBM3" in share.note
+    tflops = checks["baseline_tflops_1gpu"]
+    assert tflops.verdict == "needs GPU"  # TFLOP/s is hardware-bound: only a V100 decides the 39 TFLOP/s claim
+    assert "445.2" in tflops.note and "H100" in tflops.note
+    eff = checks["fig5_eff_mp_2gpu"]
+    assert eff.verdict == "reproduced" and eff.reproduced_value == 95.0  # paper: 95 %
+    assert checks["fig5_eff_mp_1gpu"].verdict == "needs GPU"  # the reference itself
+    assert checks["fig5_eff_mp_8gpu"].verdict == "needs GPU"  # not run
+
+
+def test_claims_reproduced_within_tolerance_on_a_v100():
+    v100 = "Tesla V100-SXM2-32GB"
+    rows = pd.DataFrame([_row("model_tflops_per_gpu", 40.0, gpu=v100), _row("share_of_peak", 32.0, gpu=v100)])
+    checks = _checks(rows)
+    assert paper_value(PAPER, "baseline_tflops_1gpu") == 39 and paper_value(PAPER, "baseline_pct_peak") == 30
+    assert checks["baseline_tflops_1gpu"].verdict == "reproduced" and checks["baseline_tflops_1gpu"].reproduced_value == 40.0
+    assert checks["baseline_pct_peak"].verdict == "reproduced" and checks["baseline_pct_peak"].reproduced_value == 32.0
+    rows = pd.DataFrame([_row("model_tflops_per_gpu", 30.0, gpu=v100), _row("share_of_peak", 24.0, gpu=v100)])
+    checks = _checks(rows)
+    assert checks["baseline_tflops_1gpu"].verdict == "differs" and checks["baseline_pct_peak"].verdict == "differs"
