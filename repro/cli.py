@@ -1,11 +1,14 @@
 """The ``repro`` command.
 
-    repro list [--scale S]                      experiments, their points and budgets, and their newest runs
-    repro run EXP [EXP ...] --scale ci          run locally (world size 1 in-process, larger ones on local ranks)
-    repro submit EXP --scale paper [--wait]     sbatch slurm/EXP.sbatch with nodes, tasks, GPUs and array sized
+    repro list [--scale S]                      experiments: points, ranks, nodes, GPUs, budgets, newest runs per scale
+    repro run EXP [EXP ...] [--scale S]         run locally (world size 1 in-process, larger ones on local ranks)
+    repro submit EXP --scale paper [--dry-run]  sbatch slurm/EXP.sbatch sized from the points' declared resources
     repro figures [--scale ci]                  results/figures/*.png|svg
     repro claims [--scale ci]                   results/claims.md and results/claims.csv
     repro reproduce --scale ci                  run everything, then figures and claims, showing what changed
+
+Scales: ci, smoke, node, paper. ``run`` and ``submit`` default to the experiment's CPU scale (ci, else smoke);
+``reproduce --scale ci`` runs ci where an experiment declares it and smoke otherwise.
 
 Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit) print one
 line and exit with status 2; a failed point or job exits with 1.
@@ -19,7 +22,8 @@ from pathlib import Path
 
 from repro import results as R
 from repro.experiments import SCALES, Registry, registry
-from repro.experiments.resources import DEVICES, NeedsGPU
+from repro.experiments.base import Experiment, Point
+from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_time, resources_of
 from repro.experiments.runner import budget_for
 from repro.experiments.submit import SlurmMissing, SubmitError
 
@@ -40,26 +44,52 @@ def _registry(args: argparse.Namespace) -> Registry:
     return reg
 
 
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _scale_summary(exp: Experiment, scale: str) -> tuple[str, str, str, str, str]:
+    """(points, ranks, nodes, GPUs per node, needs GPU) of one scale, in words."""
+    points = exp.points[scale]
+    resources = [resources_of(p, experiment=exp, scale=scale) for p in points]
+    gpus = [r.gpus_per_node for r in resources]
+    needs = sum(p.needs_gpu for p in points)
+    return (f"{len(points)}", _span([p.world_size for p in points]), _span([r.nodes for r in resources]),
+            _span(gpus) if any(gpus) else "-", "all" if needs == len(points) else (f"{needs}" if needs else "no"))
+
+
+def _describe_point(exp: Experiment, scale: str, point: Point) -> str:
+    res = resources_of(point, experiment=exp, scale=scale)
+    gpus = f", {res.gpus_per_node} GPU(s)/node" if res.gpus_per_node else ""
+    return (f"  {exp.name}/{scale}/{point.name}: {point.world_size} rank(s), {point.memory_gib:g} GiB/rank"
+            f"{', needs GPU' if point.needs_gpu else ''}; Slurm: {res.nodes} node(s) x "
+            f"{point.world_size // res.nodes} task(s){gpus}, {res.cpus_per_task} CPU(s)/task, "
+            f"{res.mem_gib:g} GiB/node, "
+            f"{format_time(res.time_min)} ({'declared' if point.resources else 'derived'}); {dict(point.params)}")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     reg = _registry(args)
     rows = R.load_rows(args.results_dir)
-    print(f"{'experiment':30s} {'paper':20s} {'ci':>9s} {'paper':>10s} {'budget':>7s}  newest ci run")
+    header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs/node", "needs GPU", "budget",
+              "newest run")
+    line = "{:28s} {:18s} {:6s} {:>6s} {:>7s} {:>5s} {:>9s} {:>9s} {:>8s}  {}"
+    print(line.format(*header))
     for exp in reg:
-        def summary(scale: str) -> str:
-            points = exp.points.get(scale, ())
-            gpu = "G" if any(p.needs_gpu for p in points) else ""
-            return f"{len(points)}p/{max((p.world_size for p in points), default=0)}r{gpu}"
-        mine = rows[(rows["experiment"] == exp.name) & (rows["scale"] == "ci")] if len(rows) else rows
-        newest = max(mine["run_id"]) if len(mine) else "not run"
-        budget, declared = budget_for(exp, "ci")
-        print(f"{exp.name:30s} {exp.paper:20s} {summary('ci'):>9s} {summary('paper'):>10s} "
-              f"{f'{budget:.0f}s' + ('' if declared else '*'):>7s}  {newest}")
+        for index, scale in enumerate(s for s in SCALES if s in exp.points):
+            mine = rows[(rows["experiment"] == exp.name) & (rows["scale"] == scale)] if len(rows) else rows
+            budget, declared = budget_for(exp, scale)
+            print(line.format(exp.name if index == 0 else "", exp.paper if index == 0 else "", scale,
+                              *_scale_summary(exp, scale), f"{budget:.0f} s" + ("" if declared else "*"),
+                              max(mine["run_id"]) if len(mine) else "not run"))
     if args.scale:
+        scale = _scale(args.scale)
         for exp in reg:
-            for point in exp.points_for(_scale(args.scale)):
-                print(f"  {exp.name}/{point.name}: world_size={point.world_size} memory={point.memory_gib:g}GiB"
-                      f"{' needs GPU' if point.needs_gpu else ''} {dict(point.params)}")
-    print(f"({len(reg)} experiments; p = points, r = largest world size, G = needs GPU, * = default ci budget)")
+            for point in exp.points.get(scale, ()):
+                print(_describe_point(exp, scale, point))
+    print(f"({len(reg)} experiments. ranks: world sizes of the points; nodes and GPUs/node: the Slurm resources they "
+          "declare, or derive from ranks and memory; needs GPU: how many points measure GPUs; * = default budget)")
     return 0
 
 
@@ -67,10 +97,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from repro.experiments.runner import run_experiment
 
     reg = _registry(args)
-    scale = _scale(args.scale)
     experiments = [reg.get(name) for name in args.experiments]  # all names checked before anything runs
     status = 0
     for exp in experiments:
+        scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
         print(f"{exp.name} at scale {scale}:")
         report = run_experiment(exp, scale, points=args.point, results=args.results_dir, force=args.force,
                                 device=args.device, progress=print)
@@ -95,22 +125,29 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     exp = reg.get(args.experiment)
+    scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
+    options = dict(points=args.point, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
+                   cpus_per_task=args.cpus_per_task, cpu=args.cpu, array=args.array, partition=args.partition,
+                   time_limit=args.time, mem_gb=args.mem, extra=args.sbatch_arg or ())
+    S.plans(exp, scale, write_files=False, **options)  # every value checked before Slurm is looked for
     if not args.dry_run:
         S.require("sbatch")  # before anything is written
-    job = S.plan(exp, _scale(args.scale), gpus_per_node=args.gpus_per_node, nodes=args.nodes, cpu=args.cpu,
-                 array=args.array, partition=args.partition, time_limit=args.time, mem_gb=args.mem,
-                 extra=args.sbatch_arg or ())
-    print("sbatch command: " + " ".join(job.argv))
+    jobs = S.plans(exp, scale, write_files=not args.dry_run, **options)
+    for job in jobs:
+        print(f"sbatch command ({len(job.points)} point(s): {', '.join(job.points)}): " + " ".join(job.argv))
     if args.dry_run:
         return 0
     env = {"REPRO_DEVICE": "cpu"} if args.cpu else {}
     if args.results_dir:
         env["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
-    job_id = S.submit(job, env=env)
-    print(f"submitted job {job_id} ({'array, ' if job.array else ''}log {job.log_pattern})")
+    ids = []
+    for job in jobs:
+        job_id = S.submit(job, env=env)
+        ids.append(job_id)
+        print(f"submitted job {job_id} ({'array, ' if job.array else ''}log {job.log_pattern})")
     if not args.wait:
         return 0
-    states = S.wait(job_id, timeout_s=args.timeout)
+    states = [state for job_id in ids for state in S.wait(job_id, timeout_s=args.timeout)]
     for state in states:
         print(state.describe())
     return 0 if all(s.ok for s in states) else 1
@@ -162,25 +199,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run experiments on this machine")
     p.add_argument("experiments", nargs="+", metavar="EXP")
-    p.add_argument("--scale", default="ci")
+    p.add_argument("--scale", help="ci, smoke, node or paper (default: the experiment's CPU scale, ci or smoke)")
     p.add_argument("--point", action="append", help="only this point (repeatable)")
     p.add_argument("--force", action="store_true", help="replace the earlier runs of these points")
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("submit", help="submit an experiment to Slurm")
+    p = sub.add_parser("submit", help="submit an experiment to Slurm, sized from its points' resources",
+                       description="One job per distinct resource shape of the chosen points (node and paper scales; "
+                       "an array over that shape's points), or one job for a ci/smoke scale. Each job asks for the "
+                       "nodes, tasks per node (= world size / nodes), GPUs per node, CPUs per task, memory and time "
+                       "the points declare (repro list --scale S shows them); the options below override them.")
     p.add_argument("experiment", metavar="EXP")
-    p.add_argument("--scale", default="ci")
-    p.add_argument("--gpus-per-node", type=int, help="GPUs per node (default 8 when a point needs GPUs, else 0)")
-    p.add_argument("--nodes", type=int)
+    p.add_argument("--scale", help="ci, smoke, node or paper (default: the experiment's CPU scale, ci or smoke)")
+    p.add_argument("--point", "--points", nargs="+", action="extend", metavar="POINT",
+                   help="only these points (default: every point of the scale)")
+    p.add_argument("--gpus-per-node", metavar="N", help="GPUs per node, >= 0 (default: as declared); nodes are "
+                   "re-derived at one rank per GPU unless --nodes is given")
+    p.add_argument("--nodes", metavar="N", help="nodes, >= 1, dividing each point's world size (default: as declared)")
+    p.add_argument("--cpus-per-task", metavar="N", help="CPUs per rank, >= 1 (default: as declared)")
     p.add_argument("--cpu", action="store_true", help="run GPU points on CPU (REPRO_DEVICE=cpu, no GPUs asked)")
     p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
-                   help="one point per array task (default: when the scale has several points)")
-    p.add_argument("--partition")
-    p.add_argument("--time", help="time limit, e.g. 02:00:00")
-    p.add_argument("--mem", type=int, help="GB per node (default: the points' declared memory; 0 = all)")
+                   help="one point per array task (default: when a job has several points, or only some of the "
+                   "scale's; --no-array runs a whole scale of one shape in one job)")
+    p.add_argument("--partition", help="Slurm partition (or several, comma-separated)")
+    p.add_argument("--time", help="time limit per job: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, > 0 "
+                   "(default: as declared)")
+    p.add_argument("--mem", metavar="GIB", help="GiB per node, >= 0; 0 = all of the node's (default: as declared)")
     p.add_argument("--sbatch-arg", action="append", help="extra sbatch option (repeatable)")
-    p.add_argument("--dry-run", action="store_true", help="print the sbatch command only")
-    p.add_argument("--wait", action="store_true", help="wait for the job and report its state and exit code")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only (needs no Slurm)")
+    p.add_argument("--wait", action="store_true", help="wait for the jobs and report their states and exit codes")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("figures", help="draw the figures")
@@ -191,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="any", help="ci, paper, or any")
     p.set_defaults(func=cmd_claims)
     p = sub.add_parser("reproduce", help="run everything, then figures and claims")
-    p.add_argument("--scale", default="ci")
+    p.add_argument("--scale", default="ci", help="ci (default): every experiment at its CPU scale, ci where it "
+                   "declares one and smoke otherwise (the GPU experiments' toy size); or smoke, node, paper")
     p.add_argument("--only", action="append", help="only this experiment (repeatable)")
     p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them")
     p.add_argument("--device", default="auto", choices=DEVICES)

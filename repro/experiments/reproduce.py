@@ -1,6 +1,9 @@
 """``repro reproduce``: run every experiment at one scale, then draw the figures and write the claims report,
 printing progress, each experiment's time against its budget, and what changed since the previous outputs.
 
+``--scale ci`` means "every experiment at its CPU scale": ``ci`` where the experiment declares it, else ``smoke``
+(the GPU experiments' toy size, whose budgets count towards the same 20-minute CI total); see :func:`scale_to_run`.
+
 Also home of the two steps the CLI exposes alone: :func:`make_claims` (``repro claims``) and
 :func:`make_figures` (``repro figures``).
 """
@@ -19,12 +22,21 @@ import pandas as pd
 from repro import claims as C
 from repro import results as R
 from repro.experiments import Registry
+from repro.experiments.base import Experiment
 from repro.experiments.resources import NeedsGPU
 from repro.experiments.runner import RunReport, budget_for, run_experiment
 from repro.figures import FigureContext, Rendered, render_all
 from repro.paper import load_claims
 
 CI_TOTAL_BUDGET_S = 20 * 60
+
+
+def scale_to_run(experiment: Experiment, scale: str) -> str:
+    """The scale ``reproduce --scale scale`` runs ``experiment`` at: ``ci`` falls back to ``smoke`` for experiments
+    without a ``ci`` scale; any other scale is taken as asked (experiments without it are skipped)."""
+    if scale == "ci" and "ci" not in experiment.points and "smoke" in experiment.points:
+        return "smoke"
+    return scale
 
 
 @dataclass
@@ -36,14 +48,29 @@ class Outputs:
 
 
 def _rows(root: Path, scale: str) -> pd.DataFrame:
-    return R.load_rows(root, scale=None if scale == "any" else scale)
+    """The newest rows at ``scale`` (all scales for ``any``); ``ci`` also takes the smoke rows of experiments that
+    have no ci rows, as ``reproduce --scale ci`` runs them at smoke (:func:`scale_to_run`)."""
+    if scale != "ci":
+        return R.load_rows(root, scale=None if scale == "any" else scale)
+    rows = R.load_rows(root)
+    if not len(rows):
+        return rows
+    with_ci = set(rows.loc[rows["scale"] == "ci", "experiment"])
+    keep = (rows["scale"] == "ci") | ((rows["scale"] == "smoke") & ~rows["experiment"].isin(with_ci))
+    return rows[keep].reset_index(drop=True)
+
+
+def _check_scale(scale: str) -> str:
+    """What the claims collector is asked for: ``ci`` rows hold ci, or smoke where an experiment has no ci, so
+    ``any`` (per experiment: paper, else ci, else smoke; no paper rows are among them) picks the right ones."""
+    return "any" if scale == "ci" else scale
 
 
 def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
     """Collect the experiments' claim checks on the newest rows and write claims.md / claims.csv under root."""
     claims = load_claims()
     rows = _rows(root, scale)
-    checks = C.collect_checks(reg, rows, scale=scale, claims=claims)
+    checks = C.collect_checks(reg, rows, scale=_check_scale(scale), claims=claims)
     report = C.build_report(checks, claims)
     runs = rows.groupby("experiment")["run_id"].nunique() if len(rows) else pd.Series(dtype=int)
     info = (f"Rows: {len(rows)} from {int(runs.sum())} run(s) of {len(runs)} experiment(s) under `results/runs/` "
@@ -59,7 +86,7 @@ def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | Non
     claims = load_claims()
     rows = _rows(root, scale)
     if checks is None:
-        checks = C.collect_checks(reg, rows, scale=scale, claims=claims)
+        checks = C.collect_checks(reg, rows, scale=_check_scale(scale), claims=claims)
     ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale, out_dir=root / "figures",
                         known=frozenset(reg.names()))
     rendered = render_all(ctx, names)
@@ -111,12 +138,13 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
     out = Reproduction()
     start = time.perf_counter()
     for index, exp in enumerate(experiments, 1):
-        budget, declared = budget_for(exp, scale)
-        points = len(exp.points_for(scale))
-        say(f"[{index}/{len(experiments)}] {exp.name}: {points} point(s) at scale {scale}, budget {budget:.0f} s"
+        run_scale = scale_to_run(exp, scale)
+        budget, declared = budget_for(exp, run_scale)
+        points = len(exp.points.get(run_scale, ()))
+        say(f"[{index}/{len(experiments)}] {exp.name}: {points} point(s) at scale {run_scale}, budget {budget:.0f} s"
             + ("" if declared else " (default)"))
         try:
-            report = run_experiment(exp, scale, results=root, force=force, device=device, skip_needs_gpu=True,
+            report = run_experiment(exp, run_scale, results=root, force=force, device=device, skip_needs_gpu=True,
                                     progress=say)
         except (ValueError, NeedsGPU) as err:
             out.skipped[exp.name] = str(err)

@@ -1,60 +1,83 @@
 """The per-experiment sbatch files: ``slurm/<experiment>.sbatch``, written from the experiment's declaration.
 
-Each file holds resources that fit the ``ci`` scale on one node and hands over to the shared ``slurm/launch.sh``.
-GPUs are never requested in the file: they are a command-line option (``sbatch --gpus-per-node=N``, or
-``repro submit --gpus-per-node N``) so the same file runs unchanged on CPU-only and GPU clusters.
+One file per experiment, handing over to the shared ``slurm/launch.sh``. Its ``#SBATCH`` header fits the
+experiment's CPU scale (``ci``, else ``smoke``) on one node: ``sbatch slurm/<experiment>.sbatch`` runs every point
+of that scale one after the other. Its comment block lists, for every declared scale, the exact sbatch commands
+whose options come from the points' resources (:func:`repro.experiments.resources.jobs_for`, the same jobs
+``repro submit`` builds), so ``sbatch ... slurm/<experiment>.sbatch paper`` as written there gets the paper
+resources; a job started at another scale than the header's says so in its log. The header never requests GPUs,
+so the same file runs on CPU-only clusters; GPU scales get theirs from the listed options.
 ``python scripts/write_sbatch.py`` (re)writes the files of every registered experiment.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from repro.experiments.base import Experiment
+from repro.experiments.base import SCALES, Experiment
+from repro.experiments.resources import Overrides, cpu_scale_of, envelope, format_time, jobs_for
 from repro.results import REPO_ROOT
 
 SLURM_DIR = REPO_ROOT / "slurm"
 
-_TEMPLATE = """#!/bin/bash
+_HEAD = """#!/bin/bash
 # repro experiment {name} ({paper}): {title}
 #
-#   sbatch slurm/{name}.sbatch [SCALE]                  SCALE: ci (default) or paper; runs every point of the scale
-#   sbatch --array=0-{last_paper} slurm/{name}.sbatch paper      one point per array task ({n_paper} paper point(s))
-#   repro submit {name} --scale paper                   sizes nodes, tasks per node, GPUs and the array for you
-#
-# Points: ci: {n_ci} point(s), up to {ws_ci} rank(s); paper: {n_paper} point(s), up to {ws_paper} rank(s).{gpu_note}
-# The resources below fit the ci scale on one node; override any of them on the sbatch command line.
-# GPUs are never requested here: add --gpus-per-node=N when submitting. Points that need GPUs fail early
-# without them, unless REPRO_DEVICE=cpu is set to run them on CPU.
+# The #SBATCH lines below fit the {cpu} scale ({n_cpu} point(s), one after the other on one node):
+#   sbatch slurm/{name}.sbatch
+# Every scale, with the resources its points declare (nodes, tasks per node, GPUs per node, CPUs per task, memory
+# per node, time), as the jobs that `repro submit EXP --scale SCALE` submits (see slurm/README.md):
+"""
+
+_TAIL = """# The #SBATCH lines never ask for GPUs (the file runs on CPU-only clusters): GPU scales get them from the options
+# above. A point that needs GPUs fails early without them, unless REPRO_DEVICE=cpu is set to run it on CPU.
 #SBATCH --job-name=repro-{name}
-#SBATCH --nodes=1
-#SBATCH --ntasks-per-node={ws_ci}
-#SBATCH --cpus-per-task=1
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node={tasks}
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --mem={mem}
 #SBATCH --time={time}
 #SBATCH --output=repro-%x-%j.out
 set -euo pipefail
-exec bash "${{REPRO_ROOT:-${{SLURM_SUBMIT_DIR:-.}}}}/slurm/launch.sh" {name} "${{1:-${{REPRO_SCALE:-ci}}}}"
+SCALE="${{1:-${{REPRO_SCALE:-{cpu}}}}}"
+if [ "$SCALE" != {cpu} ]; then
+  echo "repro: scale $SCALE runs with the resources given on the sbatch command line; the #SBATCH lines of \
+slurm/{name}.sbatch fit the {cpu} scale only (its comments list the options of every scale; repro submit sizes them)" >&2
+fi
+exec bash "${{REPRO_ROOT:-${{SLURM_SUBMIT_DIR:-.}}}}/slurm/launch.sh" {name} "$SCALE"
 """
 
 
-def _hhmmss(seconds: float) -> str:
-    minutes = max(10, math.ceil(seconds / 60))
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+def scale_commands(experiment: Experiment, scale: str) -> list[str]:
+    """``sbatch <options> slurm/<name>.sbatch <scale>``, one per job that runs the scale (as ``repro submit``)."""
+    return [f"sbatch {' '.join(job.options())} slurm/{experiment.name}.sbatch {scale}"
+            for job in jobs_for(experiment, scale)]
+
+
+def _scale_block(experiment: Experiment, scale: str) -> str:
+    points = experiment.points_for(scale)
+    gpu = sum(p.needs_gpu for p in points)
+    try:
+        commands = scale_commands(experiment, scale)
+    except ValueError as err:  # inconsistent declaration: visible in the file, and tests fail on it
+        return f"#   {scale}: CANNOT BE SIZED: {err}\n"
+    what = f"{len(points)} point(s)" + (f", {gpu} needing GPUs" if gpu else "")
+    jobs = "1 job" if len(commands) == 1 else f"{len(commands)} jobs, one per resource shape"
+    return f"#   {scale}: {what}; {jobs}\n" + "".join(f"#     {command}\n" for command in commands)
 
 
 def render(experiment: Experiment) -> str:
     """The sbatch file of ``experiment``."""
-    ci, paper = experiment.points_for("ci"), experiment.points_for("paper")
-    gpu_points = [p.name for p in paper if p.needs_gpu]
-    gpu_note = (f"\n# {len(gpu_points)} paper point(s) need GPUs, e.g. sbatch --gpus-per-node=8 --nodes=N "
-                f"slurm/{experiment.name}.sbatch paper") if gpu_points else ""
-    return _TEMPLATE.format(
-        name=experiment.name, paper=experiment.paper, title=experiment.title.replace("\n", " "),
-        n_ci=len(ci), n_paper=len(paper), last_paper=len(paper) - 1,
-        ws_ci=max(p.world_size for p in ci), ws_paper=max(p.world_size for p in paper),
-        gpu_note=gpu_note, time=_hhmmss(3 * experiment.budget_s.get("ci", 600.0)),
-    )
+    cpu = cpu_scale_of(experiment)
+    cpu_points = experiment.points_for(cpu)
+    header = envelope(experiment, cpu, cpu_points, Overrides(cpu=True), one_after_the_other=True)
+    blocks = "".join(_scale_block(experiment, s) for s in SCALES if s in experiment.points)
+    return (_HEAD.format(name=experiment.name, paper=experiment.paper, title=experiment.title.replace("\n", " "),
+                         cpu=cpu, n_cpu=len(cpu_points))
+            + blocks
+            + _TAIL.format(name=experiment.name, cpu=cpu, nodes=header.nodes, tasks=header.tasks_per_node,
+                           cpus=header.cpus_per_task, mem=f"{header.mem_gib}G" if header.mem_gib else "0",
+                           time=format_time(header.time_min)))
 
 
 def sbatch_path(name: str, slurm_dir: Path = SLURM_DIR) -> Path:

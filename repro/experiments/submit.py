@@ -1,9 +1,22 @@
-"""``repro submit``: size a Slurm job for an experiment, sbatch its file, and (optionally) wait for the verdict.
+"""``repro submit``: size Slurm jobs for an experiment from its points' resources, sbatch its file, and
+(optionally) wait for the verdict.
 
-Sizing: ranks per node are the GPUs per node when GPUs are requested, else the largest point's world size (on one
-node); nodes = ceil(largest world size / ranks per node). A scale with several points becomes a job array, one
-point per task. ``--mem`` defaults to the points' declared memory per node, so an allocation the cluster cannot
-give is refused at submit time (the local Slurm sets EnforcePartLimits=ALL) instead of waiting forever.
+Sizing reads :func:`repro.experiments.resources.resources_of` (what each point declares, or the derived default)
+and :func:`~repro.experiments.resources.jobs_for` groups the points into jobs:
+
+* ``node`` and ``paper`` scales: one job per distinct resource shape (nodes, tasks per node, GPUs per node, CPUs
+  per task, memory per node, time); a job is a Slurm array over the indices of its points (``--array=0,2,5``), so
+  every point runs with exactly the resources it declares. A scale whose points all share one shape is one job.
+* ``ci`` and ``smoke`` scales (small, CPU): one job whose resources hold every point (the largest of each), an
+  array when there are several points, or all points one after the other with ``--no-array``; this is also what
+  the ``#SBATCH`` header of ``slurm/<experiment>.sbatch`` asks for.
+
+Every job gets ``--nodes``, ``--ntasks-per-node`` (= world size / nodes), ``--gpus-per-node`` (omitted when 0),
+``--cpus-per-task``, ``--mem=<N>G`` (per node) and ``--time=HH:MM:SS``. Overrides (``--nodes``,
+``--gpus-per-node``, ``--cpus-per-task``, ``--mem``, ``--time``, ``--partition``, ``--cpu``) are validated
+before anything is written (:func:`~repro.experiments.resources.parse_overrides`); ``--dry-run`` prints the
+sbatch command lines and needs no Slurm. Over-large requests are refused by sbatch at submit time (the local Slurm
+sets EnforcePartLimits=ALL) instead of waiting forever.
 
 Waiting polls ``squeue`` (``sbatch --wait`` notices the end late), then reads the final state, exit code and log
 path from ``scontrol show job`` (or ``sacct -c`` without a database).
@@ -11,7 +24,6 @@ path from ``scontrol show job`` (or ``sacct -c`` without a database).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -22,6 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from repro.experiments.base import Experiment
+from repro.experiments.resources import Job, Overrides, jobs_for, parse_overrides
 from repro.experiments.sbatch import SLURM_DIR, sbatch_path, write
 from repro.results import REPO_ROOT
 
@@ -39,14 +52,15 @@ def require(tool: str = "sbatch") -> str:
     if path is None:
         raise SlurmMissing(
             f"`{tool}` is not on PATH: `repro submit` needs a Slurm cluster. Run locally with "
-            "`repro run EXP --scale ci`, or start the local test cluster with `sudo slurm/local/start.sh`"
+            "`repro run EXP --scale ci`, print the commands with `repro submit EXP --dry-run`, or start the "
+            "local test cluster with `sudo slurm/local/start.sh`"
         )
     return path
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The sbatch command line for one submission."""
+    """The sbatch command line of one job, and what it asks for."""
 
     experiment: str
     scale: str
@@ -56,47 +70,56 @@ class Plan:
     ranks_per_node: int
     gpus_per_node: int
     log_pattern: str
+    points: tuple[str, ...] = ()
+    cpus_per_task: int = 1
+    mem_gib: int = 0
+    time_min: int = 0
 
 
-def plan(
-    experiment: Experiment, scale: str, *, gpus_per_node: int | None = None, nodes: int | None = None,
-    cpu: bool = False, array: bool | None = None, partition: str | None = None, time_limit: str | None = None,
-    mem_gb: int | None = None, log_dir: Path | None = None, slurm_dir: Path | None = None,
-    extra: Sequence[str] = (),
-) -> Plan:
-    """Build the sbatch argv (writes ``slurm/<name>.sbatch`` first if it does not exist)."""
-    points = list(experiment.points_for(scale))
-    needs_gpu = any(p.needs_gpu for p in points) and not cpu
-    gpus = gpus_per_node if gpus_per_node is not None else (8 if needs_gpu else 0)
-    if gpus < 0:
-        raise ValueError(f"--gpus-per-node {gpus} must be >= 0")
-    world = max(p.world_size for p in points)
-    per_node = gpus if gpus > 0 else world
-    need_nodes = math.ceil(world / per_node)
-    nodes = nodes if nodes is not None else need_nodes
-    if nodes < need_nodes:
-        raise ValueError(f"--nodes {nodes} is too few: the largest point needs {world} ranks = {need_nodes} node(s) "
-                         f"of {per_node}")
-    use_array = len(points) > 1 if array is None else array
-    mem_per_node = mem_gb if mem_gb is not None else math.ceil(
-        max(p.memory_gib * min(p.world_size, per_node) for p in points) * 1.25 + 1)
+def plans(
+    experiment: Experiment, scale: str, *, points: Sequence[str] | None = None, gpus_per_node: object = None,
+    nodes: object = None, cpus_per_task: object = None, cpu: bool = False, array: bool | None = None,
+    partition: object = None, time_limit: object = None, mem_gb: object = None, log_dir: Path | None = None,
+    slurm_dir: Path | None = None, extra: Sequence[str] = (), write_files: bool = True,
+) -> list[Plan]:
+    """The sbatch argv of every job that runs ``points`` (default: all) of ``experiment`` at ``scale``.
+
+    Overrides may be strings (as typed) or numbers; bad ones raise ValueError naming the value and the rule.
+    ``write_files`` writes ``slurm/<name>.sbatch`` when it is missing and creates the log folder (``--dry-run``
+    passes False: nothing is written).
+    """
+    overrides = parse_overrides(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem_gb,
+                                time=time_limit, partition=partition, cpu=cpu)
+    jobs = jobs_for(experiment, scale, points, overrides=overrides, array=array)
     log_dir = log_dir or (REPO_ROOT / "results" / "slurm-logs")
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_pattern = str(log_dir / ("%x-%A_%a.out" if use_array else "%x-%j.out"))
-    path = write(experiment, slurm_dir or SLURM_DIR, overwrite=False)
-    argv = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={per_node}", f"--output={log_pattern}"]
-    if mem_per_node > 0:
-        argv.append(f"--mem={mem_per_node}G")
-    if gpus > 0:
-        argv.append(f"--gpus-per-node={gpus}")
-    if use_array:
-        argv.append(f"--array=0-{len(points) - 1}")
-    if partition:
-        argv.append(f"--partition={partition}")
-    if time_limit:
-        argv.append(f"--time={time_limit}")
-    argv += list(extra) + [str(path), scale]
-    return Plan(experiment.name, scale, tuple(argv), use_array, nodes, per_node, gpus, log_pattern)
+    slurm_dir = slurm_dir or SLURM_DIR
+    if write_files:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = write(experiment, slurm_dir, overwrite=False)
+    else:
+        path = sbatch_path(experiment.name, slurm_dir)
+    return [_plan(experiment, job, overrides, log_dir, path, extra) for job in jobs]
+
+
+def _plan(experiment: Experiment, job: Job, overrides: Overrides, log_dir: Path, path: Path,
+          extra: Sequence[str]) -> Plan:
+    log_pattern = str(log_dir / ("%x-%A_%a.out" if job.array else "%x-%j.out"))
+    argv = ["sbatch", "--parsable", *job.options(), f"--output={log_pattern}"]
+    if overrides.partition:
+        argv.append(f"--partition={overrides.partition}")
+    argv += [*extra, str(path), job.scale]
+    shape = job.shape
+    return Plan(experiment.name, job.scale, tuple(argv), job.array, shape.nodes, shape.tasks_per_node,
+                shape.gpus_per_node, log_pattern, job.points, shape.cpus_per_task, shape.mem_gib, shape.time_min)
+
+
+def plan(experiment: Experiment, scale: str, **options) -> Plan:
+    """The one job of :func:`plans` (ValueError when the chosen points need several jobs; use :func:`plans`)."""
+    found = plans(experiment, scale, **options)
+    if len(found) != 1:
+        raise ValueError(f"{experiment.name} at scale {scale!r} needs {len(found)} jobs of different resources "
+                         f"(points {[list(p.points) for p in found]}); submit them with plans()")
+    return found[0]
 
 
 def submit(job: Plan, *, env: dict[str, str] | None = None) -> str:

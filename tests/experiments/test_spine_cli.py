@@ -4,6 +4,7 @@ changes), and the clear errors for bad input."""
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib.image as mpimg
 import pandas as pd
@@ -19,7 +20,9 @@ from repro.figures import FIGURES
 def test_list_and_run(fake_env, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "fake_sum" in out and "2p/2r" in out
+    assert re.search(r"fake_sum\s+megatron_lm_2019\s+ci\s+2\s+1-2\s+1\s+-\s+no\s+60 s\s+not run", out), out
+    assert re.search(r"^\s+paper\s+2\s+1-2\s+1\s+-\s+no\s+10 s\*\s+not run$", out, re.M)  # fake_sum's paper row
+    assert re.search(r"fake_gpu\s+gna_2025\s+ci\s+1\s+1\s+1\s+1\s+all", out)
     assert main(["run", "fake_sum", "--scale", "ci", "--point", "n3"]) == 0
     out = capsys.readouterr().out
     assert "fake_sum: ok" in out and "run 20" in out
@@ -35,7 +38,7 @@ def test_list_and_run(fake_env, capsys):
     ("argv", "message"),
     [
         (["run", "nope"], "unknown experiment 'nope'"),
-        (["run", "fake_sum", "--scale", "huge"], "unknown scale 'huge'; scales are ci, paper"),
+        (["run", "fake_sum", "--scale", "huge"], "unknown scale 'huge'; scales are ci, smoke, node, paper"),
         (["run", "fake_sum", "--point", "zz"], "no point 'zz'"),
         (["run", "fake_huge", "--scale", "paper"], "needs about 1000000.0 GiB"),
         (["run", "fake_gpu"], "needs 1 GPU(s)"),
@@ -59,16 +62,28 @@ def test_submit_without_slurm_is_a_clear_error(fake_env, capsys, monkeypatch, tm
 def test_submit_sizes_the_job_and_asks_gpus_only_when_needed(fake_registry: Registry, tmp_path):
     logs = tmp_path / "logs"
     job = S.plan(fake_registry.get("fake_sum"), "ci", slurm_dir=tmp_path, log_dir=logs)
-    assert "--array=0-1" in job.argv and "--ntasks-per-node=2" in job.argv
+    assert "--array=0-1" in job.argv and "--ntasks-per-node=2" in job.argv  # ci: one job holding both points
     assert not [a for a in job.argv if a.startswith("--gpu")] and job.argv[-2:] == (str(tmp_path / "fake_sum.sbatch"), "ci")
+    assert (tmp_path / "fake_sum.sbatch").exists() and logs.is_dir()
     gpu = S.plan(fake_registry.get("fake_gpu"), "paper", slurm_dir=tmp_path, log_dir=logs)
-    assert "--gpus-per-node=8" in gpu.argv
+    assert "--gpus-per-node=1" in gpu.argv  # derived: one GPU per rank
     assert not [a for a in S.plan(fake_registry.get("fake_gpu"), "paper", slurm_dir=tmp_path, log_dir=logs,
                                   cpu=True).argv if a.startswith("--gpu")]
-    wide = S.plan(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, slurm_dir=tmp_path, log_dir=logs)
-    assert "--nodes=2" in wide.argv and "--gpus-per-node=1" in wide.argv
+    small, wide = S.plans(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, slurm_dir=tmp_path, log_dir=logs)
+    assert small.points == ("n100",) and "--array=0" in small.argv and "--nodes=1" in small.argv
+    assert wide.points == ("n200_ws2",) and "--nodes=2" in wide.argv and "--gpus-per-node=1" in wide.argv
     with pytest.raises(ValueError, match="--nodes 1 is too few"):
-        S.plan(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, nodes=1, slurm_dir=tmp_path, log_dir=logs)
+        S.plans(fake_registry.get("fake_sum"), "paper", gpus_per_node=1, nodes=1, slurm_dir=tmp_path, log_dir=logs)
+    with pytest.raises(ValueError, match="needs 2 jobs"):
+        S.plan(fake_registry.get("fake_sum"), "paper", slurm_dir=tmp_path, log_dir=logs)
+
+
+def test_submit_dry_run_prints_every_job(fake_env, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm needed
+    assert main(["submit", "fake_sum", "--scale", "paper", "--time", "2:00:00", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["sbatch command (1 point(s)", "sbatch command (1 point(s)"]
+    assert all("--time=02:00:00" in line and "--parsable" in line for line in lines)
 
 
 def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Registry, fake_env, monkeypatch):

@@ -25,9 +25,11 @@ def test_shipped_modules_all_load_and_are_valid():
 
 
 def test_ci_budgets_fit_in_twenty_minutes():
+    """`repro reproduce --scale ci` runs ci, or smoke where an experiment has no ci: all of it in 20 minutes."""
+    from repro.experiments.reproduce import scale_to_run
     from repro.experiments.runner import budget_for
 
-    budgets = {exp.name: budget_for(exp, "ci")[0] for exp in registry()}
+    budgets = {exp.name: budget_for(exp, scale_to_run(exp, "ci"))[0] for exp in registry()}
     assert sum(budgets.values()) <= 20 * 60, budgets
 
 
@@ -52,7 +54,9 @@ def test_unknown_scale_and_point_are_clear():
 @pytest.mark.parametrize(
     ("overrides", "problem"),
     [
-        ({"points": {"ci": (Point("a"),)}}, "scales \\['paper'\\] are missing"),
+        ({"points": {"ci": (Point("a"),)}}, "scale 'paper' is missing"),
+        ({"points": {"node": (Point("a"),), "paper": (Point("b"),)}}, "declares none of \\['ci', 'smoke'\\]"),
+        ({"points": {"ci": (Point("a"),), "big": (Point("a"),), "paper": (Point("b"),)}}, "scales \\['big'\\]"),
         ({"points": {"ci": (Point("a"), Point("a")), "paper": (Point("b"),)}}, "used twice"),
         ({"points": {"ci": (Point("a", world_size=0),), "paper": (Point("b"),)}}, "world_size=0"),
         ({"points": {"ci": (Point("a", params={"f": object()}),), "paper": (Point("b"),)}}, "JSON"),

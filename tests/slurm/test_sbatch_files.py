@@ -7,11 +7,13 @@ import os
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from repro.experiments import registry
+from repro.experiments.resources import cpu_scale_of
 from repro.experiments.sbatch import render, sbatch_path
 from repro.results import REPO_ROOT, load_rows
 
@@ -35,8 +37,9 @@ def test_sbatch_files_never_request_gpus(path: Path):
 
 
 def test_every_experiment_has_an_sbatch_file_that_fits_its_ci_points():
-    """Each registered experiment has its file, asking for enough tasks for its largest ci point, and the file is
-    exactly what ``python scripts/write_sbatch.py`` generates now (its array sizes and point counts included)."""
+    """Each registered experiment has its file, asking for enough tasks for the largest point of its CPU scale (ci,
+    or smoke), and the file is exactly what ``python scripts/write_sbatch.py`` generates now (the per-scale
+    commands listed in its comments included)."""
     problems = []
     for exp in registry(refresh=True):
         path = sbatch_path(exp.name)
@@ -44,12 +47,35 @@ def test_every_experiment_has_an_sbatch_file_that_fits_its_ci_points():
             problems.append(f"{exp.name}: no {path.name}")
             continue
         tasks = re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", path.read_text(), re.M)
-        need = max(p.world_size for p in exp.points_for("ci"))
+        cpu = cpu_scale_of(exp)
+        need = max(p.world_size for p in exp.points_for(cpu))
         if tasks is None or int(tasks.group(1)) < need:
-            problems.append(f"{exp.name}: asks for {tasks and tasks.group(1)} tasks, its ci points need {need}")
+            problems.append(f"{exp.name}: asks for {tasks and tasks.group(1)} tasks, its {cpu} points need {need}")
         if render(exp) != path.read_text():
             problems.append(f"{exp.name}: {path.name} is out of date")
     assert not problems, f"{problems}: run python scripts/write_sbatch.py"
+
+
+def test_write_sbatch_check_agrees():
+    proc = subprocess.run([sys.executable, "scripts/write_sbatch.py", "--check"], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env={k: v for k, v in os.environ.items() if k != "REPRO_EXTRA_EXPERIMENTS"})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_job_at_another_scale_than_the_header_says_so(tmp_path):
+    """`sbatch slurm/EXP.sbatch paper` without the listed options would run with the ci header: the job log says
+    so (the launcher itself is replaced by a stub here)."""
+    root = tmp_path / "root"
+    (root / "slurm").mkdir(parents=True)
+    (root / "slurm" / "launch.sh").write_text('echo "launch $*"\n')
+    exp = next(iter(registry(refresh=True)))
+    script = tmp_path / "job.sbatch"
+    script.write_text(render(exp))
+    for scale, warned in (("paper", True), (cpu_scale_of(exp), False)):
+        proc = subprocess.run(["bash", str(script), scale], capture_output=True, text=True,
+                              env={**os.environ, "REPRO_ROOT": str(root)})
+        assert proc.returncode == 0 and proc.stdout.strip() == f"launch {exp.name} {scale}", proc.stderr
+        assert ("fit the" in proc.stderr) == warned, proc.stderr
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
