@@ -130,6 +130,35 @@ def load_repro(directory: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
 
 
 FORMATS = ("repro", "huggingface", "megatron")
+#: The variable the paper-scale evaluation points read a GPT checkpoint path from (any of the three formats).
+CHECKPOINT_ENV = "REPRO_EVAL_CHECKPOINT"
+#: The same for the pretrained BERT that RACE finetuning starts from.
+BERT_CHECKPOINT_ENV = "REPRO_EVAL_BERT_CHECKPOINT"
+
+
+class NeedsCheckpoint(ValueError):
+    """A point that evaluates a real checkpoint was given none: it says which variable or param to set."""
+
+
+def resolve_checkpoint(param: str | None, env: str, *, point: str, what: str, param_name: str = "checkpoint",
+                       legacy_env: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(path, format) from the point param ``param_name`` (value ``param``), else ``$env`` (else the ``legacy_env``
+    variables). :class:`NeedsCheckpoint` when none is set; ValueError naming the value when it is not a checkpoint
+    directory of a known format. No rows are ever made up for a missing checkpoint."""
+    import os
+
+    sources = [(f"param {param_name}", param)] + [(f"${name}", os.environ.get(name)) for name in (env, *legacy_env)]
+    for label, value in sources:
+        if value:
+            try:
+                return value, checkpoint_format(value)
+            except ValueError as err:
+                raise ValueError(f"point {point!r}: {label}={value!r}: {err}") from None
+    raise NeedsCheckpoint(
+        f"point {point!r} needs {what}: set {env}=DIR (a Hugging Face directory, a Megatron-LM checkpoint directory "
+        "with latest_checkpointed_iteration.txt and mp_rank_XX/model_optim_rng.pt shards, or a repro checkpoint), "
+        f"or pass the point param {param_name!r}; nothing is downloaded and no rows are made up without it"
+    )
 
 
 def checkpoint_format(path: str | Path) -> str:

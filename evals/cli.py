@@ -25,6 +25,7 @@ definitions (see evals/README.md for which paper uses which):
 examples:
   python -m evals count
   python -m evals lambada --checkpoint ~/gpt2-medium --batch-size 16
+  python -m evals wikitext --checkpoint ~/megatron_lm_345m --seq-len 1024 --stride 32 --device cuda
   python -m evals wikitext --checkpoint scratch/toy/gpt --tp 2 --seq-len 128 --stride 32
   python -m evals convert-hf --hf-dir ~/gpt2-medium --out scratch/gpt2-medium-tp2 --tp 2
   python -m evals toy-e2e --train-seconds 240
@@ -57,6 +58,21 @@ def cmd_count(args) -> list[dict]:
     return rows
 
 
+CHECKPOINT_HELP = ("checkpoint directory, format detected: repro (repro_checkpoint.json), Hugging Face GPT-2 "
+                   "(config.json + weights) or Megatron-LM in its own format (latest_checkpointed_iteration.txt, "
+                   "release/ or iter_*/ with mp_rank_XX[_YYY]/model_optim_rng.pt tp/pp shards)")
+
+
+def _device(args):
+    """The device context of an evaluation (models on ``--device``); CUDA runs at --tp 1 in this process."""
+    from evals.model_builders import eval_device
+
+    if args.device != "cpu" and args.tp > 1:
+        raise ValueError(f"--device {args.device} evaluates at --tp 1 only (tp > 1 runs gloo ranks on CPU); "
+                         f"got --tp {args.tp}")
+    return eval_device(args.device)
+
+
 def _eval_spec(args, task: str):
     from evals.tasks import EvalSpec
 
@@ -70,7 +86,8 @@ def cmd_eval(args) -> list[dict]:
     from evals.tasks import run_at_tp
 
     task = {"wikitext": "wikitext", "lambada": "lambada", "race-zeroshot": "race_zeroshot"}[args.command]
-    rows = run_at_tp(_eval_spec(args, task))
+    with _device(args):
+        rows = run_at_tp(_eval_spec(args, task))
     _print_rows(rows)
     return rows
 
@@ -79,7 +96,8 @@ def cmd_reconcile(args) -> list[dict]:
     from evals.reconcile import markdown, reconciliation_rows
     from evals.tasks import run_at_tp
 
-    rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
+    with _device(args):
+        rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
     measured = None
     if args.with_lm_eval:
         measured = lm_eval_measure(args.checkpoint, args.data_dir, args.limit, args.seq_len, args.batch_size)
@@ -166,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("count", help="dataset sizes counted each protocol's way (no model)")
 
     def model_args(p, seq_len_help="window / context length (default: the model's max positions)"):
-        p.add_argument("--checkpoint", required=True,
-                       help="repro checkpoint directory or Hugging Face GPT-2 directory")
+        p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
         p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (spawns local processes)")
+        p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (at --tp 1)")
         p.add_argument("--seq-len", type=int, default=None, help=seq_len_help)
         p.add_argument("--batch-size", type=int, default=8)
         p.add_argument("--limit", type=int, default=None, help="first N passages / articles only (quick runs)")
@@ -192,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--with-lm-eval", action="store_true", help="also run lm-eval itself through the adapter")
 
     p = sub.add_parser("race-finetune", help="finetune a multiple-choice BERT on RACE; dev/test accuracy")
-    p.add_argument("--init", default=None, help="pretrained BERT (repro or Hugging Face dir); default random init")
+    p.add_argument("--init", default=None,
+                   help="pretrained BERT (repro, Hugging Face or Megatron-LM dir); default random init")
     p.add_argument("--hidden-size", type=int, default=128)
     p.add_argument("--num-layers", type=int, default=2)
     p.add_argument("--num-attention-heads", type=int, default=4)

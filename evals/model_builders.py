@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -11,6 +14,29 @@ from evals.repro_lm import ReproCausalLM
 from evals.tokenization import TextTokenizer, check_vocab_compatible
 from repro.dist.comm import CommGroup
 from repro.models import BertModel, GPTModel
+
+_DEVICE: ContextVar[str] = ContextVar("evals_device", default="cpu")
+
+
+def check_device(device: str) -> str:
+    """"cpu", "cuda" or "cuda:N", and CUDA only where there is a GPU (ValueError naming the value otherwise)."""
+    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"device {device!r} must be 'cpu', 'cuda' or 'cuda:N'")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but this machine has no CUDA GPU")
+    return device
+
+
+@contextmanager
+def eval_device(device: str) -> Iterator[str]:
+    """Within the block, :func:`load_gpt_for_eval` places models on ``device`` (in this process; a tp > 1 run's
+    spawned ranks stay on CPU)."""
+    token = _DEVICE.set(check_device(device))
+    try:
+        yield device
+    finally:
+        _DEVICE.reset(token)
+
 
 # Heads a BERT checkpoint may lack (e.g. an encoder-only HF export); they keep their fresh initialisation.
 OPTIONAL_BERT_PREFIXES = ("pooler.", "lm_head.", "binary_head.")
@@ -37,11 +63,12 @@ def bert_from_state(loaded: LoadedState, *, tp_group: CommGroup | None = None, d
 
 def load_gpt_for_eval(
     path: str | Path, tokenizer: TextTokenizer, *, tp_group: CommGroup | None = None,
-    max_length: int | None = None, dtype=torch.float32,
+    max_length: int | None = None, dtype=torch.float32, device: str | None = None,
 ) -> tuple[ReproCausalLM, LoadedState]:
-    """A GPT checkpoint (repro or Hugging Face) ready for scoring, checked against the tokenizer's vocabulary."""
+    """A GPT checkpoint (repro, Hugging Face or Megatron-LM) ready for scoring, checked against the tokenizer's
+    vocabulary; on ``device`` (default: the enclosing :func:`eval_device`, else CPU)."""
     tp_rank, tp_size = _tp(tp_group)
     loaded = load_checkpoint(path, expect="gpt", tp_rank=tp_rank, tp_size=tp_size)
     check_vocab_compatible(tokenizer, loaded.config.vocab_size)
-    model = gpt_from_state(loaded, tp_group=tp_group, dtype=dtype)
+    model = gpt_from_state(loaded, tp_group=tp_group, dtype=dtype).to(check_device(device or _DEVICE.get()))
     return ReproCausalLM(model, max_length=max_length), loaded

@@ -6,18 +6,25 @@ definition (Megatron token/adjusted perplexity, lm-eval word perplexity and bits
 lm-eval accuracy). Its numbers are nowhere near the paper's; they exercise the harness on a real repro model.
 
 paper: the 355M model of Table 3 evaluated with the paper's protocol (seq 1024, windows every 32 tokens, strict
-LAMBADA). It needs a 355M GPT checkpoint (repro or Hugging Face format; the ``checkpoint`` param, or the
-environment variable ``REPRO_GPT355M``) and a GPU; the 2.5B and 8.3B models were never released.
+LAMBADA): WikiText-103 token and adjusted perplexity and the three LAMBADA accuracies, the rows of Table 3. It needs
+a GPT checkpoint: the ``checkpoint`` param or ``$REPRO_EVAL_CHECKPOINT`` (``$REPRO_GPT355M`` is still read), a
+Hugging Face GPT-2 directory (e.g. gpt2-medium), a Megatron-LM checkpoint directory in Megatron's own format (e.g.
+the released GPT-2 345M: ``latest_checkpointed_iteration.txt``, ``release/mp_rank_XX/model_optim_rng.pt``) or a
+repro checkpoint; the format is detected. Without one the point fails with a NeedsCheckpoint error naming the
+variable; no rows are made up. One GPU (the evaluation runs on the point's device); the 2.5B and 8.3B models were
+never released.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
 
 PAPER = "megatron_lm_2019"
+#: Read after ``$REPRO_EVAL_CHECKPOINT`` (the variable of earlier versions).
+LEGACY_ENV = ("REPRO_GPT355M",)
 TOY_MODEL = dict(hidden_size=64, num_layers=2, num_attention_heads=2, max_position_embeddings=64,
                  hidden_dropout=0.0, attention_dropout=0.0)
 
@@ -67,16 +74,20 @@ def _toy(point: Point, ctx: RunContext) -> list[dict]:
 
 
 def _paper(point: Point, ctx: RunContext) -> list[dict]:
+    from evals.checkpoints import CHECKPOINT_ENV, resolve_checkpoint
+    from evals.model_builders import eval_device
     from evals.tasks import EvalSpec, run_eval
 
     p = point.params
-    checkpoint = p["checkpoint"] or os.environ.get("REPRO_GPT355M")
-    if not checkpoint or not os.path.isdir(checkpoint):
-        raise ValueError(f"point {point.name!r} needs a 355M GPT checkpoint directory: param checkpoint="
-                         f"{p['checkpoint']!r} / $REPRO_GPT355M={os.environ.get('REPRO_GPT355M')!r}")
+    checkpoint, fmt = resolve_checkpoint(p.get("checkpoint"), CHECKPOINT_ENV,
+                                         point=point.name, what="a GPT-2 355M checkpoint", legacy_env=LEGACY_ENV)
     spec = EvalSpec(task="wikitext", checkpoint=checkpoint, seq_len=p["seq_len"], stride=p["stride"],
-                    batch_size=p["batch_size"], progress=False)
-    rows = run_eval(spec) + run_eval(EvalSpec(**{**spec.__dict__, "task": "lambada"}))
+                    batch_size=p["batch_size"], limit=p.get("limit"), max_tokens=p.get("max_tokens"),
+                    progress=False)
+    with eval_device(ctx.device):
+        rows = run_eval(spec) + run_eval(dataclasses.replace(spec, task="lambada"))
+    for r in rows:
+        r["checkpoint_format"] = fmt
     return rows
 
 
@@ -110,7 +121,9 @@ def claims(rows) -> list[ClaimCheck]:
     ]
     ppl = _value(rows, "adjusted_perplexity", "megatron_adjusted", "gpt-355m")
     acc = _value(rows, "accuracy", "strict", "gpt-355m")
-    gpu_note = "needs a trained 355M checkpoint and a GPU (python -m repro run eval_wikitext_lambada --scale paper)"
+    gpu_note = ("needs a GPT-2 355M checkpoint (REPRO_EVAL_CHECKPOINT=DIR: Hugging Face gpt2-medium, Megatron-LM's "
+                "released 345M in its own format, or repro) and a GPU: python -m repro run eval_wikitext_lambada "
+                "--scale paper")
     checks.append(check_value(PAPER, "t3_355M_wt103_ppl", ppl, rel=0.02, note="adjusted ppl, seq 1024, stride 32")
                   if ppl is not None else needs_gpu(PAPER, "t3_355M_wt103_ppl", gpu_note))
     checks.append(check_value(PAPER, "t3_355M_lambada_acc", acc, abs=1.0, note="strict accuracy")
@@ -131,7 +144,10 @@ EXPERIMENT = Experiment(
                                          "wikitext_tokens": 6000, "articles": 2, "lambada": 300},
                              memory_gib=2.0)),
         "paper": (COUNTS, Point("gpt-355m", {"kind": "paper", "checkpoint": None, "seq_len": 1024, "stride": 32,
-                                             "batch_size": 16}, needs_gpu=True, memory_gib=16.0)),
+                                             "batch_size": 16},
+                                needs_gpu=True, memory_gib=16.0,
+                                resources=Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gib=32.0,
+                                                    time_min=120))),
     },
     run_point=run_point,
     claims=claims,

@@ -249,3 +249,67 @@ def test_cli_evaluates_megatron_like_repro(tmp_path, data_dir, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: Megatron checkpoint") and "mp_rank_01/model_optim_rng.pt" in err
     assert err.count("\n") == 1
+
+
+def test_cli_device_cuda_without_gpu_is_one_clear_line(tmp_path, capsys):
+    root = write_megatron(tmp_path / "meg", tiny_model(), tp=2)
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["--no-write", "--quiet", "lambada", "--checkpoint", str(root), "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == "error: device 'cuda' was asked for, but this machine has no CUDA GPU\n"
+    assert main(["--no-write", "--quiet", "lambada", "--checkpoint", str(root), "--device", "gpu"]) == 2
+    assert "must be 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
+
+
+# -- the paper-scale points of the evaluation experiments ---------------------------------------------------------
+
+def _paper_point(experiment, name: str, **params):
+    point = experiment.point_named("paper", name)
+    return dataclasses.replace(point, params={**point.params, **params})
+
+
+def _ctx(tmp_path):
+    from repro.experiments.base import RunContext
+
+    return RunContext(scale="paper", rank=0, world_size=1, device="cpu", scratch_dir=tmp_path)
+
+
+def test_paper_points_without_a_checkpoint_say_what_is_missing(tmp_path, monkeypatch):
+    from evals.checkpoints import NeedsCheckpoint
+    from repro.experiments import eval_race, eval_wikitext_lambada
+
+    for name in ("REPRO_EVAL_CHECKPOINT", "REPRO_GPT355M", "REPRO_EVAL_BERT_CHECKPOINT", "REPRO_BERT336M"):
+        monkeypatch.delenv(name, raising=False)
+    cases = ((eval_wikitext_lambada.EXPERIMENT, "gpt-355m", "REPRO_EVAL_CHECKPOINT"),
+             (eval_race.EXPERIMENT, "gpt-zeroshot", "REPRO_EVAL_CHECKPOINT"),
+             (eval_race.EXPERIMENT, "bert-336m", "REPRO_EVAL_BERT_CHECKPOINT"))
+    for experiment, name, variable in cases:
+        point = experiment.point_named("paper", name)
+        assert point.resources is not None and point.resources.gpus_per_node == 1 and point.needs_gpu
+        with pytest.raises(NeedsCheckpoint, match=rf"point '{name}' needs .*: set {variable}=DIR"):
+            experiment.run_point(point, _ctx(tmp_path))
+    monkeypatch.setenv("REPRO_EVAL_CHECKPOINT", str(tmp_path))
+    with pytest.raises(ValueError, match=r"\$REPRO_EVAL_CHECKPOINT='.*' is not a checkpoint directory of a known"):
+        eval_wikitext_lambada.EXPERIMENT.run_point(eval_wikitext_lambada.EXPERIMENT.point_named("paper", "gpt-355m"),
+                                                   _ctx(tmp_path))
+
+
+def test_paper_points_evaluate_a_megatron_checkpoint(tmp_path, data_dir, monkeypatch):
+    from repro.experiments import eval_race, eval_wikitext_lambada
+
+    model = tiny_model().to(torch.float32)
+    root = write_megatron(tmp_path / "meg", model, tp=2, version=0)
+    monkeypatch.setenv("REPRO_EVAL_CHECKPOINT", str(root))
+    wiki = eval_wikitext_lambada.EXPERIMENT
+    point = _paper_point(wiki, "gpt-355m", seq_len=32, stride=16, limit=2, max_tokens=400)
+    rows = wiki.run_point(point, _ctx(tmp_path))
+    metrics = {(r["metric"], r["definition"]) for r in rows}
+    assert {("adjusted_perplexity", "megatron_adjusted"), ("token_perplexity", "megatron_token"),
+            ("accuracy", "strict"), ("accuracy", "nonstrict"), ("accuracy", "lm_eval")} <= metrics
+    assert all(r["checkpoint_format"] == "megatron" and r["model"].startswith("megatron:") for r in rows)
+    assert all(r["metric"] in wiki.metrics for r in rows)
+    race = eval_race.EXPERIMENT
+    rows = race.run_point(_paper_point(race, "gpt-zeroshot", limit=2), _ctx(tmp_path))
+    assert {r["definition"] for r in rows} >= {"lm_eval_zeroshot_middle", "lm_eval_zeroshot_high",
+                                                "lm_eval_zeroshot_all"}
+    assert all(r["metric"] in race.metrics for r in rows)
