@@ -8,6 +8,7 @@ row-parallel biases, position embeddings) must be counted once: Megatron counts 
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 import torch
@@ -50,24 +51,31 @@ def global_grad_stats(
     dp_group: CommGroup,
     model_parallel_group: CommGroup | Sequence[CommGroup] | None,
     replicated_over_dp: bool = False,
+    device: torch.device | str | None = None,
 ) -> tuple[float, bool]:
     """(sum of squares, any non-finite) of the whole gradient, agreed by every rank.
 
     ``shards`` yields (gradient shard, element ranges to count). ``replicated_over_dp``: every dp rank holds the
     whole gradient (stage 0), so the dp sum is skipped. ``model_parallel_group`` may be several groups of a grid
     (e.g. tp then pp): summing over each in turn sums over all the ranks that hold different parameters.
+    The sums stay on the gradients' ``device`` (nccl reduces GPU tensors only; one host sync at the end, not one
+    per shard); ``device`` defaults to the first shard's.
     """
-    local = torch.zeros(2, dtype=torch.float32)
+    local = None
     for shard, ranges in shards:
-        sq = sum_of_squares(shard, ranges).cpu()
-        local[0] += sq
-    local[1] = 0.0 if torch.isfinite(local[0]) else 1.0
+        if local is None:
+            local = torch.zeros(2, dtype=torch.float32, device=device if device is not None else shard.device)
+        local[0] += sum_of_squares(shard, ranges).to(local.device)
+    if local is None:
+        local = torch.zeros(2, dtype=torch.float32, device=device if device is not None else "cpu")
+    local[1] = (~torch.isfinite(local[0])).float()
     if not replicated_over_dp:
         comm.all_reduce(local, dp_group)
     groups = [model_parallel_group] if isinstance(model_parallel_group, CommGroup) else model_parallel_group or []
     for group in groups:
         comm.all_reduce(local, group)
-    return float(local[0]), bool(local[1] > 0 or not torch.isfinite(local[0]))
+    sumsq, flag = local.tolist()
+    return sumsq, bool(flag > 0 or not math.isfinite(sumsq))
 
 
 def clip_coefficient(total_norm: float, max_norm: float | None) -> float:

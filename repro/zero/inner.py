@@ -5,6 +5,11 @@ elements a rank owns. Each sub-group (a bucket's shard) gets its own instance of
 flat master tensor; its state tensors (exp_avg, exp_avg_sq, ...) are handed to the tier after the first step and
 fetched back before every later one. The step loop over sub-groups is DeepSpeed's stage-3 loop (fetch, unscale,
 step, write back, release) and ZeRO-Infinity's: the next sub-group's reads are issued before this one computes.
+
+Where the states live decides the Adam implementation, unless the caller chose one (``fused=`` or ``foreach=``):
+states on a GPU use torch's fused AdamW (one kernel per sub-group); states in CPU memory for a model on a GPU use
+torch's fused CPU AdamW (vectorised and multi-threaded: the role of ZeRO-Offload's CPU-Adam, sec. 5.1). A CPU-only
+run keeps the optimizer's default, so its numbers do not depend on whether a GPU exists.
 """
 
 from __future__ import annotations
@@ -22,6 +27,23 @@ def optimizer_defaults(optimizer_cls: OptimizerFactory, kwargs: dict[str, Any]) 
     """The hyperparameters ``optimizer_cls(**kwargs)`` would use (read from a throw-away instance)."""
     probe = optimizer_cls([torch.zeros(1, requires_grad=True)], **kwargs)
     return {k: v for k, v in probe.defaults.items()}
+
+
+#: Optimizers with a fused implementation on CUDA and on the CPU (torch >= 2.4).
+FUSED_CAPABLE = (torch.optim.Adam, torch.optim.AdamW)
+
+
+def use_fused(optimizer_cls: OptimizerFactory, hparams: dict[str, Any], *, state_device: torch.device,
+              param_device: torch.device) -> bool:
+    """Whether sub-groups run the fused kernel: Adam/AdamW whose caller left ``fused`` and ``foreach`` unset, with
+    states on a GPU, or in CPU memory for a model on a GPU (ZeRO-Offload's CPU step)."""
+    if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, FUSED_CAPABLE)):
+        return False
+    if hparams.get("fused") is not None or hparams.get("foreach") is not None:
+        return False
+    if hparams.get("differentiable") or hparams.get("capturable"):
+        return False
+    return state_device.type == "cuda" or (state_device.type == "cpu" and param_device.type == "cuda")
 
 
 class SubGroup:
@@ -43,9 +65,19 @@ class SubGroup:
 class TieredOptimizer:
     """Sub-group optimizers whose fp32 master weights and states are stored in ``tier``."""
 
-    def __init__(self, optimizer_cls: OptimizerFactory, tier: Tier) -> None:
+    def __init__(self, optimizer_cls: OptimizerFactory, tier: Tier, *,
+                 param_device: torch.device | str | None = None) -> None:
         self.optimizer_cls, self.tier = optimizer_cls, tier
+        self.param_device = torch.device(param_device) if param_device is not None else tier.compute_device
         self.groups: dict[str, SubGroup] = {}
+        self.fused: bool | None = None  # decided by the first sub-group's hyperparameters
+
+    def _hparams(self, hparams: dict[str, Any]) -> dict[str, Any]:
+        """The wrapper's hyperparameters, with ``fused=True`` where :func:`use_fused` says so."""
+        if self.fused is None:
+            self.fused = use_fused(self.optimizer_cls, hparams, state_device=self.tier.compute_device,
+                                   param_device=self.param_device)
+        return {**hparams, "fused": True} if self.fused else hparams
 
     def add(self, key: str, master: torch.Tensor, hparams: dict[str, Any]) -> None:
         """Register a sub-group. ``master`` is kept without a copy when it is fp32 and already in the tier's memory
@@ -53,7 +85,7 @@ class TieredOptimizer:
         alias = master.dtype == torch.float32 and isinstance(self.tier, ResidentTier)
         self.tier.create(f"{key}.master", master if alias else master.detach().float(), alias=alias)
         holder = torch.empty(0, dtype=torch.float32, device=self.tier.compute_device, requires_grad=True)
-        optimizer = self.optimizer_cls([{"params": [holder], **hparams}])
+        optimizer = self.optimizer_cls([{"params": [holder], **self._hparams(hparams)}])
         self.groups[key] = SubGroup(key, master.numel(), optimizer, holder)
 
     def prefetch(self, key: str) -> None:
@@ -74,7 +106,7 @@ class TieredOptimizer:
         state = group.optimizer.state[group.holder]
         for name in group.state_names:
             state[name] = self.tier.fetch(group.state_key(name))
-        group.optimizer.param_groups[0].update(hparams)
+        group.optimizer.param_groups[0].update(self._hparams(hparams))
         group.holder.grad = grad.to(master.device)
         group.optimizer.step()
         group.holder.grad = None
@@ -95,7 +127,7 @@ class TieredOptimizer:
         group.holder.data = torch.empty(0, dtype=torch.float32, device=group.holder.device)
         state = group.optimizer.state[group.holder]
         for name in group.state_names:
-            state[name] = torch.empty(0, dtype=torch.float32)
+            state[name] = torch.empty(0, dtype=torch.float32, device=group.holder.device)
             self.tier.release(group.state_key(name))
         self.tier.release(group.master_key)
 
@@ -114,8 +146,8 @@ class TieredOptimizer:
             out["tensors"][name] = self.tier.fetch(group.state_key(name)).detach().cpu().clone()
             self.tier.release(group.state_key(name))
         for name, value in group.optimizer.state[group.holder].items():
-            if name not in group.state_names:
-                out["scalars"][name] = value.clone() if isinstance(value, torch.Tensor) else value
+            if name not in group.state_names:  # Adam's step: a GPU tensor under the fused kernel, saved on the CPU
+                out["scalars"][name] = value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value
         self.tier.release(group.master_key)
         return out
 
@@ -129,8 +161,12 @@ class TieredOptimizer:
         self.tier.writeback(group.master_key, master)
         opt_state = group.optimizer.state[group.holder]
         opt_state.clear()
+        # torch's own rule (Optimizer.load_state_dict): a scalar state stays on the CPU unless the fused or
+        # capturable kernel reads it on the parameters' device.
+        options = group.optimizer.param_groups[0]
+        scalar_device = group.holder.device if options.get("fused") or options.get("capturable") else "cpu"
         for name, value in state["scalars"].items():
-            opt_state[name] = value.clone() if isinstance(value, torch.Tensor) else value
+            opt_state[name] = value.clone().to(scalar_device) if isinstance(value, torch.Tensor) else value
         for name, value in state["tensors"].items():
             value = value.reshape(-1).to(self.tier.compute_device)
             if name in group.state_names:
@@ -141,5 +177,5 @@ class TieredOptimizer:
             else:
                 group.state_names.append(name)
                 self.tier.create(group.state_key(name), value.clone())
-            opt_state[name] = torch.empty(0, dtype=torch.float32)
+            opt_state[name] = torch.empty(0, dtype=torch.float32, device=group.holder.device)
         return self.tier.fetch(group.master_key)

@@ -6,10 +6,17 @@ A *unit* is one module's directly-owned parameters (one bucket per parameter gro
 so the next unit can be gathered while this one computes: :class:`PrefetchTrace` records the order units are
 needed in during the first step and replays it afterwards (ZeRO-Infinity sec. 6.2 prefetches the same way:
 the all-gather of operator i+1 and the NVMe read of operator i+2 are issued while operator i runs).
+
+On a GPU the copies from the parameter tier and the all-gathers are issued on a side stream, which first waits
+for the compute stream (the step may just have written the shards); the compute stream waits for a unit's event
+before using it, and every gathered buffer is marked as used by the compute stream (``record_stream``) so that the
+caching allocator does not hand its memory to the side stream again before the computation that reads it is done.
+On the CPU there are no streams and the same calls run in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +43,7 @@ class ParamUnit:
     gathered: bool = False
     in_backward: bool = False
     inflight: list[tuple[Bucket, torch.Tensor, torch.Tensor, Any]] = field(default_factory=list)
+    ready: Any = None  # CUDA event recorded on the side stream after the unit's copies were issued
 
     @property
     def numel(self) -> int:
@@ -54,8 +62,16 @@ class UnitGatherer:
         transient: TransientTracker,
     ) -> None:
         self.dp_group, self.param_tier = dp_group, param_tier
-        self.dtype, self.device, self.transient = dtype, device, transient
+        self.dtype, self.device, self.transient = dtype, torch.device(device), transient
         self.gathers = 0
+        self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
+
+    def _side_stream(self):
+        """The context the unit's copies are issued in: the side stream on a GPU, nothing on the CPU."""
+        if self.stream is None:
+            return contextlib.nullcontext()
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self.stream)
 
     def read_ahead(self, unit: ParamUnit) -> None:
         """Start reading the unit's shards from a slow tier (no communication)."""
@@ -67,12 +83,17 @@ class UnitGatherer:
         """Issue the unit's all-gathers (asynchronous)."""
         if unit.gathered or unit.inflight:
             return
-        for bucket in unit.buckets:
-            shard = self.param_tier.fetch(param_key(bucket)).to(self.device, non_blocking=True)
-            full = torch.empty(bucket.layout.padded_numel, dtype=self.dtype, device=self.device)
-            self.transient.add("working_params", tensor_bytes(full))
-            work = comm.all_gather_into_tensor(full, shard, self.dp_group, async_op=True)
-            unit.inflight.append((bucket, full, shard, work))
+        with self._side_stream():
+            for bucket in unit.buckets:
+                stored = self.param_tier.fetch(param_key(bucket))
+                shard = stored.to(self.device, non_blocking=stored.device.type == "cpu" and stored.is_pinned())
+                full = torch.empty(bucket.layout.padded_numel, dtype=self.dtype, device=self.device)
+                self.transient.add("working_params", tensor_bytes(full))
+                work = comm.all_gather_into_tensor(full, shard, self.dp_group, async_op=True)
+                unit.inflight.append((bucket, full, shard, work))
+            if self.stream is not None:
+                unit.ready = torch.cuda.Event()
+                unit.ready.record(self.stream)
         self.gathers += 1
 
     def wait(self, unit: ParamUnit) -> None:
@@ -80,9 +101,15 @@ class UnitGatherer:
         if unit.gathered:
             return
         self.start(unit)
+        compute = torch.cuda.current_stream(self.device) if self.stream is not None else None
+        if compute is not None:
+            compute.wait_event(unit.ready)
+            unit.ready = None
         for bucket, full, _shard, work in unit.inflight:
             if work is not None:
-                work.wait()
+                work.wait()  # nccl: the compute stream waits for the collective
+            if compute is not None:
+                full.record_stream(compute)
             self.param_tier.release(param_key(bucket))
             bucket.flat_param = full
             for index, param in enumerate(bucket.params):

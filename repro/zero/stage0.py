@@ -10,6 +10,10 @@ The step is written once, here, as a loop over buckets, and the stages override 
     _reduce_gradients              how gradients are reduced (all-reduce here)
     _master_source                 which elements this rank's optimizer owns
     _write_params                  how updated parameters reach every rank
+
+Device: every buffer is allocated on the parameters' device. With the optimizer states on a host tier and the
+model on a GPU (ZeRO-Offload), each bucket's gradient shard is copied to pinned host memory one bucket ahead of
+the CPU step and the updated fp32 master is copied back asynchronously (see transfer.py for when that is safe).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from repro.zero.ledger import Item, MemoryLedger, TransientTracker, measure, ten
 from repro.zero.offload.nvme import NvmeTier
 from repro.zero.offload.tiers import ResidentTier, Tier
 from repro.zero.precision import Precision
+from repro.zero.transfer import GradientStager, copy_into, synchronize
 
 CHECKPOINT_FORMAT = "repro-zero/1"
 #: Collectives of whole buckets allowed in flight at once: enough to overlap, few enough that the communication
@@ -97,7 +102,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         self._names = {id(p): name for name, p in param_names}
         self._slots: dict[int, tuple[Bucket, int]] = {}
         self.buckets = self._build_buckets(trainable, bucket_numel)
-        self.inner = TieredOptimizer(optimizer_cls, self.tier)
+        self.inner = TieredOptimizer(optimizer_cls, self.tier, param_device=self.device)
+        self.stager = GradientStager(self.tier.compute_device)
         self._pending: list[Any] = []
         for bucket in self.buckets:
             self._init_params(bucket)
@@ -184,7 +190,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             ((shard, bucket.shard_ranges_excluding(self._norm_excluded))
              for bucket, shard in zip(self.buckets, shards)),
             dp_group=self.dp_group, model_parallel_group=self.model_parallel_group,
-            replicated_over_dp=self.stage == 0,
+            replicated_over_dp=self.stage == 0, device=self.device,
         )
         if self.precision.update(found_inf):
             return factor, True
@@ -203,10 +209,13 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             self._after_step()
             self.zero_grad()
             return loss
+        # The step writes host tiers in place: host -> device copies issued from them last step must be done.
+        synchronize(self.device)
         for i, bucket in enumerate(self.buckets):
             if i + 1 < len(self.buckets):
                 self.inner.prefetch(self.buckets[i + 1].key)
-            grad = shards[i].float()
+                self.stager.start(i + 1, shards[i + 1])
+            grad = self.stager.fetch(i, shards[i]).float()
             if grad.data_ptr() != shards[i].data_ptr():
                 self.transient.add("comm_buffers", tensor_bytes(grad))
             if factor != 1.0:
@@ -223,13 +232,14 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         lo, hi = bucket.shard_range
         own = bucket.flat_param[lo:hi]
         if own.data_ptr() != master.data_ptr():
-            own.copy_(master.to(own.device))
+            copy_into(own, master)  # fp32 -> 16 bit; from a pinned host master asynchronously
 
     def _after_step(self) -> None:
         for work in self._pending:
             if work is not None:
                 work.wait()
         self._pending.clear()
+        self.stager.clear()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Free the flat gradients (``set_to_none``, the default) or zero them in place."""
@@ -309,6 +319,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         for saved, bucket in zip(state["buckets"], self.buckets):
             if tuple(saved["numels"]) != bucket.layout.numels:
                 raise ValueError(f"bucket {bucket.key}: checkpoint parameter sizes differ from this model's")
+        synchronize(self.device)  # the masters are about to be overwritten on the host
         self.precision.load_state_dict(state["precision"])
         for group, saved in zip(self.param_groups, state["param_groups"]):
             group.update(saved)

@@ -7,7 +7,8 @@ have been reduce-scattered. The parameters are all-gathered twice (forward, back
 reduce-scattered once: 3 psi per step, 1.5x plain DP (ZeRO sec. 7.2.2).
 
 Parameters may live on a slower tier (ZeRO-Infinity: ``param_tier`` = cpu or nvme); the fp32 master weights and
-optimizer states on theirs (``optimizer_tier``). A parameter that a module uses outside its own forward (GPT's
+optimizer states on theirs (``optimizer_tier``). On a GPU the gathers run on a side stream (param_units.py), so the
+next module's parameters arrive while this one computes. A parameter that a module uses outside its own forward (GPT's
 output layer reuses the word embedding) is registered as *external* to the module whose forward uses it.
 """
 
@@ -121,7 +122,8 @@ class ZeroStage3(ZeroStage2):
         key = param_key(bucket)
         if isinstance(self.param_tier, ResidentTier) and self.param_tier.fetch(key).data_ptr() == master.data_ptr():
             return  # fp32: the master weights are the parameter shard
-        self.param_tier.writeback(key, master.to(self.precision.dtype))
+        # The tier converts to the 16-bit dtype where it stores (on the GPU for a pinned host master).
+        self.param_tier.writeback(key, master)
 
     # -- hooks -----------------------------------------------------------------------------------------------
     def _need(self, unit: ParamUnit) -> None:

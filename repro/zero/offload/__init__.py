@@ -11,11 +11,14 @@ from repro.zero.offload.tiers import ResidentTier, Tier
 
 
 def build_tier(offload: OffloadConfig, *, device: torch.device | str, role: str) -> Tier:
-    """The tier an :class:`OffloadConfig` asks for; ``role`` ("optimizer" or "param") names the swap directory."""
+    """The tier an :class:`OffloadConfig` asks for; ``role`` ("optimizer" or "param") names the swap directory.
+
+    ``device`` is where the model computes; the ``cpu`` tier pins its memory only for a model on a GPU (pinning
+    helps nothing but host -> GPU copies)."""
     if offload.device == "none":
         return ResidentTier("device", device)
     if offload.device == "cpu":
-        return ResidentTier("cpu", "cpu", pin_memory=offload.pin_memory)
+        return ResidentTier("cpu", "cpu", pin_memory=offload.pin_memory and torch.device(device).type == "cuda")
     return NvmeTier(
         offload.nvme_path, prefix=role, io_threads=offload.io_threads, io_block_bytes=offload.io_block_bytes
     )

@@ -11,7 +11,8 @@ A stage never asks *where* a tensor lives; it asks its tier (ZeRO-Infinity sec. 
 
 A resident tier hands out the stored tensor itself, so fetch/writeback cost nothing and an in-place update is the
 write. On a machine without a GPU the "device" and "cpu" tiers are the same memory; the distinction still decides
-where the optimizer step runs on a GPU machine (ZeRO-Offload runs it on the CPU).
+where the optimizer step runs on a GPU machine (ZeRO-Offload runs it on the CPU). There the ``cpu`` tier keeps its
+tensors in page-locked host memory (``pinned.py``) so that copies to the GPU run asynchronously (``transfer.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+
+from repro.zero.offload.pinned import PinnedHostMemory
+from repro.zero.transfer import copy_into
 
 
 class Tier(Protocol):
@@ -43,14 +47,20 @@ class ResidentTier:
         self.name = name
         self.compute_device = torch.device(device)
         self.pin_memory = pin_memory and torch.cuda.is_available() and self.compute_device.type == "cpu"
+        self._host = PinnedHostMemory() if self.pin_memory else None
         self._tensors: dict[str, torch.Tensor] = {}
 
     def create(self, key: str, tensor: torch.Tensor, *, alias: bool = False) -> None:
         """Store ``tensor``; ``alias=True`` keeps the given tensor (no copy) when it already lives here."""
+        if key in self._tensors and self._host is not None:
+            self._host.unregister(self._tensors[key])
         if alias and tensor.device == self.compute_device:
             self._tensors[key] = tensor
             return
-        stored = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.compute_device, pin_memory=self.pin_memory)
+        if self._host is not None:
+            stored = self._host.empty(tensor.shape, tensor.dtype)
+        else:
+            stored = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.compute_device)
         stored.copy_(tensor)
         self._tensors[key] = stored
 
@@ -61,9 +71,10 @@ class ResidentTier:
         return self._get(key)
 
     def writeback(self, key: str, tensor: torch.Tensor) -> None:
+        """Store an updated value (converted to the stored dtype; asynchronous host -> GPU from pinned memory)."""
         stored = self._get(key)
         if tensor is not stored:
-            stored.copy_(tensor)
+            copy_into(stored, tensor)
 
     def release(self, key: str) -> None:
         self._get(key)
@@ -86,7 +97,16 @@ class ResidentTier:
         return {self.name: sum(seen.values())}
 
     def close(self) -> None:
+        if self._host is not None:
+            self._host.release_all()  # unpin before the memory can be unmapped
         self._tensors.clear()
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_host", None) is not None:
+                self._host.release_all()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the CUDA runtime may already be gone
+            pass
 
     def _get(self, key: str) -> torch.Tensor:
         try:
