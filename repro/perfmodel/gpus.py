@@ -29,8 +29,10 @@ PEAKS: tuple[tuple[tuple[str, ...], float, str], ...] = (
     (("H100",), 989.4e12, "NVIDIA H100 SXM datasheet, bf16 dense"),
     (("H200", "NVL"), 835e12, "NVIDIA H200 NVL datasheet, bf16 dense"),
     (("H200",), 989.4e12, "NVIDIA H200 SXM datasheet, bf16 dense"),
+    (("GB200",), 2500e12, "NVIDIA GB200 NVL72 datasheet, bf16 dense per GPU"),
     (("B200",), 2250e12, "NVIDIA HGX B200 datasheet, bf16 dense"),
     (("A100",), 312e12, "NVIDIA A100 datasheet, bf16 dense"),
+    (("V100", "PCIE"), 112e12, "NVIDIA V100 PCIe datasheet, fp16 tensor dense"),
     (("V100",), 125e12, "NVIDIA V100 SXM2 datasheet, fp16 tensor dense"),
 )
 
