@@ -135,7 +135,7 @@ _RANK = {"differs": 0, "reproduced": 1, "needs GPU": 2, "not run": 3}
 
 def _command(experiment: str, verdict: str, scale: str) -> str:
     if verdict == "needs GPU":
-        return f"repro submit {experiment} --scale paper --gpus-per-node 8"
+        return f"repro submit {experiment} --scale paper"
     return f"repro run {experiment} --scale {scale}"
 
 

@@ -82,7 +82,7 @@ class Registry:
 
 def validate_experiment(experiment: object) -> list[str]:
     """Problems with a declared experiment (empty when it is valid). The rules the spine relies on:
-    an :class:`Experiment`; a ``ci`` and a ``paper`` scale; at least one point per scale; unique point names per
+    an :class:`Experiment`; a ``paper`` scale and a CPU-sized ``ci`` or ``smoke`` scale; at least one point per scale; unique point names per
     scale; positive world sizes and memory; JSON-serialisable point params; a callable ``run_point``."""
     if not isinstance(experiment, Experiment):
         return [f"{experiment!r} is a {type(experiment).__name__}, not an Experiment"]
