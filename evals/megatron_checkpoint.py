@@ -31,8 +31,9 @@ What is converted (the "legacy" GPT/BERT model of Megatron-LM, 2019 to the Megat
 The config comes from ``args`` (num_layers, hidden_size, num_attention_heads, max_position_embeddings,
 ffn_hidden_size, layernorm_epsilon) and is checked against the tensor shapes; without ``args`` (some old releases)
 everything but the number of heads is read off the shapes and the heads must be given (``overrides``). The real
-vocabulary size: 50,257 for ``tokenizer_type`` GPT2BPETokenizer (or, with no tokenizer recorded, when the padded
-rows equal GPT-2's padded size), else ``overrides["vocab_size"]``. GELU: the tanh approximation (Megatron's fused
+vocabulary size: 50,257 for ``tokenizer_type`` GPT2BPETokenizer (also with no tokenizer recorded), 30,522 / 28,996
+for BertWordPieceLowerCase / BertWordPieceCase (the standard vocabulary files), each only when the embedding's
+padded rows agree with it; else ``overrides["vocab_size"]``. GELU: the tanh approximation (Megatron's fused
 bias-GeLU and ``--openai-gelu``), erf when the checkpoint was trained with ``--no-bias-gelu-fusion`` (or
 ``--onnx-safe``) and without ``--openai-gelu``. Variants repro's models do not implement (rotary/alibi positions,
 SwiGLU, RMSNorm, untied output layer, linear layers without bias, grouped-query attention, MoE, post-LN residual,
@@ -57,8 +58,9 @@ TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILE = "model_optim_rng.pt"
 #: Classes a Megatron checkpoint may construct beyond tensors and plain containers.
 SAFE_GLOBALS = (argparse.Namespace,)
-#: Real vocabulary sizes of Megatron's tokenizers whose vocabulary is fixed.
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257}
+#: Real vocabulary sizes of Megatron's tokenizers with their standard vocabulary files (GPT-2 BPE; BERT-large
+#: uncased / cased WordPiece), used when the embedding's padded rows agree with that size.
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 GPT2_VOCAB = 50257
 
 _RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
@@ -311,11 +313,10 @@ def _vocab_size(args, padded_rows: int, tp: int, overrides: Mapping[str, Any], w
     if "vocab_size" in overrides:
         return int(overrides["vocab_size"])
     tokenizer = _arg(args, "tokenizer_type")
-    if tokenizer in TOKENIZER_VOCAB:
-        return TOKENIZER_VOCAB[tokenizer]
     divisible = _arg(args, "make_vocab_size_divisible_by", 128)
-    if tokenizer is None and padded_rows == pad_vocab_size(GPT2_VOCAB, tp, divisible):
-        return GPT2_VOCAB
+    guess = TOKENIZER_VOCAB.get(tokenizer) if tokenizer is not None else GPT2_VOCAB
+    if guess is not None and padded_rows == pad_vocab_size(guess, tp, divisible):
+        return guess
     raise MegatronCheckpointError(
         f"{str(where)!r}: the real vocabulary size of tokenizer_type={tokenizer!r} is not recorded (the embedding "
         f"has {padded_rows} padded rows); pass overrides={{'vocab_size': N}}"

@@ -313,3 +313,54 @@ def test_paper_points_evaluate_a_megatron_checkpoint(tmp_path, data_dir, monkeyp
     assert {r["definition"] for r in rows} >= {"lm_eval_zeroshot_middle", "lm_eval_zeroshot_high",
                                                 "lm_eval_zeroshot_all"}
     assert all(r["metric"] in race.metrics for r in rows)
+
+
+def test_megatron_bert_tp2_same_outputs(tmp_path):
+    """A Megatron BERT (pre-LN, tokentype embeddings, pooler, LM and binary heads) from 2 tp shards: the same
+    sequence and pooled outputs; the RACE finetune path (``load_checkpoint(expect="bert")``) reads it."""
+    from evals.model_builders import bert_from_state
+    from repro.models import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=16, num_layers=2, num_attention_heads=4,
+                        max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0,
+                        layernorm_epsilon=1e-5, gelu_approximate="tanh")
+    model = BertModel(config).to(torch.float64).eval()
+    full = merge_state_dicts([model.state_dict()], config)
+    layer_names = {"attention.qkv": "self_attention.query_key_value", "attention.dense": "self_attention.dense",
+                   "mlp.fc1": "mlp.dense_h_to_4h", "mlp.fc2": "mlp.dense_4h_to_h"}
+    for t in range(2):
+        shard = shard_state_dict(full, config, t, 2)
+        encoder = {}
+        for key, value in shard.items():
+            if key.startswith(("layers.", "final_layernorm.")):
+                for ours, theirs in layer_names.items():
+                    key = key.replace(f".{ours}.", f".{theirs}.")
+                encoder[key] = value
+        embedding = {name: {"weight": shard[f"embedding.{name}.weight"]}
+                     for name in ("word_embeddings", "position_embeddings", "tokentype_embeddings")}
+        megatron_model = {
+            "language_model": {"embedding": embedding, "encoder": encoder,
+                               "pooler": {"dense": {"weight": shard["pooler.weight"], "bias": shard["pooler.bias"]}}},
+            "lm_head": {"dense": {"weight": shard["lm_head.dense.weight"], "bias": shard["lm_head.dense.bias"]},
+                        "layernorm": {"weight": shard["lm_head.layernorm.weight"],
+                                      "bias": shard["lm_head.layernorm.bias"]},
+                        "bias": shard["lm_head.bias"]},
+            "binary_head": {"weight": shard["binary_head.weight"], "bias": shard["binary_head.bias"]},
+        }
+        args = argparse.Namespace(num_layers=2, hidden_size=16, num_attention_heads=4, max_position_embeddings=32,
+                                  tensor_model_parallel_size=2, pipeline_model_parallel_size=1,
+                                  tokenizer_type="BertWordPieceLowerCase", make_vocab_size_divisible_by=128)
+        (tmp_path / "release" / f"mp_rank_{t:02d}").mkdir(parents=True)
+        torch.save({"model": megatron_model, "args": args, "checkpoint_version": 3.0, "iteration": 0},
+                   tmp_path / "release" / f"mp_rank_{t:02d}" / "model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("release")
+    loaded = load_checkpoint(tmp_path, expect="bert")
+    assert loaded.config == config and loaded.source == "megatron"
+    ids = torch.randint(0, 30522, (2, 32), generator=torch.Generator().manual_seed(1))
+    types, mask = (torch.arange(32) >= 16).long().expand(2, 32), torch.ones(2, 32, dtype=torch.long)
+    with torch.no_grad():
+        expected, got = model(ids, types, mask), bert_from_state(loaded, dtype=torch.float64)(ids, types, mask)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    with pytest.raises(ValueError, match="holds a BERT model"):
+        load_checkpoint(tmp_path, expect="gpt")
