@@ -106,3 +106,15 @@ def _driver_from_proc() -> str | None:
         if word.count(".") >= 1 and word.replace(".", "").isdigit():
             return word
     return None
+
+
+def rank_device(requested: str, rank: int) -> torch.device:
+    """The device of experiment rank ``rank`` when the runner asked for ``requested`` ("cpu" or "cuda"):
+    ``cuda:LOCAL_RANK`` under torchrun/srun, ``cuda:rank`` on ranks the local launcher spawned (one node), made the
+    current CUDA device; the CPU when ``requested`` is "cpu"."""
+    if requested == "cpu":
+        return torch.device("cpu")
+    launched = "LOCAL_RANK" in os.environ or "SLURM_LOCALID" in os.environ
+    device = select_device("cuda", local_rank=local_rank_from_env() if launched else rank)
+    torch.cuda.set_device(device)
+    return device

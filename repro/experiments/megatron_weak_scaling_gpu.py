@@ -34,16 +34,9 @@ _UNITS = {"iteration_s": "s", "tokens_per_s": "tokens/s", "model_tflops_per_gpu"
 
 
 def _device(ctx: RunContext) -> torch.device:
-    from repro.dist.device import local_rank_from_env, select_device
+    from repro.dist.device import rank_device
 
-    if ctx.device == "cpu":
-        return torch.device("cpu")
-    import os
-
-    local = local_rank_from_env() if ("LOCAL_RANK" in os.environ or "SLURM_LOCALID" in os.environ) else ctx.rank
-    device = select_device("cuda", local_rank=local)
-    torch.cuda.set_device(device)
-    return device
+    return rank_device(ctx.device, ctx.rank)
 
 
 def _config(params):

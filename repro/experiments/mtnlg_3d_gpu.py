@@ -25,7 +25,6 @@ ZeRO-1), with micro-batches matched to the 280-node bubble the same way, so the 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -63,15 +62,9 @@ def matched_micro_batches(pp: int, nodes: int) -> int:
 
 
 def _device(ctx: RunContext) -> torch.device:
-    """``cuda:LOCAL_RANK`` under torchrun/srun (the rank itself on local spawned ranks), or the CPU."""
-    if ctx.device == "cpu":
-        return torch.device("cpu")
-    from repro.dist.device import local_rank_from_env, select_device
+    from repro.dist.device import rank_device
 
-    local = local_rank_from_env() if ("LOCAL_RANK" in os.environ or "SLURM_LOCALID" in os.environ) else ctx.rank
-    device = select_device("cuda", local_rank=local)
-    torch.cuda.set_device(device)
-    return device
+    return rank_device(ctx.device, ctx.rank)
 
 
 def _config(params):

@@ -47,15 +47,9 @@ MODELS = {"Mega-GPT-2": 3072, "T-NLG": 4256}
 
 
 def _device(ctx: RunContext) -> torch.device:
-    """``cuda:LOCAL_RANK`` under torchrun/srun (the rank itself on local spawned ranks), or the CPU."""
-    if ctx.device == "cpu":
-        return torch.device("cpu")
-    from repro.dist.device import local_rank_from_env, select_device
+    from repro.dist.device import rank_device
 
-    local = local_rank_from_env() if ("LOCAL_RANK" in os.environ or "SLURM_LOCALID" in os.environ) else ctx.rank
-    device = select_device("cuda", local_rank=local)
-    torch.cuda.set_device(device)
-    return device
+    return rank_device(ctx.device, ctx.rank)
 
 
 def _exactness(spec, groups, *, tokens: int, num_chunks: int, device, dtype) -> dict:
