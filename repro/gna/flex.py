@@ -59,22 +59,49 @@ def gna_mask_mod(
     return mask_mod
 
 
+def _tile_product(per_dim: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[q tiles, kv tiles] of the whole grid from the per-dimension [q tiles_i, kv tiles_i] tables: a pair is set iff
+    it is set in every dimension (tiles numbered row-major over the tile grid, as in :func:`_positions`)."""
+    out = torch.ones(1, 1, dtype=torch.bool)
+    for table in per_dim:
+        rows, cols = table.shape
+        out = (out[:, None, :, None] & table[None, :, None, :]).reshape(out.shape[0] * rows, out.shape[1] * cols)
+    return out
+
+
+def _ordered_blocks(blocks: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flex's (num_blocks [1, 1, Tq], indices [1, 1, Tq, Tk]) of a [Tq, Tk] bool table: per query tile, how many KV
+    tiles and their ids first (ascending), the rest of the row padding."""
+    counts = blocks.sum(dim=-1, dtype=torch.int32)
+    order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    return counts[None, None].contiguous().to(device), order[None, None].contiguous().to(device)
+
+
 def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu"):
-    """Flex BlockMask of the tiled sequence with blocks = (query tile, KV tile)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """Flex BlockMask of the tiled sequence with blocks = (query tile, KV tile).
+
+    Built from the per-dimension tile classification (:func:`repro.gna.tiling.all_dim_tiles`), not by evaluating
+    the mask_mod on every (query, key) pair as ``create_block_mask`` does: the paper's grids have 56k-123k tokens,
+    whose dense [N, N] mask (and its int64 intermediates) would not fit in a GPU's memory. Full tiles are listed
+    as full blocks (no mask_mod in the kernel), partial tiles as partial blocks, empty tiles not at all."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     grid = spec.validate_grid(grid)
     dims = all_dim_tiles(grid, spec, q_tile, kv_tile)
     q_len = math.prod(d.q_layout.padded for d in dims)
     kv_len = math.prod(d.kv_layout.padded for d in dims)
-    return create_block_mask(
-        gna_mask_mod(grid, spec, q_tile, kv_tile, device),
-        B=None,
-        H=None,
-        Q_LEN=q_len,
-        KV_LEN=kv_len,
-        device=device,
+    nonempty = _tile_product([d.nonempty for d in dims])
+    full = _tile_product([d.full for d in dims])
+    partial_counts, partial_indices = _ordered_blocks(nonempty & ~full, device)
+    full_counts, full_indices = _ordered_blocks(full, device)
+    return BlockMask.from_kv_blocks(
+        partial_counts,
+        partial_indices,
+        full_counts,
+        full_indices,
         BLOCK_SIZE=(math.prod(q_tile), math.prod(kv_tile)),
+        mask_mod=gna_mask_mod(grid, spec, q_tile, kv_tile, device),
+        seq_lengths=(q_len, kv_len),
     )
 
 

@@ -1,0 +1,254 @@
+"""GNA on a GPU: compiled FlexAttention with the GNA block mask against dense flash attention, at the paper's FLUX,
+HunyuanVideo and Cosmos shapes (GNA §4, Tables 2-5), beside the tile simulator's bound (issue 11).
+
+Every configuration of Tables 2-4 (and Table 5's two window-self-attention rows) is a point, forward and
+forward + backward: token grid, window and stride from :mod:`repro.experiments.gna_simulator`; query / KV tiles as
+there (FLUX Q 16x16 / KV 16x8, HunyuanVideo Q 4x8x8 / KV 2x8x8). The paper does not state Cosmos' tiles: its
+points use HunyuanVideo's 3-D tiles (``tiles_stated`` is False in their rows). Heads and head_dim are the models' own
+(public model configurations, not the paper: FLUX.1-dev and HunyuanVideo 24 x 128, Cosmos-7B 32 x 128); batch 1
+(one image or video per forward, as in generation). bf16, one GPU. The memory estimate of every paper point
+(dense flash backward and the fp32 reference check included) is at most 21 GiB, far below an H100's 80 GB, so no
+point reduces heads; a smaller GPU would (``heads`` < ``model_heads`` in the rows then, with ``heads_note``).
+
+Per point (:func:`repro.gna.gpu_benchmark.measure`): dense SDPA, the Flex kernel on tile-ordered tokens, and the
+whole op (with token permutation), each timed after warm-up (3) over up to 10 iterations, fewer (not below 3) when
+the point would pass its time cap (60 s, compilation included: the first point of a model and pass compiles for
+a minute or two and then times 3 iterations); rows: dense and GNA times, measured speedup (kernel and op), the
+simulator's bounds for these tiles (``bound``: the paper's NATTEN-Sim worst-tile bound; ``work_bound``: all
+visited tiles), fraction of bound, block sparsity, and the op's max abs / relative error against dense SDPA with
+the GNA mask at 256 sampled queries (out, and dq with backward; every query at smoke size).
+
+Scales: ``smoke`` runs two toy grids forward on CPU (Flex eager: FlexAttention has no CPU backward) through the same
+code, in CI; ``paper`` needs a GPU (``repro run gna_speedup_gpu --scale paper --device cuda``).
+
+Claims: the paper's measured end-to-end speedups (Tables 2-6 "actual", §5) are B200 runs of its own kernel inside
+the models. A row of this experiment is an op-level measurement of Flex on another GPU, so these claims stay
+"needs GPU" unless the rows were measured on a B200; the note gives the measured op speedup, the simulator's bound
+and the end-to-end speedup Amdahl's law makes of the measured forward op speedup (Table 1's attention share).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import torch
+
+from repro.claims import check_value, needs_gpu
+from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.gna_simulator import MODELS, TABLE5, TABLE_ROWS, attention_share
+from repro.gna.gpu_benchmark import GpuConfig, estimate_memory_gib, heads_that_fit, measure
+from repro.gna.simulator import end_to_end_speedup, paper_end_to_end_speedup
+from repro.gna.spec import GNASpec
+
+PAPER = "gna_2025"
+
+#: Heads of the models' attention layers (public model configurations; head_dim 128 in all three).
+MODEL_HEADS = {"flux1dev_4k": 24, "hunyuanvideo": 24, "cosmos7b": 32}
+#: Cosmos' tiles are not stated by the paper; HunyuanVideo's 3-D tiles stand in for them.
+COSMOS_TILES = (MODELS["hunyuanvideo"].q_tile, MODELS["hunyuanvideo"].kv_tile)
+
+
+def _shape(values) -> str:
+    return "x".join(str(v) for v in values)
+
+
+def _paper_configs() -> dict[str, GpuConfig]:
+    """Every (model, window, stride) of Tables 2-4 plus Table 5's, once each, cheapest model first."""
+    combos = [(model, window, stride) for model, blocks in TABLE_ROWS.items()
+              for window, strides, _ in blocks for stride in strides]
+    combos += [("hunyuanvideo", window, stride) for window, stride in TABLE5.values()]
+    order = {"flux1dev_4k": 0, "cosmos7b": 1, "hunyuanvideo": 2}
+    configs: dict[str, GpuConfig] = {}
+    for model, window, stride in sorted(dict.fromkeys(combos), key=lambda c: order[c[0]]):
+        tiles = (MODELS[model].q_tile, MODELS[model].kv_tile) if MODELS[model].q_tile else COSMOS_TILES
+        name = f"{model}_w{_shape(window)}_s{_shape(stride)}"
+        configs[name] = GpuConfig(name, model, MODELS[model].grid, GNASpec(window, stride=stride), *tiles,
+                                  heads=MODEL_HEADS[model])
+    return configs
+
+
+PAPER_CONFIGS = _paper_configs()
+#: Toy grids for CPU: one perfectly block-sparse 2-D config, one 3-D config with partial and padded tiles.
+SMOKE_CONFIGS = {
+    c.name: c for c in (
+        GpuConfig("toy2d_w16x16_s8x16", "toy", (16, 32), GNASpec((16, 16), stride=(8, 16)), (8, 16), (8, 16),
+                  heads=2, head_dim=64),
+        GpuConfig("toy3d_w4x8x8_s2x4x8", "toy", (4, 12, 16), GNASpec((4, 8, 8), stride=(2, 4, 8)), (2, 8, 8),
+                  (2, 8, 8), heads=2, head_dim=64),
+    )
+}
+CONFIGS = {**PAPER_CONFIGS, **SMOKE_CONFIGS}
+
+_TIMES = ("dense_s", "gna_s", "gna_op_s")
+_RATIOS = ("speedup", "op_speedup", "bound", "work_bound", "flopwise_bound", "fraction_of_bound",
+           "fraction_of_work_bound")
+_ERRORS = tuple(f"{name}_max_{kind}_error" for name in ("out", "dq", "dk", "dv") for kind in ("abs", "rel"))
+METRICS = _TIMES + _RATIOS + ("block_sparse", "sparsity", "dense_tflops", "gna_tflops", "peak_memory_gib") + _ERRORS
+_UNITS = {**{m: "s" for m in _TIMES}, **{m: "x" for m in _RATIOS}, "fraction_of_bound": "fraction",
+          "fraction_of_work_bound": "fraction", "block_sparse": "bool", "sparsity": "%", "dense_tflops": "TFLOP/s",
+          "gna_tflops": "TFLOP/s", "peak_memory_gib": "GiB", **{m: "abs" for m in _ERRORS if "_abs_" in m},
+          **{m: "fraction" for m in _ERRORS if "_rel_" in m}}
+#: How each metric was obtained (DESIGN.md: evidence is labelled).
+_EVIDENCE = {"bound": "simulated", "work_bound": "simulated", "flopwise_bound": "derived", "block_sparse": "simulated",
+             "sparsity": "derived"}
+
+
+def _device(ctx: RunContext) -> torch.device:
+    if ctx.device != "cuda":
+        return torch.device("cpu")
+    from repro.dist.device import select_device
+
+    device = select_device("cuda")
+    torch.cuda.set_device(device)
+    return device
+
+
+def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    params = point.params
+    config = CONFIGS[params["config"]]
+    device = _device(ctx)
+    dtype = getattr(torch, params.get("dtype", "bfloat16"))
+    backward = bool(params["backward"])
+    heads_note = "the model's heads"
+    if device.type == "cuda":
+        from repro.dist.device import describe
+
+        gpu = str(describe(device)["name"])
+        memory = torch.cuda.get_device_properties(device).total_memory / 2**30
+        heads = heads_that_fit(config, backward=backward, dtype=dtype, memory_gib=memory)
+        if heads < config.heads:
+            heads_note = (f"heads reduced from {config.heads} to {heads}: the estimated "
+                          f"{estimate_memory_gib(config, backward=backward, dtype=dtype):.0f} GiB exceed this GPU's "
+                          f"{memory:.0f} GiB (the speedup does not depend on the number of heads)")
+            config = dataclasses.replace(config, heads=heads)
+    else:
+        gpu = "cpu"
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and "threads" in params:
+        torch.set_num_threads(params["threads"])
+    try:
+        result = measure(config, backward=backward, device=device, dtype=dtype, warmup=params.get("warmup", 3),
+                         iters=params.get("iters", 10), time_cap_s=params.get("time_cap_s", 60.0),
+                         check_queries=params.get("check_queries", 256))
+    finally:
+        torch.set_num_threads(threads)
+    # block_sparse is both a column (bool, as in gna_speedup's rows) and a metric (1.0 / 0.0).
+    fixed = {k: v for k, v in result.items() if k not in METRICS or k == "block_sparse"}
+    fixed.update(gpu=gpu, model_heads=CONFIGS[params["config"]].heads, heads_note=heads_note,
+                 tiles_stated=config.model != "cosmos7b")
+    return [dict(metric=name, value=float(result[name]), unit=_UNITS[name],
+                 evidence=_EVIDENCE.get(name, "measured"), **fixed)
+            for name in METRICS if name in result]
+
+
+# ---- claims ---------------------------------------------------------------------------------------------------------
+
+_TABLE_ID = re.compile(r"t[234]_(?P<model>[a-z0-9_]+?)_w(?P<window>[\dx]+)_s(?P<stride>[\dx]+)_sa(?P<sa>\d+)_actual$")
+#: §5's achieved end-to-end speedups: claim id -> (model, window, stride, initial self-attention steps).
+_CONCLUSIONS = {
+    "cosmos_e2e_concl": ("cosmos7b", "16x32x48", "1x8x16", 12),
+    "hunyuan_e2e_concl": ("hunyuanvideo", "18x24x24", "16x8x8", 15),
+    "flux_e2e_concl": ("flux1dev_4k", "80x80", "16x16", 9),
+}
+
+
+def claim_config(claim_id: str) -> tuple[str, str, str, int] | None:
+    """(model, window, stride, initial self-attention steps) of a measured end-to-end claim this experiment's
+    points cover, or None."""
+    match = _TABLE_ID.match(claim_id)
+    if match:
+        return match["model"], match["window"], match["stride"], int(match["sa"])
+    match = re.fullmatch(r"t5_(?P<label>[a-z]+\d+)_e2e_actual", claim_id)
+    if match and match["label"] in TABLE5:  # HunyuanVideo with GNA in all 50 steps
+        window, stride = TABLE5[match["label"]]
+        return "hunyuanvideo", _shape(window), _shape(stride), 0
+    match = re.fullmatch(r"t6_s(?P<stride>[\dx]+)_e2e_actual", claim_id)
+    if match:  # FLUX 4K (URAE), self attention in the first 9 of 28 steps: the attention op of Table 2
+        return "flux1dev_4k", "80x80", match["stride"], 9
+    return _CONCLUSIONS.get(claim_id)
+
+
+def mapped_claim_ids() -> list[str]:
+    """The claims of the paper this experiment maps (gna_speedup leaves them to it)."""
+    from repro.paper import load_claims
+
+    table = load_claims()
+    ids = table[table["paper"] == PAPER]["claim_id"]
+    return [claim_id for claim_id in ids if claim_config(claim_id) is not None]
+
+
+def _value(rows, metric: str, model: str, window: str, stride: str, passes: str) -> tuple[float, str] | None:
+    """(value, gpu) of the newest row of a configuration, or None."""
+    needed = {"metric", "value", "model", "window", "stride", "passes"}
+    if rows is None or not len(rows) or not needed <= set(rows.columns):
+        return None
+    sel = rows[(rows["metric"] == metric) & (rows["model"] == model) & (rows["window"] == window)
+               & (rows["stride"] == stride) & (rows["passes"] == passes)]
+    if sel.empty:
+        return None
+    gpu = str(sel["gpu"].iloc[-1]) if "gpu" in sel.columns else "unknown GPU"
+    return float(sel["value"].iloc[-1]), gpu
+
+
+def _claim(claim_id: str, rows) -> ClaimCheck:
+    model, window, stride, sa_steps = claim_config(claim_id)
+    total = MODELS[model].total_steps
+    share, fraction = attention_share(model), (total - sa_steps) / total
+    base = "needs the paper's Blackwell FNA kernel inside the model on a B200"
+    fwd = _value(rows, "op_speedup", model, window, stride, "fwd")
+    bound = _value(rows, "bound", model, window, stride, "fwd")
+    if fwd is None or bound is None:
+        return needs_gpu(PAPER, claim_id, f"{base}; run gna_speedup_gpu's {model}_w{window}_s{stride}_fwd point")
+    (speedup, gpu), (sim, _) = fwd, bound
+    estimate = end_to_end_speedup(speedup, share, fraction)
+    note = (f"{gpu}, compiled FlexAttention vs flash SDPA, bf16, op with token permutation: forward {speedup:.2f}x "
+            f"(simulator bound {sim:.2f}x, {speedup / sim:.0%} of it)")
+    both = _value(rows, "op_speedup", model, window, stride, "fwd+bwd")
+    if both is not None:
+        note += f", fwd+bwd {both[0]:.2f}x"
+    note += (f"; Amdahl with Table 1's attention share at {total - sa_steps}/{total} GNA steps: {estimate:.2f}x "
+             f"end to end (simulator's: {paper_end_to_end_speedup(sim, share, fraction):.2f}x)")
+    if "B200" in gpu:
+        return check_value(PAPER, claim_id, round(estimate, 2), rel=0.10,
+                           note=note + "; Flex, not the paper's FNA kernel, and Amdahl instead of a model run")
+    return needs_gpu(PAPER, claim_id, f"{base}; measured on another GPU: {note}")
+
+
+def claims(rows) -> list[ClaimCheck]:
+    """One check per mapped claim (see the module docstring); robust to absent or empty rows."""
+    return [_claim(claim_id, rows) for claim_id in mapped_claim_ids()]
+
+
+# ---- points ---------------------------------------------------------------------------------------------------------
+
+
+def _paper_point(config: GpuConfig, backward: bool) -> Point:
+    return Point(f"{config.name}_{'fwd_bwd' if backward else 'fwd'}",
+                 {"config": config.name, "backward": backward, "dtype": "bfloat16", "warmup": 3, "iters": 10,
+                  "time_cap_s": 60.0, "check_queries": 256},
+                 needs_gpu=True, memory_gib=16.0,
+                 resources=Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gib=64, time_min=30))
+
+
+def _smoke_point(config: GpuConfig) -> Point:
+    return Point(f"{config.name}_fwd",
+                 {"config": config.name, "backward": False, "dtype": "float32", "warmup": 1, "iters": 1,
+                  "time_cap_s": 20.0, "check_queries": 1 << 20, "threads": 2},
+                 memory_gib=1.0, resources=Resources(nodes=1, gpus_per_node=0, cpus_per_task=2, mem_gib=2, time_min=10))
+
+
+EXPERIMENT = Experiment(
+    name="gna_speedup_gpu",
+    paper=PAPER,
+    title="GNA on a GPU: compiled FlexAttention vs dense flash attention at the paper's shapes, vs the tile bound",
+    points={
+        "smoke": tuple(_smoke_point(c) for c in SMOKE_CONFIGS.values()),
+        "paper": tuple(_paper_point(c, b) for c in PAPER_CONFIGS.values() for b in (False, True)),
+    },
+    run_point=run_point,
+    claims=claims,
+    description=__doc__ or "",
+    budget_s={"smoke": 60.0, "paper": 3600.0},
+    metrics=METRICS,
+)
