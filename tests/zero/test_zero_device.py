@@ -172,7 +172,8 @@ def test_state_dict_round_trip_continues_identically(device, fused):
     for name, p in model2.named_parameters():
         assert torch.equal(p.detach(), weights[name]), name
     resumed = _train(optimizer2, model2, device, steps=3, first=3)
-    assert resumed == pytest.approx(straight[3:], rel=1e-6)
+    # cuda: attention's backward may sum in another order from run to run
+    assert resumed == pytest.approx(straight[3:], rel=1e-6 if device == "cpu" else 1e-5)
 
 
 def test_fused_adam_is_chosen_by_where_the_states_live():
