@@ -16,6 +16,7 @@ from repro.zero import OffloadConfig, ZeroConfig, build_zero_optimizer
 from repro.zero.grad_norm import global_grad_stats
 from repro.zero.inner import use_fused
 from repro.zero.offload import build_tier
+from repro.zero.offload.pinned import PinnedHostMemory, PinningError
 from repro.zero.offload.tiers import ResidentTier
 from repro.zero.param_units import param_key
 from repro.zero.transfer import GradientStager, async_safe, copy_into
@@ -195,6 +196,42 @@ def test_cpu_tier_pins_only_for_a_model_on_a_gpu():
     assert gpu_model.pin_memory == CUDA
     assert not build_tier(OffloadConfig("cpu", pin_memory=False), device="cuda", role="optimizer").pin_memory
     assert build_tier(OffloadConfig("none"), device="cpu", role="optimizer").compute_device.type == "cpu"
+
+
+class FakeCudart:
+    """cudaHostRegister / cudaHostUnregister without a GPU: records the calls, fails on request."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.registered: dict[int, int] = {}
+        self.fail_after = fail_after
+
+    def cudaHostRegister(self, pointer, nbytes, flags):  # noqa: N802 - the CUDA runtime's name
+        if self.fail_after is not None and len(self.registered) >= self.fail_after:
+            return 2  # cudaErrorMemoryAllocation
+        assert pointer % 4096 == 0 and pointer not in self.registered
+        self.registered[pointer] = nbytes
+        return 0
+
+    def cudaHostUnregister(self, pointer):  # noqa: N802
+        del self.registered[pointer]
+        return 0
+
+
+def test_pinned_host_memory_registers_exact_page_aligned_tensors():
+    cudart = FakeCudart(fail_after=2)
+    host = PinnedHostMemory(cudart)
+    a, b = host.empty((3, 5), torch.float32), host.empty((7,), torch.bfloat16)
+    assert a.shape == (3, 5) and a.untyped_storage().nbytes() == 60 and not a.any()
+    assert cudart.registered == {a.data_ptr(): 60, b.data_ptr(): 14} and host.pinned_bytes == 74
+    a.copy_(torch.arange(15.0).view(3, 5))
+    assert a.sum() == 105
+    with pytest.raises(PinningError, match="cudaHostRegister of 4 bytes failed"):
+        host.empty((1,), torch.float32)
+    host.unregister(a)
+    assert list(cudart.registered) == [b.data_ptr()]
+    host.release_all()
+    assert cudart.registered == {} and host.pinned_bytes == 0
+    assert host.empty((0,), torch.float32).numel() == 0
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

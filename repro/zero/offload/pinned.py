@@ -27,8 +27,15 @@ class PinningError(RuntimeError):
 class PinnedHostMemory:
     """Host tensors that CUDA may copy from asynchronously. ``empty(shape, dtype)``; ``release_all()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, cudart=None) -> None:
+        self._cudart = cudart  # the CUDA runtime bindings (torch.cuda.cudart(), looked up on first use)
         self._registered: dict[int, int] = {}  # data_ptr -> bytes
+
+    @property
+    def cudart(self):
+        if self._cudart is None:
+            self._cudart = torch.cuda.cudart()
+        return self._cudart
 
     @property
     def pinned_bytes(self) -> int:
@@ -41,9 +48,11 @@ class PinnedHostMemory:
         nbytes = numel * torch.empty(0, dtype=dtype).element_size()
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
-        region = mmap.mmap(-1, (nbytes + PAGE - 1) // PAGE * PAGE)  # page-aligned, zero-filled, ours alone
+        # page-aligned, zero-filled, ours alone; MAP_POPULATE faults the pages in at once rather than one by one
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+        region = mmap.mmap(-1, (nbytes + PAGE - 1) // PAGE * PAGE, flags=flags)
         tensor = torch.frombuffer(region, dtype=dtype, count=numel).view(shape)
-        error = int(torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), nbytes, 0))
+        error = int(self.cudart.cudaHostRegister(tensor.data_ptr(), nbytes, 0))
         if error != 0:
             raise PinningError(
                 f"cudaHostRegister of {nbytes} bytes failed (cudaError {error}) after {self.pinned_bytes} bytes "
@@ -54,13 +63,10 @@ class PinnedHostMemory:
     def unregister(self, tensor: torch.Tensor) -> None:
         """Unpin one tensor made by :meth:`empty` (before it is dropped or replaced)."""
         if self._registered.pop(tensor.data_ptr(), None) is not None:
-            torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
+            self.cudart.cudaHostUnregister(tensor.data_ptr())
 
     def release_all(self) -> None:
         """Unpin everything (the tensors stay valid as ordinary host memory)."""
-        if not self._registered:
-            return
-        cudart = torch.cuda.cudart()
         for pointer in list(self._registered):
-            cudart.cudaHostUnregister(pointer)
+            self.cudart.cudaHostUnregister(pointer)
         self._registered.clear()
