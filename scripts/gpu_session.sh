@@ -30,13 +30,13 @@ for part in "${parts[@]}"; do
     megatron_smoke)
       run megatron_smoke 240 python3 -m repro run megatron_weak_scaling_gpu --scale smoke --device cuda ;;
     megatron)
-      run megatron 420 python3 -m repro run megatron_weak_scaling_gpu --scale paper --points 1p2B_1gpu --device cuda ;;
+      run megatron 420 python3 -m repro run megatron_weak_scaling_gpu --scale paper --point 1p2B_1gpu --device cuda ;;
     megatron_no_ckpt)
-      run megatron_no_ckpt 420 python3 -m repro run megatron_weak_scaling_gpu --scale paper --points 1p2B_1gpu_no_ckpt --device cuda ;;
+      run megatron_no_ckpt 420 python3 -m repro run megatron_weak_scaling_gpu --scale paper --point 1p2B_1gpu_no_ckpt --device cuda ;;
     gna)
       run gna 480 python3 -m repro run gna_speedup_gpu --scale paper --device cuda ;;
     zero)
-      run zero 540 python3 -m repro run zero_gpu --scale paper --points "${ZERO_POINT:-offload_1gpu}" --device cuda ;;
+      run zero 540 python3 -m repro run zero_gpu --scale paper --point "${ZERO_POINT:-offload_1gpu}" --device cuda ;;
     tests)
       run tests 420 python3 -m pytest -q -n 8 --timeout 300 -p no:cacheprovider --junitxml="$OUT/tests-cuda.xml" tests ;;
     *) echo "unknown part $part" | tee -a "$LOG" ;;
