@@ -95,13 +95,9 @@ _EVIDENCE = {"bound": "simulated", "work_bound": "simulated", "flopwise_bound": 
 
 
 def _device(ctx: RunContext) -> torch.device:
-    if ctx.device != "cuda":
-        return torch.device("cpu")
-    from repro.dist.device import select_device
+    from repro.dist.device import rank_device
 
-    device = select_device("cuda")
-    torch.cuda.set_device(device)
-    return device
+    return rank_device(ctx.device, ctx.rank)
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:

@@ -48,27 +48,14 @@ def _config(params):
 
 
 def _measure_repro(params, config, device, groups, *, compiled: bool):
-    from repro.training.throughput import Stopwatch, measure_steps, model_flops
-    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.training.throughput import measure_trainer
+    from repro.training.trainer import TrainSettings
 
-    b, s = params["micro_batch_size"], params["seq_len"]
-    with Stopwatch(device) as build:
-        settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=b, seq_len=s, lr=1.5e-4, clip_grad=1.0,
-                                 device=str(device), precision=params["precision"],
-                                 activation_checkpointing=params["checkpointing"], compile_layers=compiled)
-        trainer = PipelineTrainer(config, groups, settings)
-    generator = torch.Generator().manual_seed(1234)
-    batch = torch.randint(0, config.vocab_size, (trainer.global_batch_size, s + 1), generator=generator)
-    with Stopwatch(device) as first:
-        trainer.step(batch)  # compiles the layers when asked to; counted in setup, not in the timed steps
-    flops = model_flops(global_batch=trainer.global_batch_size, seq_len=s, num_layers=config.num_layers,
-                        hidden_size=config.hidden_size, vocab_size=config.vocab_size,
-                        recompute=params["checkpointing"])
-    result = measure_steps(lambda: trainer.step(batch), device=device, flops_per_iteration=flops,
-                           tokens_per_iteration=trainer.global_batch_size * s, num_gpus=groups.world_size,
-                           warmup=params["warmup"], iters=params["iters"], setup_s=build.s + first.s)
-    del trainer
-    return result
+    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=params["micro_batch_size"],
+                             seq_len=params["seq_len"], lr=1.5e-4, clip_grad=1.0, device=str(device),
+                             precision=params["precision"], activation_checkpointing=params["checkpointing"],
+                             compile_layers=compiled)
+    return measure_trainer(config, groups, settings, device=device, warmup=params["warmup"], iters=params["iters"])
 
 
 def _measure_plain(params, config, device, *, compiled: bool):

@@ -81,8 +81,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.perfmodel.gpus import gpu_peak
     from repro.pipeline.partition import layers_per_stage
     from repro.pipeline.schedule import bubble_fraction
-    from repro.training.throughput import Stopwatch, measure_steps, model_flops, release
-    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.training.throughput import measure_trainer, release
+    from repro.training.trainer import TrainSettings
 
     params = point.params
     tp, pp, dp = params["tp"], params["pp"], params["dp"]
@@ -93,24 +93,13 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     groups = init_parallel(tp=tp, pp=pp, dp=dp)
     config = _config(params)
     m, s = params["micro_batches"], params["seq_len"]
-    with Stopwatch(device) as build:
-        settings = TrainSettings(steps=1, micro_batches=m, micro_batch_size=params["micro_batch_size"], seq_len=s,
-                                 lr=5e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, clip_grad=1.0,
-                                 zero_stage=params["zero_stage"], device=str(device), precision=params["precision"],
-                                 activation_checkpointing=params["checkpointing"],
-                                 compile_layers=params["compile_layers"] and device.type == "cuda")
-        trainer = PipelineTrainer(config, groups, settings)
-    generator = torch.Generator().manual_seed(1234)  # the same global batch on every rank
-    batch = torch.randint(0, config.vocab_size, (trainer.global_batch_size, s + 1), generator=generator)
-    with Stopwatch(device) as first:
-        trainer.step(batch)  # compiles the layers when asked to; counted in setup, not in the timed steps
-    flops = model_flops(global_batch=trainer.global_batch_size, seq_len=s, num_layers=config.num_layers,
-                        hidden_size=config.hidden_size, vocab_size=config.vocab_size,
-                        recompute=params["checkpointing"])
-    result = measure_steps(lambda: trainer.step(batch), device=device, flops_per_iteration=flops,
-                           tokens_per_iteration=trainer.global_batch_size * s, num_gpus=groups.world_size,
-                           warmup=params["warmup"], iters=params["iters"], setup_s=build.s + first.s)
-    del trainer
+    settings = TrainSettings(steps=1, micro_batches=m, micro_batch_size=params["micro_batch_size"], seq_len=s,
+                             lr=5e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, clip_grad=1.0,
+                             zero_stage=params["zero_stage"], device=str(device), precision=params["precision"],
+                             activation_checkpointing=params["checkpointing"],
+                             compile_layers=params["compile_layers"] and device.type == "cuda")
+    result = measure_trainer(config, groups, settings, device=device, warmup=params["warmup"],
+                             iters=params["iters"])
     release(device)
     if ctx.rank != 0:
         return []

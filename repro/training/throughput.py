@@ -72,6 +72,29 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def measure_trainer(config, groups, settings, *, device: torch.device, warmup: int, iters: int) -> Throughput:
+    """Build a :class:`~repro.training.trainer.PipelineTrainer` (timed as setup), run one untimed step (which
+    compiles the layers when asked to), then time ``iters`` steps on one fixed random global batch, the same on
+    every rank. Model FLOPs count recomputation when ``settings.activation_checkpointing`` is on."""
+    from repro.training.trainer import PipelineTrainer
+
+    with Stopwatch(device) as build:
+        trainer = PipelineTrainer(config, groups, settings)
+    s = settings.seq_len
+    generator = torch.Generator().manual_seed(1234)
+    batch = torch.randint(0, config.vocab_size, (trainer.global_batch_size, s + 1), generator=generator)
+    with Stopwatch(device) as first:
+        trainer.step(batch)
+    flops = model_flops(global_batch=trainer.global_batch_size, seq_len=s, num_layers=config.num_layers,
+                        hidden_size=config.hidden_size, vocab_size=config.vocab_size,
+                        recompute=settings.activation_checkpointing)
+    result = measure_steps(lambda: trainer.step(batch), device=device, flops_per_iteration=flops,
+                           tokens_per_iteration=trainer.global_batch_size * s, num_gpus=groups.world_size,
+                           warmup=warmup, iters=iters, setup_s=build.s + first.s)
+    del trainer
+    return result
+
+
 class Stopwatch:
     """``with Stopwatch() as sw: ...; sw.s`` (wall seconds, synchronised on CUDA)."""
 

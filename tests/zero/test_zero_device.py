@@ -20,7 +20,7 @@ from repro.zero.offload.pinned import PinnedHostMemory, PinningError
 from repro.zero.offload.tiers import ResidentTier
 from repro.zero.param_units import param_key
 from repro.zero.transfer import GradientStager, async_safe, copy_into
-from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, batch
+from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, batch, reference_losses
 
 CUDA = torch.cuda.is_available()
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU"))]
@@ -38,23 +38,6 @@ def _config(stage: int, tier: str, dtype: str = "fp32") -> ZeroConfig:
 def _model(device: str) -> GPTModel:
     torch.manual_seed(0)
     return GPTModel(TINY).to(device)
-
-
-def _reference_losses(device: str) -> list[float]:
-    """torch.optim.AdamW (fused on a GPU, as ZeRO's device tier chooses) with clip_grad_norm_."""
-    model = _model(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY,
-                                  fused=True if device == "cuda" else None)
-    losses = []
-    for step in range(STEPS):
-        ids, labels = (t.to(device) for t in batch(step))
-        loss = model.loss(ids, labels).mean()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    return losses
 
 
 def _train(optimizer, model, device: str, steps: int = STEPS, first: int = 0) -> list[float]:
@@ -75,7 +58,7 @@ def reference():
 
     def get(device: str) -> list[float]:
         if device not in cache:
-            cache[device] = _reference_losses(device)
+            cache[device] = reference_losses(STEPS, device)
         return cache[device]
     return get
 

@@ -23,14 +23,15 @@ def batch(step: int, config: GPTConfig = TINY, batch_size: int = BATCH) -> tuple
     return ids[:, :-1], ids[:, 1:]
 
 
-def reference_losses(steps: int = STEPS) -> list[float]:
-    """Plain single-process torch.optim.AdamW with torch's clip_grad_norm_ on the whole batch."""
+def reference_losses(steps: int = STEPS, device: str = "cpu") -> list[float]:
+    """Plain single-process torch.optim.AdamW (fused on a GPU) with torch's clip_grad_norm_ on the whole batch."""
     torch.manual_seed(0)
-    model = GPTModel(TINY)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    model = GPTModel(TINY).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY,
+                                  fused=True if device == "cuda" else None)
     losses = []
     for step in range(steps):
-        ids, labels = batch(step)
+        ids, labels = (t.to(device) for t in batch(step))
         loss = model.loss(ids, labels).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
