@@ -1,77 +1,269 @@
-"""``python -m repro.training``: train a small GPT under tp x pp x dp, from torchrun, srun or a single process.
+"""``repro train`` (= ``python -m repro.training``): train a GPT under tp x pp x dp from torchrun, srun or one process.
 
     torchrun --nproc-per-node 8 -m repro.training --tp 2 --pp 2 --dp 2 --steps 20
-    srun -n 8 python -m repro.training --tp 2 --pp 2 --dp 2
+    srun -n 8 python -m repro.training --tp 2 --pp 2 --save ckpt --load ckpt --save-interval 100
+    python -m repro.training --data data/wikitext103-valid --valid-data data/wikitext103-test --steps 200
 
-Rank 0 prints one line per step (``step <i> loss <value>``). A failing rank exits at once and the others follow
-(see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective and receive, ``--watchdog-s`` the time
-between two pipeline actions.
+Rank 0 prints Megatron-LM's ``iteration N/M | ... | lm loss: ... |`` lines every ``--log-interval`` iterations
+(and every iteration to ``--log-jsonl``). ``--save DIR`` writes checkpoints (every ``--save-interval`` iterations
+and at the end), ``--load DIR`` resumes from the newest one there (or starts fresh when there is none, so a requeued
+job with ``--save D --load D`` continues). SIGTERM or SIGUSR1 (Slurm's ``--signal=B:USR1@120``, ``scancel
+--signal=USR1``) finishes the step, saves and exits with code 75, which slurm/launch.sh turns into a requeue.
+A failing rank ends every rank (see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective, the
+watchdog the time between two pipeline actions. Bad options exit with code 2 and one line naming the value.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
-from repro.training.failfast import Watchdog, run_fail_fast
-from repro.training.trainer import train_gpt
+from repro.training.failfast import UsageError, Watchdog, agree_on_setup, run_fail_fast
+from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag
+from repro.training.schedule import DECAY_STYLES
+
+PROG = "repro train"
+#: where the synthetic held-out batches start: far beyond any training sample index
+SYNTHETIC_VALID_START = 2**40
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m repro.training", description=__doc__.splitlines()[0])
-    add = parser.add_argument
-    add("--tp", type=int, default=1)
-    add("--pp", type=int, default=1)
-    add("--dp", type=int, default=None, help="default: world size / (tp x pp)")
-    add("--steps", type=int, default=20)
-    add("--micro-batches", type=int, default=4)
-    add("--micro-batch-size", type=int, default=2)
-    add("--seq-len", type=int, default=32)
-    add("--layers", type=int, default=4)
-    add("--hidden", type=int, default=64)
-    add("--heads", type=int, default=4)
-    add("--vocab", type=int, default=256)
-    add("--lr", type=float, default=1e-3)
-    add("--clip-grad", type=float, default=1.0)
-    add("--zero-stage", type=int, default=0, choices=(0, 1))
-    add("--seed", type=int, default=0)
-    add("--timeout-s", type=float, default=30.0, help="process-group timeout of every collective / receive")
-    add("--watchdog-s", type=float, default=60.0, help="exit when no pipeline action starts for this long")
-    return parser.parse_args(argv)
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
 
 
-def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | None = None,
-          on_step: Callable | None = None) -> list[float]:
-    init_distributed(timeout_s=args.timeout_s)
-    groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp)
-    config = GPTConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
-                       num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
-                       hidden_dropout=0.0, attention_dropout=0.0)
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
 
-    def report(step, loss, trainer):
-        if groups.rank == 0:
-            print(f"step {step} loss {loss:.6f}", flush=True)
-        if on_step is not None:
-            on_step(step, loss, trainer)
 
-    with Watchdog(args.watchdog_s) as watchdog:
-        def action(kind: str, micro_batch: int) -> None:
-            watchdog.beat()
-            if on_action is not None:
-                on_action(kind, micro_batch)
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
+    return value
 
-        return train_gpt(config, groups, args.steps, args.micro_batches, micro_batch_size=args.micro_batch_size,
-                         seq_len=args.seq_len, lr=args.lr, clip_grad=args.clip_grad, zero_stage=args.zero_stage,
-                         seed=args.seed, on_step=report, on_action=action)
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = parser.add_argument_group("layout")
+    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size")
+    g.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel size (stages)")
+    g.add_argument("--dp", type=_positive_int, default=None, help="data-parallel size; default: world / (tp x pp)")
+    g.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
+                   help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
+    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
+    g = parser.add_argument_group("model")
+    g.add_argument("--layers", type=_positive_int, default=4, help="transformer layers")
+    g.add_argument("--hidden", type=_positive_int, default=64, help="hidden size")
+    g.add_argument("--heads", type=_positive_int, default=4, help="attention heads")
+    g.add_argument("--vocab", type=_positive_int, default=256,
+                   help="vocabulary of the synthetic data (a --data corpus sets GPT-2's 50257)")
+    g.add_argument("--seq-len", type=_positive_int, default=32, help="sequence length")
+    g.add_argument("--dropout", type=_non_negative_float, default=0.0, help="hidden and attention dropout")
+    g = parser.add_argument_group("training")
+    g.add_argument("--steps", "--train-iters", dest="steps", type=_positive_int, default=20,
+                   help="iterations to train in all (a resumed run continues up to this count)")
+    g.add_argument("--micro-batches", type=_positive_int, default=4, help="micro-batches per step per dp rank")
+    g.add_argument("--micro-batch-size", type=_positive_int, default=2, help="sequences per micro-batch")
+    g.add_argument("--lr", type=_positive_float, default=1e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=_non_negative_float, default=0.0, help="floor of the decay")
+    g.add_argument("--lr-warmup-iters", type=_non_negative_int, default=0, help="linear warm-up iterations")
+    g.add_argument("--lr-decay-iters", type=_positive_int, default=None,
+                   help="iteration where the decay reaches --min-lr; default: --steps")
+    g.add_argument("--lr-decay-style", default="constant", choices=DECAY_STYLES, help="decay after the warm-up")
+    g.add_argument("--weight-decay", type=_non_negative_float, default=0.0, help="AdamW's decoupled weight decay")
+    g.add_argument("--clip-grad", type=_non_negative_float, default=1.0,
+                   help="clip the global gradient norm to this (0: no clipping)")
+    g.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                   help="autocast dtype over fp32 master weights (fp16 with dynamic loss scaling)")
+    g.add_argument("--activation-checkpointing", action="store_true", help="recompute each layer in backward")
+    g.add_argument("--seed", type=int, default=0, help="seed of the weights, dropout and synthetic data")
+    g = parser.add_argument_group("data")
+    g.add_argument("--data", default="synthetic",
+                   help="'synthetic' (a learnable random corpus) or the prefix of a token file written by "
+                        "python -m repro.training.corpus")
+    g.add_argument("--valid-data", default=None,
+                   help="prefix of the held-out token file; default: held-out synthetic samples (with --data "
+                        "synthetic) or none")
+    g.add_argument("--eval-interval", type=_positive_int, default=None,
+                   help="validation loss every this many iterations; default: none")
+    g.add_argument("--eval-iters", type=_positive_int, default=2, help="global batches per validation")
+    g = parser.add_argument_group("logging and checkpoints")
+    g.add_argument("--log-interval", type=_positive_int, default=1, help="iterations per printed log line")
+    g.add_argument("--log-jsonl", default=None,
+                   help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
+    g.add_argument("--tensorboard-dir", default=None, help="TensorBoard scalars here (needs tensorboard)")
+    g.add_argument("--save", default=None, help="directory for checkpoints; default: no checkpoints")
+    g.add_argument("--save-interval", type=_positive_int, default=None,
+                   help="checkpoint every this many iterations (and always at the end and on preemption)")
+    g.add_argument("--load", default=None, help="resume from the newest checkpoint in this directory, if any")
+    g = parser.add_argument_group("failure handling")
+    g.add_argument("--timeout-s", type=_positive_float, default=30.0,
+                   help="process-group timeout of every collective and receive")
+    g.add_argument("--watchdog-s", type=_positive_float, default=None,
+                   help="exit when no pipeline action starts for this long; default: --timeout-s + 10")
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks that need no process group, so every rank refuses a bad command before it starts (exit code 2)."""
+    if args.save_interval is not None and args.save is None:
+        raise UsageError(f"--save-interval {args.save_interval} needs --save DIR (where to write the checkpoints)")
+    decay = args.lr_decay_iters if args.lr_decay_iters is not None else args.steps
+    if decay < args.lr_warmup_iters:
+        raise UsageError(f"--lr-decay-iters {decay} must be >= --lr-warmup-iters {args.lr_warmup_iters}")
+    if args.min_lr > args.lr:
+        raise UsageError(f"--min-lr {args.min_lr} must be <= --lr {args.lr}")
+    if args.hidden % args.heads:
+        raise UsageError(f"--hidden {args.hidden} must be divisible by --heads {args.heads}")
+    if args.zero_stage >= 2 and args.pp > 1:
+        raise UsageError(f"--zero-stage {args.zero_stage} needs --pp 1 (ZeRO-2/3 shard gradients as backward makes "
+                         f"them; the pipeline's tied embedding needs them whole), got --pp {args.pp}")
+    if args.precision == "fp16" and args.zero_stage > 0:
+        raise UsageError(f"--precision fp16 needs --zero-stage 0 (the trainer's ZeRO stages have no loss scaler), "
+                         f"got --zero-stage {args.zero_stage}; use --precision bf16")
+    if args.valid_data is not None and args.eval_interval is None:
+        raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
+    for option in ("data", "valid_data"):
+        value = getattr(args, option)
+        if value not in (None, "synthetic") and not Path(value + ".bin").exists():
+            raise UsageError(f"--{option.replace('_', '-')} {value}: no token file {value}.bin; write one with "
+                             "python -m repro.training.corpus")
+    if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
+        raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
+    if args.save is not None and Path(args.save).exists() and not Path(args.save).is_dir():
+        raise UsageError(f"--save {args.save} is a file; it must be a directory")
+
+
+def _sources(args: argparse.Namespace):
+    """(training source, validation or None, vocabulary size)."""
+    from repro.training.data import SyntheticSamples
+    from repro.training.loop import Validation
+
+    if args.data == "synthetic":
+        train = SyntheticSamples(vocab_size=args.vocab, seq_len=args.seq_len, seed=args.seed)
+        vocab = args.vocab
+        valid = (Validation(train, args.eval_interval, args.eval_iters, SYNTHETIC_VALID_START)
+                 if args.eval_interval and args.valid_data is None else None)
+    else:
+        from repro.training.corpus import TokenCorpus
+
+        corpus = TokenCorpus(args.data)
+        train, vocab, valid = corpus.samples(args.seq_len, seed=args.seed), corpus.vocab_size, None
+    if args.valid_data is not None:
+        from repro.training.corpus import TokenCorpus
+
+        held_out = TokenCorpus(args.valid_data)
+        valid = Validation(held_out.samples(args.seq_len, seed=args.seed), args.eval_interval, args.eval_iters, 0)
+    return train, valid, vocab
+
+
+def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | None = None) -> int:
+    """Run the training this rank takes part in; returns the process's exit code (0, or 75 when preempted)."""
+    from repro.dist.device import select_device
+    from repro.training.checkpoint import load_training_checkpoint
+    from repro.training.log import TrainingLog
+    from repro.training.loop import train_loop
+    from repro.training.trainer import PipelineTrainer, TrainSettings
+
+    launch = init_distributed(timeout_s=args.timeout_s)
+    with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
+
+        def setup():
+            groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp)
+            source, validation, vocab = _sources(args)
+            config = GPTConfig(vocab_size=vocab, hidden_size=args.hidden, num_layers=args.layers,
+                               num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
+                               hidden_dropout=args.dropout, attention_dropout=args.dropout)
+            device = select_device(args.device, local_rank=launch.local_rank)
+            settings = TrainSettings(
+                steps=args.steps, micro_batches=args.micro_batches, micro_batch_size=args.micro_batch_size,
+                seq_len=args.seq_len, lr=args.lr, min_lr=args.min_lr, lr_warmup=args.lr_warmup_iters,
+                lr_decay_iters=args.lr_decay_iters if args.lr_decay_iters is not None else args.steps,
+                lr_decay_style=args.lr_decay_style, weight_decay=args.weight_decay,
+                clip_grad=args.clip_grad or None, zero_stage=args.zero_stage, seed=args.seed, device=str(device),
+                precision=args.precision, activation_checkpointing=args.activation_checkpointing,
+            )
+            trainer = PipelineTrainer(config, groups, settings, on_action=on_action)
+            return groups, trainer, source, validation
+
+        groups, trainer, source, validation = agree_on_setup(setup)
+        jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
+        log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
+                          tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0)
+        try:
+            resumed = agree_on_setup(lambda: load_training_checkpoint(args.load, trainer)) if args.load else None
+            if resumed is not None:
+                log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
+                          f"({trainer.consumed_samples} samples consumed)")
+            elif args.load:
+                log.print(f"no checkpoint in {args.load}: starting from iteration 0")
+            log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
+                      world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
+                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                      slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
+            watchdog_s = args.watchdog_s if args.watchdog_s is not None else args.timeout_s + 10
+            with Watchdog(watchdog_s) as watchdog:
+                trainer.on_action = _beating(watchdog, on_action)
+                outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
+                                     save_interval=args.save_interval, validation=validation,
+                                     preemption=preemption, pause_watchdog=watchdog.pause)
+            if outcome.preempted:
+                log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; resume with --load {args.save})")
+                return EXIT_PREEMPTED
+            final = outcome.losses[-1] if outcome.losses else float("nan")
+            log.print(f"training done: iteration {trainer.iteration} lm loss {final:.6E}")
+            log.event("end", iteration=trainer.iteration, lm_loss=final)
+            return 0
+        finally:
+            log.close()
+
+
+def _beating(watchdog: Watchdog, on_action):
+    def action(kind: str, micro_batch: int) -> None:
+        watchdog.beat()
+        if on_action is not None:
+            on_action(kind, micro_batch)
+    return action
 
 
 def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], None] | None = None) -> int:
-    args = parse_args(argv)
-
-    def job() -> int:
-        train(args, on_action=on_action)
-        return 0
-
-    return run_fail_fast(job)
+    args = build_parser().parse_args(argv)  # argparse: usage line + one error line, exit code 2
+    try:
+        check_args(args)
+    except UsageError as err:
+        if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    return run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)

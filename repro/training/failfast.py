@@ -20,10 +20,53 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 EXIT_FAILED = 1
+EXIT_USAGE = 2  # a bad option, configuration or input file: the same on every rank, printed once
 EXIT_HUNG = 124  # what ``timeout`` reports: the job made no progress
+
+
+class UsageError(ValueError):
+    """A configuration or input the job cannot run with: one line, exit code 2, no traceback.
+
+    ``message=None`` marks a rank that stops because another rank reported the error (it prints nothing)."""
+
+    def __init__(self, message: str | None) -> None:
+        super().__init__(message or "")
+        self.message = message
+
+
+def agree_on_setup(build: Callable[[], T]) -> T:
+    """Run ``build()`` on every rank; if it raises a configuration error (``ValueError``, ``OSError``) on any rank,
+    every rank raises :class:`UsageError`, and only the lowest failing rank carries the message.
+
+    One all-reduce over the default process group decides, so no rank goes on to a collective that a failed rank
+    will never join (the hang a rank-local error used to cause), and the error is printed once, not once per rank."""
+    import torch
+    import torch.distributed as dist
+
+    failure: Exception | None = None
+    result = None
+    try:
+        result = build()
+    except (ValueError, OSError) as err:
+        failure = err
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        if failure is not None:
+            raise UsageError(str(failure)) from failure
+        return result
+    rank, world = dist.get_rank(), dist.get_world_size()
+    first = torch.tensor([rank if failure is not None else world], dtype=torch.int64)
+    dist.all_reduce(first, op=dist.ReduceOp.MIN)
+    if int(first) < world:
+        if failure is not None and rank == int(first):
+            prefix = "" if isinstance(failure, UsageError) or world == 1 else f"rank {rank}: "
+            raise UsageError(prefix + str(failure)) from failure
+        raise UsageError(None)
+    return result
 
 
 class Watchdog:
@@ -34,16 +77,22 @@ class Watchdog:
             raise ValueError(f"watchdog timeout_s={timeout_s} must be positive")
         self.timeout_s, self.name = timeout_s, name
         self._last = time.monotonic()
+        self._paused = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="repro-watchdog", daemon=True)
 
     def beat(self, *_: object) -> None:
         self._last = time.monotonic()
 
+    def pause(self, paused: bool) -> None:
+        """Stop watching (``True``) during work with no pipeline actions but its own timeouts, such as a save."""
+        self._paused = paused
+        self.beat()
+
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.timeout_s / 4)):
             silent = time.monotonic() - self._last
-            if silent > self.timeout_s:
+            if silent > self.timeout_s and not self._paused:
                 print(f"[watchdog] {self.name} made no progress for {silent:.0f} s > {self.timeout_s:.0f} s; "
                       f"exiting with {EXIT_HUNG}", file=sys.stderr, flush=True)
                 os._exit(EXIT_HUNG)
@@ -58,13 +107,19 @@ class Watchdog:
         self._thread.join()
 
 
-def run_fail_fast(main: Callable[[], int | None]) -> int:
-    """Run ``main()`` and return its exit code; if it raises, print the traceback and ``os._exit(1)``.
+def run_fail_fast(main: Callable[[], int | None], *, prog: str = "repro") -> int:
+    """Run ``main()`` and return its exit code; if it raises, print the traceback and ``os._exit(1)``; a
+    :class:`UsageError` prints its one line (if it has one) and exits with :data:`EXIT_USAGE`.
 
     Only for a process's entry point (a torchrun/srun rank), never inside a test process or a library call.
     """
     try:
         code = main()
+    except UsageError as err:
+        if err.message:
+            print(f"{prog}: error: {err.message}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_USAGE)
     except BaseException:  # noqa: BLE001 - any failure of a rank must end the rank now
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "?"))
         print(f"[rank {rank}] failed; exiting now so that the other ranks fail fast:\n{traceback.format_exc()}",

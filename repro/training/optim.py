@@ -38,10 +38,14 @@ class DataParallelOptimizer:
     DynamicLossScaler`); gradients are unscaled after the all-reduce and a step whose gradients overflowed on any
     rank of the model (tp x pp, all dp ranks see the same reduced gradients) is skipped by every rank."""
 
+    stage = 0
+    FORMAT = "repro-train-dp-optimizer/1"
+
     def __init__(self, model: nn.Module, settings: "TrainSettings", groups: ParallelGroups) -> None:
         from repro.zero.precision import DynamicLossScaler
 
         self.model, self.groups, self.clip_grad = model, groups, settings.clip_grad
+        self.dp_group = groups.dp
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_torch_optimizer(self.params, settings)
         self.last_grad_norm: float | None = None
@@ -51,6 +55,29 @@ class DataParallelOptimizer:
     @property
     def loss_scale(self) -> float:
         return self.scaler.scale if self.scaler is not None else 1.0
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.optimizer.param_groups
+
+    def state_dict(self) -> dict:
+        """The optimizer's states (the same on every dp rank), the loss scaler and the skipped-step count."""
+        return {"format": self.FORMAT, "stage": 0, "dp_rank": self.dp_group.rank, "dp_size": self.dp_group.size,
+                "torch": self.optimizer.state_dict(), "skipped_steps": self.skipped_steps,
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (from any dp rank of any dp size: the states are replicated over dp)."""
+        if state.get("format") != self.FORMAT:
+            raise ValueError(f"not a data-parallel optimizer state (format {state.get('format')!r}, expected "
+                             f"{self.FORMAT!r}); was the checkpoint written with another --zero-stage?")
+        self.optimizer.load_state_dict(state["torch"])
+        self.skipped_steps = int(state["skipped_steps"])
+        if (state["scaler"] is None) != (self.scaler is None):
+            raise ValueError("the checkpoint's precision differs from this run's (fp16 loss scaler present in one "
+                             "of them only)")
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
@@ -92,29 +119,41 @@ def model_parallel_group(groups: ParallelGroups) -> CommGroup:
     return next(g for g in mine if g.rank >= 0)
 
 
-def build_zero1(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups):
-    """ZeRO-1 over ``groups.dp`` (repro.zero): the optimizer states of each dp replica are sharded dp ways.
+def build_zero(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups, *,
+               module: nn.Module | None = None):
+    """ZeRO stage 1, 2 or 3 over ``groups.dp`` (repro.zero): optimizer states (1), gradients (2) and parameters (3)
+    of each dp replica sharded dp ways. Stage 3 partitions ``module`` (default ``model``), whose forward must run
+    every parameter it uses (see ``trainer._StageLoss``).
 
     The clipping norm is summed over the model-parallel ranks, counting tp-replicated parameters and the last
     stage's copy of the tied embedding once (Megatron's rule, as in :mod:`repro.training.grads`)."""
-    from repro.zero import ZeroStage1
+    from repro.zero import ZeroStage1, ZeroStage2, ZeroStage3
 
     if settings.optimizer != "adam":
-        raise ValueError(f"zero_stage=1 shards Adam's states; optimizer={settings.optimizer!r} is not supported")
+        raise ValueError(f"zero_stage={settings.zero_stage} shards Adam's states; optimizer={settings.optimizer!r} "
+                         "is not supported")
     named = list(model.named_parameters())
     excluded = [p for name, p in named if not counted_in_norm(name, groups.tp_rank)]
     mp_group = model_parallel_group(groups)
-    return ZeroStage1(
-        [p for _, p in named], dp_group=groups.dp, lr=settings.lr, betas=settings.betas, eps=settings.eps,
+    common = dict(
+        dp_group=groups.dp, lr=settings.lr, betas=settings.betas, eps=settings.eps,
         weight_decay=settings.weight_decay, max_grad_norm=settings.clip_grad,
-        model_parallel_group=mp_group if mp_group.size > 1 else None, norm_excluded=excluded, param_names=named,
+        model_parallel_group=mp_group if mp_group.size > 1 else None, norm_excluded=excluded,
     )
+    if settings.zero_stage == 3:
+        root = module if module is not None else model
+        word = model.tied_embedding() if hasattr(model, "tied_embedding") else None
+        external = {root: [word.weight]} if word is not None and root is not model else None
+        return ZeroStage3(root, [p for _, p in named], external_parameters=external, param_names=named, **common)
+    cls = {1: ZeroStage1, 2: ZeroStage2}[settings.zero_stage]
+    return cls([p for _, p in named], param_names=named, **common)
 
 
-def build_optimizer(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups):
-    """DDP-style data parallelism (``zero_stage=0``) or ZeRO-1 over dp (``zero_stage=1``)."""
+def build_optimizer(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups, *,
+                    module: nn.Module | None = None):
+    """DDP-style data parallelism (``zero_stage=0``) or ZeRO stage 1-3 over dp."""
     if settings.zero_stage == 0:
         return DataParallelOptimizer(model, settings, groups)
-    if settings.zero_stage == 1:
-        return build_zero1(model, settings, groups)
-    raise ValueError(f"zero_stage={settings.zero_stage!r} must be 0 or 1")
+    if settings.zero_stage in (1, 2, 3):
+        return build_zero(model, settings, groups, module=module)
+    raise ValueError(f"zero_stage={settings.zero_stage!r} must be an integer 0-3")

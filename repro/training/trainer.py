@@ -20,18 +20,20 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
 from repro.models.config import GPTConfig
 from repro.pipeline.engine import StepResult, run_1f1b
+from repro.pipeline.p2p import P2PChannel
 from repro.pipeline.partition import check_micro_batches, layers_per_stage
 from repro.pipeline.stage import GPTStage
 from repro.pipeline.tied import allreduce_tied_embedding_grad
 from repro.tensor_parallel import RNGTracker
-from repro.training.data import local_micro_batches, synthetic_tokens
+from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
+from repro.training.recompute import _Checkpointed
+from repro.training.schedule import LRSchedule
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -56,6 +58,15 @@ class TrainSettings:
     precision: str = "fp32"
     activation_checkpointing: bool = False
     compile_layers: bool = False
+    min_lr: float = 0.0
+    lr_warmup: int = 0
+    lr_decay_iters: int | None = None
+    lr_decay_style: str = "constant"
+
+    def schedule(self) -> LRSchedule:
+        """The learning rate of each iteration (raises on a bad combination)."""
+        return LRSchedule(max_lr=self.lr, min_lr=self.min_lr, warmup=self.lr_warmup,
+                          decay_iters=self.lr_decay_iters, decay_style=self.lr_decay_style)
 
     def __post_init__(self) -> None:
         for name in ("steps", "micro_batches", "micro_batch_size", "seq_len"):
@@ -66,13 +77,17 @@ class TrainSettings:
             raise ValueError(f"lr={self.lr} must be positive")
         if self.clip_grad is not None and not self.clip_grad > 0:
             raise ValueError(f"clip_grad={self.clip_grad} must be positive (or None for no clipping)")
-        if self.zero_stage not in (0, 1):
-            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0 (DDP all-reduce) or 1 (ZeRO-1 over dp)")
+        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
+            raise ValueError(f"zero_stage={self.zero_stage!r} must be an integer 0-3: 0 (DDP all-reduce) or a ZeRO "
+                             "stage over dp")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
+        self.schedule()
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
         if self.precision == "fp16" and self.zero_stage != 0:
-            raise ValueError("precision='fp16' with zero_stage=1 is not supported: ZeRO-1 here keeps its own fp32 "
-                             "states and has no loss scaler in the trainer; use bf16")
+            raise ValueError(f"precision='fp16' with zero_stage={self.zero_stage} is not supported: the ZeRO stages "
+                             "here keep their own fp32 states and have no loss scaler in the trainer; use bf16")
         try:
             kind = torch.device(self.device).type
         except (RuntimeError, TypeError) as err:  # torch rejects unknown device strings with a RuntimeError
@@ -81,44 +96,27 @@ class TrainSettings:
             raise ValueError(f"device={self.device!r} must be a CPU or CUDA device")
 
 
-class _Checkpointed(torch.nn.Module):
-    """A layer whose activations are recomputed in backward instead of kept (one checkpoint per layer).
+class _StageLoss(torch.nn.Module):
+    """``forward(ids, labels) -> per-token loss``: a one-stage model whose output layer runs inside a forward.
 
-    ``torch.utils.checkpoint`` replays the default generator for the recomputation (the replicated dropout), but not
-    the tensor-parallel region's generator that :class:`RNGTracker` keeps aside (attention dropout). As Megatron's
-    ``CheckpointFunction`` does, the tracker's state is saved before the forward, set back for the recomputation and
-    restored afterwards, so the recomputed layer draws the same dropout masks and later layers' draws are untouched.
-    """
+    ZeRO-3 gathers a parameter around the forward of the module that owns it; the tied output layer uses the word
+    embedding in :meth:`GPTStage.loss`, outside any forward, so under ZeRO-3 the loss is computed in this module's
+    forward with the word embedding registered as its external parameter (as for ``GPTModel``)."""
 
-    def __init__(self, layer: torch.nn.Module, rng_tracker: RNGTracker | None = None) -> None:
+    def __init__(self, stage: GPTStage) -> None:
         super().__init__()
-        self.layer = layer
-        self.rng_tracker = rng_tracker
+        self.stage = stage
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tracker = self.rng_tracker
-        if tracker is None:
-            return checkpoint(self.layer, x, use_reentrant=False)
-        forward_state = tracker._state.clone()
-        calls = 0
-
-        def run(inp: torch.Tensor) -> torch.Tensor:
-            nonlocal calls
-            calls += 1
-            if calls == 1:  # the forward itself: advance the tracker as usual
-                return self.layer(inp)
-            later_state = tracker._state  # recomputation in backward: replay the forward's draws, then restore
-            tracker._state = forward_state.clone()
-            try:
-                return self.layer(inp)
-            finally:
-                tracker._state = later_state
-
-        return checkpoint(run, x, use_reentrant=False)
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.stage.loss(self.stage(ids), labels)
 
 
 class PipelineTrainer:
-    """This rank's stage of the model, its optimizer, and :meth:`step` on global batches ``[B, seq + 1]``."""
+    """This rank's stage of the model, its optimizer, and :meth:`step` on global batches ``[B, seq + 1]``.
+
+    ``iteration`` and ``consumed_samples`` count the steps taken and the sequences they read (Megatron's
+    ``iteration`` and ``consumed_train_samples``); a checkpoint (:mod:`repro.training.checkpoint`) saves and restores
+    them with the model, the optimizer and every random generator."""
 
     def __init__(
         self, config: GPTConfig, groups: ParallelGroups, settings: TrainSettings, *,
@@ -131,16 +129,23 @@ class PipelineTrainer:
             raise ValueError(
                 f"seq_len={settings.seq_len} exceeds max_position_embeddings={config.max_position_embeddings}"
             )
+        if settings.zero_stage >= 2 and groups.pp_size > 1:
+            raise ValueError(f"zero_stage={settings.zero_stage} with pp={groups.pp_size}: ZeRO stages 2 and 3 shard "
+                             "gradients as backward produces them, which pipeline parallelism's tied-embedding sum "
+                             "needs whole (DeepSpeed refuses the same); use zero_stage 0 or 1 with pp > 1")
         self.config, self.groups, self.settings, self.on_action = config, groups, settings, on_action
+        self.schedule = settings.schedule()
+        self.iteration = 0
+        self.consumed_samples = 0
         # Megatron's seeding: replicated dropout equal across tp, different per stage; tp regions per tp rank.
         self.device = torch.device(settings.device)
         torch.manual_seed(settings.seed + 100 * groups.pp_rank)
         if self.device.type == "cuda":
             torch.cuda.manual_seed(settings.seed + 100 * groups.pp_rank)
-        tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank,
-                             device=self.device.type)
+        self.rng_tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank,
+                                      device=self.device.type)
         self.stage = GPTStage(config, pp_rank=groups.pp_rank, pp_size=groups.pp_size, tp_group=groups.tp,
-                              seed=settings.seed, rng_tracker=tracker)
+                              seed=settings.seed, rng_tracker=self.rng_tracker)
         if initial_state is not None:
             self.stage.load_consolidated(initial_state)
         self.stage.to(self.device)
@@ -148,9 +153,10 @@ class PipelineTrainer:
             if settings.compile_layers:
                 layer.compile()
             if settings.activation_checkpointing:
-                self.stage.layers[index] = _Checkpointed(layer, tracker)
+                self.stage.layers[index] = _Checkpointed(layer, self.rng_tracker)
+        self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         self.autocast_dtype = PRECISIONS[settings.precision]
-        self.optimizer = build_optimizer(self.stage, settings, groups)
+        self.optimizer = build_optimizer(self.stage, settings, groups, module=self.stage_loss)
         self.last_result: StepResult | None = None
 
     @property
@@ -158,8 +164,12 @@ class PipelineTrainer:
         s = self.settings
         return s.micro_batch_size * s.micro_batches * self.groups.dp_size
 
-    def step(self, batch: torch.Tensor) -> float:
-        """One optimizer step on the global batch ``[B, seq + 1]``; returns its mean per-token loss."""
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next step."""
+        return self.schedule.lr(self.iteration)
+
+    def _micro_batches(self, batch: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         s, groups = self.settings, self.groups
         if tuple(batch.shape) != (self.global_batch_size, s.seq_len + 1):
             raise ValueError(
@@ -169,20 +179,30 @@ class PipelineTrainer:
             )
         micro = local_micro_batches(batch, dp_rank=groups.dp_rank, dp_size=groups.dp_size,
                                     num_micro_batches=s.micro_batches)
-        micro = [(ids.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True))
-                 for ids, labels in micro]
+        return [(ids.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True))
+                for ids, labels in micro]
+
+    def step(self, batch: torch.Tensor) -> float:
+        """One optimizer step on the global batch ``[B, seq + 1]``; returns its mean per-token loss."""
+        s, groups = self.settings, self.groups
+        micro = self._micro_batches(batch)
         self.stage.train()
         self.optimizer.zero_grad(set_to_none=True)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
         m = s.micro_batches
         scale = getattr(self.optimizer, "loss_scale", 1.0)  # fp16's dynamic loss scale; 1 otherwise
 
         def forward(x: torch.Tensor, i: int) -> torch.Tensor:
             with self._autocast():
+                if self.stage_loss is not None:  # ZeRO-3, one stage: the loss inside a forward
+                    return self.stage_loss(x, micro[i][1])
                 return self.stage(x)
 
-        def loss(hidden: torch.Tensor, i: int) -> torch.Tensor:
+        def loss(output: torch.Tensor, i: int) -> torch.Tensor:
             with self._autocast():  # the cross-entropy itself runs in fp32 (vocab_parallel_cross_entropy)
-                value = self.stage.loss(hidden, micro[i][1]).mean() / m
+                per_token = output if self.stage_loss is not None else self.stage.loss(output, micro[i][1])
+                value = per_token.mean() / m
             return value * scale if scale != 1.0 else value
 
         result = run_1f1b(
@@ -198,19 +218,59 @@ class PipelineTrainer:
         if scale != 1.0:
             result.losses = [value / scale for value in result.losses]
         allreduce_tied_embedding_grad(self.stage, groups.embedding)
-        self.optimizer.step()  # reduces over dp (all-reduce or ZeRO-1), clips, updates
+        self.optimizer.step()  # reduces over dp (all-reduce or ZeRO), clips, updates
         self.last_result = result
-        return self._report_loss(result)
+        self.iteration += 1
+        self.consumed_samples += self.global_batch_size
+        return self._report_loss(sum(result.losses) if self.stage.is_last else 0.0)
+
+    @torch.no_grad()
+    def evaluate(self, batch: torch.Tensor) -> float:
+        """Mean per-token loss of ``batch`` without training: forward only, stage to stage (no dropout)."""
+        micro = self._micro_batches(batch)
+        self.stage.eval()
+        channel = P2PChannel(self.groups.pp)
+        s, total = self.settings, 0.0
+        shape = (s.micro_batch_size, s.seq_len, self.config.hidden_size)
+        try:
+            for ids, labels in micro:
+                x = ids if self.stage.is_first else channel.recv_forward(shape, torch.float32, self.device)
+                with self._autocast():
+                    if self.stage_loss is not None:
+                        total += float(self.stage_loss(x, labels).float().mean()) / s.micro_batches
+                        continue
+                    y = self.stage(x)
+                    if self.stage.is_last:
+                        total += float(self.stage.loss(y, labels).float().mean()) / s.micro_batches
+                    else:
+                        channel.send_forward(y.float())
+            channel.wait_sends()
+        finally:
+            if hasattr(self.optimizer, "release_all"):  # ZeRO-3: gathered parameters go back to their shards
+                self.optimizer.release_all()
+        return self._report_loss(total if self.stage.is_last else 0.0)
+
+    @property
+    def grad_norm(self) -> float | None:
+        """The global gradient norm of the last step (before clipping), when it was computed."""
+        return getattr(self.optimizer, "last_grad_norm", None)
+
+    @property
+    def loss_scale(self) -> float:
+        return float(getattr(self.optimizer, "loss_scale", 1.0))
+
+    @property
+    def skipped_steps(self) -> int:
+        return int(getattr(self.optimizer, "skipped_steps", 0))
 
     def _autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def _report_loss(self, result: StepResult) -> float:
+    def _report_loss(self, local_sum: float) -> float:
         """Mean loss of the global batch: summed on the last stage, averaged over dp, sent to every stage."""
-        loss = torch.tensor(sum(result.losses) if self.stage.is_last else 0.0, dtype=torch.float64,
-                            device=self.device)
+        loss = torch.tensor(local_sum, dtype=torch.float64, device=self.device)
         if self.stage.is_last:
             comm.all_reduce(loss, self.groups.dp)
             loss /= self.groups.dp_size
@@ -233,19 +293,20 @@ def train_gpt(
     """Train ``steps`` steps and return the loss of each (every rank gets the same list).
 
     ``data``: ``[steps, B, seq + 1]`` tokens (or an iterable of ``[B, seq + 1]`` batches) with
-    ``B = micro_batch_size x micro_batches x dp``; by default a synthetic learnable stream
-    (:func:`~repro.training.data.synthetic_tokens`) seeded by ``seed``. ``settings`` are the other fields of
-    :class:`TrainSettings` (``micro_batch_size``, ``seq_len``, ``lr``, ``optimizer``, ``clip_grad``,
-    ``zero_stage``, ``seed`` ...). ``groups=None`` means a single process. ``on_step(i, loss, trainer)`` is
-    called after each step, ``on_action(kind, micro_batch)`` before each pipeline action (a heartbeat).
+    ``B = micro_batch_size x micro_batches x dp``; by default the synthetic learnable corpus
+    (:class:`~repro.training.data.SyntheticSamples`) seeded by ``seed``, step ``k`` reading samples ``[k B, (k+1) B)``.
+    ``settings`` are the other fields of :class:`TrainSettings` (``micro_batch_size``, ``seq_len``, ``lr``,
+    ``optimizer``, ``clip_grad``, ``zero_stage``, ``seed`` ...). ``groups=None`` means a single process.
+    ``on_step(i, loss, trainer)`` is called after each step, ``on_action(kind, micro_batch)`` before each pipeline
+    action (a heartbeat).
     """
     groups = groups if groups is not None else init_parallel()
     trainer = PipelineTrainer(config, groups, TrainSettings(steps=steps, micro_batches=micro_batches, **settings),
                               initial_state=initial_state, on_action=on_action)
     s = trainer.settings
     if data is None:
-        data = synthetic_tokens(vocab_size=config.vocab_size, seq_len=s.seq_len,
-                                batch_size=trainer.global_batch_size, steps=steps, seed=s.seed)
+        source = SyntheticSamples(vocab_size=config.vocab_size, seq_len=s.seq_len, seed=s.seed)
+        data = (source.batch(k * trainer.global_batch_size, trainer.global_batch_size) for k in range(steps))
     losses: list[float] = []
     for index, batch in enumerate(data):
         if index == steps:

@@ -1,0 +1,200 @@
+"""Checkpoints of a training run under any tp x pp x dp layout: save, find the newest, resume bit for bit.
+
+A save directory holds one checkpoint per saved iteration and a pointer to the newest, as Megatron-LM's does:
+
+    DIR/iter_0000010/manifest.json      every rank's file with its size and sha256 (repro.zero.checkpoint)
+    DIR/iter_0000010/rank00000.pt       this rank's optimizer (ZeRO-sharded or not) and its ``trainer`` extra:
+                                        model shard (stage 0; ZeRO restores parameters from its masters),
+                                        every random generator (torch, CUDA, the tensor-parallel tracker)
+    DIR/iter_0000010/trainer.json       layout (tp, pp, dp), ZeRO stage, iteration, consumed samples, settings
+    DIR/latest_checkpointed_iteration.txt   "10": written last, the commit point of a save
+
+Every file is written atomically (temporary name, fsync, rename) and the per-rank files are published together
+(:func:`repro.zero.checkpoint.save_checkpoint`); the pointer moves only after ``trainer.json`` is on disk, so a crash
+at any moment leaves the previous checkpoint as the newest. Loading verifies each file a rank reads against the
+manifest, and all ranks agree on success (one all-reduce) before any other collective runs: a corrupt shard on one
+rank makes every rank raise :class:`CheckpointError` naming that file, instead of leaving the others waiting.
+
+A checkpoint loads into the same tp and pp (a different one is refused: the shards would have to be re-cut) and any
+dp size: with ``zero_stage=0`` the optimizer states are the same on every dp rank; under ZeRO they are re-sharded from
+all of the old dp ranks' shards (:mod:`repro.zero.reshard`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from repro.dist import comm
+from repro.dist.groups import GridCoord, RankGrid
+from repro.zero.checkpoint import (
+    MANIFEST, CheckpointError, _rank_file, _verify_file, atomic_write_bytes, read_manifest, save_checkpoint,
+)
+
+LATEST = "latest_checkpointed_iteration.txt"
+TRAINER = "trainer.json"
+#: settings that must match for a resume to continue the same run (others, like the logging, may change)
+MUST_MATCH = ("seq_len", "micro_batch_size", "optimizer", "zero_stage", "precision", "seed")
+
+
+def iteration_dir(directory: str | os.PathLike, iteration: int) -> Path:
+    return Path(directory) / f"iter_{iteration:07d}"
+
+
+def _rng_state(trainer) -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "tracker": trainer.rng_tracker._state.clone()}
+    if trainer.device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(trainer.device)
+    return state
+
+
+def _set_rng_state(trainer, state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    trainer.rng_tracker._state = state["tracker"].clone()
+    if "cuda" in state and trainer.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], trainer.device)
+
+
+def _model_parallel_rank(groups) -> int:
+    return groups.pp_rank * groups.tp_size + groups.tp_rank
+
+
+def save_training_checkpoint(directory: str | os.PathLike, trainer, *, extra: dict[str, Any] | None = None) -> Path:
+    """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it."""
+    groups, s = trainer.groups, trainer.settings
+    path = iteration_dir(directory, trainer.iteration)
+    payload = {
+        "model": trainer.stage.state_dict() if s.zero_stage == 0 else None,
+        "rng": _rng_state(trainer),
+        "iteration": trainer.iteration,
+        "consumed_samples": trainer.consumed_samples,
+    }
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    save_checkpoint(path, trainer.optimizer, group=groups.world, model_parallel_rank=_model_parallel_rank(groups),
+                    extra=payload)
+    if groups.rank == 0:
+        meta = {
+            "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples,
+            "tp": groups.tp_size, "pp": groups.pp_size, "dp": groups.dp_size, "zero_stage": s.zero_stage,
+            "global_batch_size": trainer.global_batch_size, "model": trainer.config.__dict__,
+            "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.__dict__.items()},
+            **(extra or {}),
+        }
+        atomic_write_bytes(path / TRAINER, json.dumps(meta, indent=1, default=str).encode())
+        atomic_write_bytes(Path(directory) / LATEST, f"{trainer.iteration}\n".encode())
+    comm.barrier(groups.world)
+    return path
+
+
+def find_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The checkpoint to resume from: ``directory`` itself when it is one, else the newest in it, else None."""
+    directory = Path(directory)
+    if (directory / MANIFEST).exists():
+        return directory
+    pointer = directory / LATEST
+    if not pointer.exists():
+        return None
+    text = pointer.read_text().strip()
+    if not text.isdigit():
+        raise CheckpointError(f"{pointer} should hold an iteration number, holds {text[:40]!r}")
+    path = iteration_dir(directory, int(text))
+    if not path.exists():
+        raise CheckpointError(f"{pointer} names iteration {text}, but {path} does not exist")
+    return path
+
+
+def read_trainer_meta(path: Path) -> dict[str, Any]:
+    meta_path = path / TRAINER
+    if not meta_path.exists():
+        raise CheckpointError(f"{path} is not a training checkpoint: no {TRAINER} (a bare ZeRO checkpoint?)")
+    try:
+        return json.loads(meta_path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"corrupt checkpoint {path}: {TRAINER} is not valid JSON ({err})") from err
+
+
+def check_compatible(meta: dict[str, Any], trainer, path: Path) -> None:
+    """Refuse a checkpoint that cannot continue this run (deterministic: every rank reaches the same verdict)."""
+    groups, s = trainer.groups, trainer.settings
+    for name, mine in (("tp", groups.tp_size), ("pp", groups.pp_size)):
+        if meta[name] != mine:
+            raise CheckpointError(
+                f"checkpoint {path} was written with {name}={meta[name]}, this run has {name}={mine}: loading into a "
+                "different tp or pp is not supported (the model shards would have to be re-cut); use the same "
+                f"--{name}")
+    if meta["model"] != trainer.config.__dict__:
+        diff = sorted(k for k in meta["model"] if meta["model"][k] != trainer.config.__dict__.get(k))
+        raise CheckpointError(f"checkpoint {path} holds a different model ({', '.join(diff)} differ)")
+    for name in MUST_MATCH:
+        if meta["settings"].get(name) != getattr(s, name):
+            raise CheckpointError(f"checkpoint {path} was written with {name}={meta['settings'].get(name)!r}, this "
+                                  f"run has {name}={getattr(s, name)!r}; a resume must keep it")
+    if meta["global_batch_size"] != trainer.global_batch_size:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with a global batch of {meta['global_batch_size']} sequences, this run "
+            f"has {trainer.global_batch_size} (micro-batch size x micro-batches x dp); keep the global batch when dp "
+            "changes by changing --micro-batches")
+
+
+def _files_to_read(meta: dict[str, Any], groups) -> list[int]:
+    """The old ranks whose files this rank needs: its own coordinate at the same dp; under a dp change the dp-rank-0
+    file (stage 0, replicated states) or every old dp rank of its (tp, pp) coordinate (ZeRO, re-sharded)."""
+    old = RankGrid(tp=meta["tp"], pp=meta["pp"], dp=meta["dp"])
+    if meta["dp"] == groups.dp_size:
+        return [old.rank(GridCoord(groups.tp_rank, groups.dp_rank, groups.pp_rank))]
+    ranks = range(meta["dp"]) if meta["zero_stage"] > 0 else range(1)
+    return [old.rank(GridCoord(groups.tp_rank, d, groups.pp_rank)) for d in ranks]
+
+
+def _read(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
+    name = _rank_file(rank)
+    if name not in manifest["files"]:
+        raise CheckpointError(f"corrupt checkpoint {path}: the manifest lists no {name}")
+    return torch.load(_verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
+
+
+def load_training_checkpoint(directory: str | os.PathLike, trainer) -> Path | None:
+    """Collective: resume ``trainer`` from the newest checkpoint under ``directory``; None when there is none."""
+    groups = trainer.groups
+    path = find_checkpoint(directory)
+    if path is None:
+        return None
+    manifest = read_manifest(path)
+    meta = read_trainer_meta(path)
+    check_compatible(meta, trainer, path)
+    wanted = _files_to_read(meta, groups)
+    failure: Exception | None = None
+    payloads: list[dict[str, Any]] = []
+    try:
+        payloads = [_read(path, manifest, rank) for rank in wanted]
+    except Exception as err:  # noqa: BLE001 - reported on every rank below, before any other collective
+        failure = err
+    # Agree before anything else talks: the lowest failing rank (or world size when none failed).
+    first_bad = torch.tensor(groups.rank if failure is not None else groups.world_size, device=trainer.device)
+    comm.all_reduce(first_bad, groups.world, op=torch.distributed.ReduceOp.MIN)
+    bad = int(first_bad)
+    if bad < groups.world_size:
+        if failure is not None:
+            raise CheckpointError(f"rank {groups.rank}: cannot load {path}: {failure}") from failure
+        named = path / _rank_file(bad) if meta["dp"] == groups.dp_size else f"its files of checkpoint {path}"
+        raise CheckpointError(f"rank {bad} could not load {named} (see rank {bad}'s error); no rank resumes")
+    states = [p["optimizer"] for p in payloads]
+    if meta["dp"] != groups.dp_size and meta["zero_stage"] > 0:
+        from repro.zero.reshard import reshard_states
+
+        state = reshard_states(states, new_dp_size=groups.dp_size, new_dp_rank=groups.dp_rank,
+                               stage=meta["zero_stage"])
+    else:
+        state = dict(states[0], dp_rank=groups.dp_rank, dp_size=groups.dp_size)
+    extra = payloads[0]["extra"]
+    if extra["model"] is not None:
+        trainer.stage.load_state_dict(extra["model"])
+    trainer.optimizer.load_state_dict(state)
+    _set_rng_state(trainer, extra["rng"])
+    trainer.iteration = int(extra["iteration"])
+    trainer.consumed_samples = int(extra["consumed_samples"])
+    return path

@@ -1,0 +1,100 @@
+"""What the trainer reports: Megatron-LM's ``iteration ... |`` lines on rank 0, every step as JSONL, TensorBoard.
+
+A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (time per
+iteration, tokens/s, model TFLOP/s per rank by the paper's formula, learning rate, lm loss, loss scale, grad norm,
+skipped iterations). The JSONL file gets one record per iteration (and per validation), appended, so a requeued
+job continues the same file; TensorBoard scalars go to ``tensorboard_dir`` when the ``tensorboard`` package is
+installed (and are skipped with a note otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class TrainingLog:
+    """Rank 0's report of a run (other ranks pass ``enabled=False`` and print nothing)."""
+
+    def __init__(self, *, total_iters: int, log_interval: int = 1, jsonl: str | Path | None = None,
+                 tensorboard_dir: str | Path | None = None, enabled: bool = True, stream: TextIO | None = None) -> None:
+        if not isinstance(log_interval, int) or log_interval < 1:
+            raise ValueError(f"log_interval={log_interval!r} must be a positive integer")
+        self.total_iters, self.log_interval, self.enabled = total_iters, log_interval, enabled
+        self.stream = stream if stream is not None else sys.stdout
+        self._window: list[dict[str, Any]] = []
+        self._jsonl = None
+        self._tb = None
+        if enabled and jsonl is not None:
+            Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(jsonl, "a", buffering=1)  # noqa: SIM115 - closed in close()
+        if enabled and tensorboard_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                self.print(f"tensorboard is not installed; no TensorBoard scalars are written to {tensorboard_dir}")
+            else:
+                self._tb = SummaryWriter(str(tensorboard_dir))
+
+    def print(self, line: str) -> None:
+        if self.enabled:
+            print(line, file=self.stream, flush=True)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """A record of something other than a step (start, resume, save, validation, preemption, end)."""
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+        if self._tb is not None and kind == "validation":
+            self._tb.add_scalar("lm loss validation", fields["lm_loss"], fields["iteration"])
+
+    def step(self, record: dict[str, Any]) -> None:
+        """One training iteration's numbers (``iteration`` counts from 1 here, as Megatron prints it)."""
+        if not self.enabled:
+            return
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"event": "iteration", "time": time.time(), **record}) + "\n")
+        if self._tb is not None:
+            for key in ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_s", "tflops_per_rank"):
+                if record.get(key) is not None:
+                    self._tb.add_scalar(key.replace("_", " "), record[key], record["iteration"])
+        self._window.append(record)
+        if record["iteration"] % self.log_interval == 0 or record["iteration"] == self.total_iters:
+            self.print(self.line(self._window))
+            self._window = []
+
+    def line(self, window: list[dict[str, Any]]) -> str:
+        last = window[-1]
+        n = len(window)
+
+        def mean(key: str) -> float:
+            return sum(r[key] for r in window) / n
+
+        norms = [r["grad_norm"] for r in window if r.get("grad_norm") is not None]
+        width = len(str(self.total_iters))
+        parts = [
+            f" iteration {last['iteration']:>{width}}/{self.total_iters:>{width}}",
+            f"consumed samples: {last['consumed_samples']:>8}",
+            f"elapsed time per iteration (ms): {1000 * mean('iteration_s'):.1f}",
+            f"tokens per second: {mean('tokens_per_s'):.1f}",
+            f"TFLOP/s per rank: {mean('tflops_per_rank'):.4f}",
+            f"learning rate: {last['learning_rate']:.6E}",
+            f"global batch size: {last['global_batch_size']:>5}",
+            f"lm loss: {mean('lm_loss'):.6E}",
+            f"loss scale: {last['loss_scale']:.1f}",
+            f"grad norm: {sum(norms) / len(norms):.3f}" if norms else "grad norm: n/a",
+            f"number of skipped iterations: {last['skipped_iterations']:>3}",
+            f"number of nan iterations: {sum(1 for r in window if not math.isfinite(r['lm_loss'])):>3}",
+        ]
+        return " | ".join(parts) + " |"
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None

@@ -1,0 +1,115 @@
+"""The training loop of ``repro train``: batches by consumed samples, logging, validation, saves, preemption.
+
+Megatron-LM's ``train()`` in small: each iteration reads global batch ``consumed_samples .. + B`` of the training
+source, steps, logs; every ``eval_interval`` iterations it computes the loss on fixed held-out batches; every
+``save_interval`` iterations (and at the end) it saves; after every step the ranks agree whether a preemption
+signal arrived (:mod:`repro.training.preemption`) and, if so, save and stop with ``preempted=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from repro.training.checkpoint import save_training_checkpoint
+from repro.training.log import TrainingLog
+from repro.training.preemption import PreemptionFlag
+from repro.training.throughput import model_flops
+
+
+class SampleSource(Protocol):
+    """Training data indexed by global sample position (``SyntheticSamples``, ``CorpusSamples``)."""
+
+    def batch(self, start: int, count: int) -> torch.Tensor: ...
+
+
+@dataclass
+class Validation:
+    """``iters`` fixed batches of ``source`` starting at sample ``start``, evaluated every ``interval`` iterations."""
+
+    source: SampleSource
+    interval: int
+    iters: int = 2
+    start: int = 0
+
+
+@dataclass
+class Outcome:
+    losses: list[float] = field(default_factory=list)
+    validation: list[tuple[int, float]] = field(default_factory=list)
+    preempted: bool = False
+    saved: list[str] = field(default_factory=list)
+
+
+def _validate(trainer, validation: Validation) -> float:
+    b = trainer.global_batch_size
+    losses = [trainer.evaluate(validation.source.batch(validation.start + j * b, b)) for j in range(validation.iters)]
+    return sum(losses) / len(losses)
+
+
+def train_loop(
+    trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
+    save_interval: int | None = None, validation: Validation | None = None,
+    preemption: PreemptionFlag | None = None, pause_watchdog: Callable[[bool], None] | None = None,
+) -> Outcome:
+    """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints)."""
+    outcome = Outcome()
+    b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
+    flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
+                        hidden_size=config.hidden_size, vocab_size=config.vocab_size,
+                        recompute=s.activation_checkpointing)
+    world = trainer.groups.world
+    first = trainer.iteration
+
+    def checkpoint() -> None:
+        if pause_watchdog is not None:
+            pause_watchdog(True)
+        started = time.perf_counter()
+        path = save_training_checkpoint(save, trainer)
+        if pause_watchdog is not None:
+            pause_watchdog(False)
+        outcome.saved.append(str(path))
+        log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
+                  f"({time.perf_counter() - started:.2f} s)")
+        log.event("save", iteration=trainer.iteration, path=str(path))
+
+    while trainer.iteration < steps:
+        started = time.perf_counter()
+        batch = source.batch(trainer.consumed_samples, b)
+        loss = trainer.step(batch)
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        elapsed = time.perf_counter() - started
+        outcome.losses.append(loss)
+        norm = trainer.grad_norm
+        log.step({
+            "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples, "lm_loss": loss,
+            "learning_rate": trainer.schedule.lr(trainer.iteration - 1), "iteration_s": elapsed,
+            "tokens_per_s": b * s.seq_len / elapsed, "tflops_per_rank": flops / elapsed / world.size / 1e12,
+            "global_batch_size": b, "loss_scale": trainer.loss_scale,
+            "grad_norm": float(norm) if norm is not None else None, "skipped_iterations": trainer.skipped_steps,
+        })
+        if validation is not None and trainer.iteration % validation.interval == 0:
+            value = _validate(trainer, validation)
+            outcome.validation.append((trainer.iteration, value))
+            log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
+            log.event("validation", iteration=trainer.iteration, lm_loss=value)
+        saved = False
+        if save is not None and save_interval and trainer.iteration % save_interval == 0:
+            checkpoint()
+            saved = True
+        if preemption is not None and preemption.agreed(world, trainer.device):
+            log.print(f"received {preemption.received or 'a preemption signal on another rank'}: stopping after "
+                      f"iteration {trainer.iteration}" + ("" if save else " (no --save given: nothing is saved)"))
+            log.event("preempted", iteration=trainer.iteration, signal=preemption.received)
+            if save is not None and not saved:
+                checkpoint()
+            outcome.preempted = True
+            return outcome
+    last_saved = outcome.saved[-1] if outcome.saved else ""
+    if save is not None and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
+        checkpoint()
+    return outcome
