@@ -179,9 +179,11 @@ def load_training_checkpoint(directory: str | os.PathLike, trainer) -> Path | No
     bad = int(first_bad)
     if bad < groups.world_size:
         if failure is not None:
-            raise CheckpointError(f"rank {groups.rank}: cannot load {path}: {failure}") from failure
+            raise CheckpointError(f"cannot resume from {path}: {failure}") from failure
         named = path / _rank_file(bad) if meta["dp"] == groups.dp_size else f"its files of checkpoint {path}"
-        raise CheckpointError(f"rank {bad} could not load {named} (see rank {bad}'s error); no rank resumes")
+        error = CheckpointError(f"rank {bad} could not load {named}; no rank resumes")
+        error.follower = True  # another rank's failure: that rank reports the reason
+        raise error
     states = [p["optimizer"] for p in payloads]
     if meta["dp"] != groups.dp_size and meta["zero_stage"] > 0:
         from repro.zero.reshard import reshard_states

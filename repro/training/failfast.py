@@ -59,11 +59,15 @@ def agree_on_setup(build: Callable[[], T]) -> T:
             raise UsageError(str(failure)) from failure
         return result
     rank, world = dist.get_rank(), dist.get_world_size()
-    first = torch.tensor([rank if failure is not None else world], dtype=torch.int64)
-    dist.all_reduce(first, op=dist.ReduceOp.MIN)
-    if int(first) < world:
-        if failure is not None and rank == int(first):
-            prefix = "" if isinstance(failure, UsageError) or world == 1 else f"rank {rank}: "
+    # [lowest rank with its own error, lowest rank with any error]: a rank that only learnt of another rank's
+    # failure (``follower`` errors) speaks only when no rank has an error of its own to report.
+    own = failure is not None and not getattr(failure, "follower", False)
+    lowest = torch.tensor([rank if own else world, rank if failure is not None else world], dtype=torch.int64)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    speaker = int(lowest[0]) if int(lowest[0]) < world else int(lowest[1])
+    if speaker < world:
+        if failure is not None and rank == speaker:
+            prefix = "" if isinstance(failure, UsageError) else f"rank {rank}: "
             raise UsageError(prefix + str(failure)) from failure
         raise UsageError(None)
     return result

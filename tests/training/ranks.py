@@ -1,0 +1,68 @@
+"""Start ``repro train`` as independent rank processes (as srun starts them: no parent that kills the others)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from repro.dist.spawn import free_port
+
+SMALL = ["--layers", "2", "--hidden", "32", "--heads", "4", "--vocab", "64", "--seq-len", "16",
+         "--micro-batches", "2", "--micro-batch-size", "2"]
+
+
+class Ranks:
+    """``world`` processes of ``python -m repro.training ARGS``, each logging to ``tmp/<name>.rank<r>.log``."""
+
+    def __init__(self, tmp: Path, name: str, world: int, args: list[str], *, timeout_s: float = 60) -> None:
+        port = free_port()
+        self.logs = [tmp / f"{name}.rank{r}.log" for r in range(world)]
+        self.procs = []
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            with open(self.logs[rank], "w") as log:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "repro.training", *SMALL, "--timeout-s", str(timeout_s), *args],
+                    env=env, stdout=log, stderr=subprocess.STDOUT))
+
+    def output(self, rank: int = 0) -> str:
+        return self.logs[rank].read_text()
+
+    def wait_for(self, pattern: str, timeout_s: float = 120, rank: int = 0) -> None:
+        """Until ``pattern`` (a regular expression) appears in the rank's output."""
+        deadline = time.monotonic() + timeout_s
+        text = pattern
+        while not re.search(pattern, self.output(rank)):
+            if any(p.poll() is not None for p in self.procs):
+                raise AssertionError(f"a rank ended before printing {text!r}:\n{self.all_output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} after {timeout_s} s:\n{self.all_output()}")
+            time.sleep(0.1)
+
+    def wait(self, timeout_s: float = 180) -> list[int]:
+        deadline = time.monotonic() + timeout_s
+        try:
+            return [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in self.procs]
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def all_output(self) -> str:
+        return "\n".join(f"--- rank {r}\n{log.read_text()[-3000:]}" for r, log in enumerate(self.logs))
+
+
+def iterations(jsonl: Path) -> list[dict]:
+    """The ``iteration`` records of a training JSONL log, in order."""
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["event"] == "iteration"]

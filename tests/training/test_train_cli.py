@@ -1,0 +1,81 @@
+"""``repro train`` as a user runs it: preemption and resume, corrupt checkpoints, hung ranks, data by position."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.training.ranks import Ranks, iterations
+
+STEPS = ["--steps", "30", "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--dropout", "0.1"]
+
+
+def test_preempted_job_saves_exits_75_and_resumes_to_the_same_losses(tmp_path):
+    """pp=2 over 2 processes. USR1 reaches rank 1 only (the ranks agree); both save and exit 75; the rerun with the same
+    --save/--load continues and its losses (all 30) equal an uninterrupted run's; the log holds both attempts."""
+    straight = Ranks(tmp_path, "straight", 2, [*STEPS, "--pp", "2", "--log-jsonl", str(tmp_path / "straight.jsonl")])
+    assert straight.wait() == [0, 0], straight.all_output()
+    ckpt = tmp_path / "ckpt"
+    first = Ranks(tmp_path, "first", 2, [*STEPS, "--pp", "2", "--save", str(ckpt), "--load", str(ckpt)])
+    first.wait_for(r" iteration +5/")
+    first.procs[1].send_signal(signal.SIGUSR1)
+    assert first.wait() == [75, 75], first.all_output()
+    assert "received" in first.output() and "exiting with code 75" in first.output()
+    second = Ranks(tmp_path, "second", 2, [*STEPS, "--pp", "2", "--save", str(ckpt), "--load", str(ckpt)])
+    assert second.wait() == [0, 0], second.all_output()
+    assert "resumed from checkpoint" in second.output()
+    resumed = iterations(ckpt / "log.jsonl")
+    expected = iterations(tmp_path / "straight.jsonl")
+    assert [r["iteration"] for r in resumed] == list(range(1, 31))
+    assert [r["lm_loss"] for r in resumed] == [r["lm_loss"] for r in expected]
+    starts = [line for line in (ckpt / "log.jsonl").read_text().splitlines() if '"event": "start"' in line]
+    assert len(starts) == 2
+
+
+def test_corrupt_shard_on_one_rank_stops_every_rank_naming_the_file(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    job = Ranks(tmp_path, "save", 2, ["--steps", "2", "--zero-stage", "1", "--save", str(ckpt)])
+    assert job.wait() == [0, 0], job.all_output()
+    shard = ckpt / "iter_0000002" / "rank00001.pt"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    started = time.monotonic()
+    job = Ranks(tmp_path, "load", 2, ["--steps", "4", "--zero-stage", "1", "--load", str(ckpt)])
+    codes = job.wait(timeout_s=60)
+    elapsed = time.monotonic() - started
+    assert all(code != 0 for code in codes), job.all_output()
+    assert elapsed < 30, f"{elapsed:.0f} s"
+    assert "rank00001.pt" in job.output(1) and "sha256" in job.output(1), job.all_output()
+    assert "Traceback" not in job.all_output()
+
+
+def test_stopped_rank_ends_the_job_within_timeout_plus_15_s(tmp_path):
+    job = Ranks(tmp_path, "stop", 2, ["--steps", "100000", "--pp", "2"], timeout_s=5)
+    try:
+        job.wait_for(r" iteration +2/")
+        job.procs[1].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        code = job.procs[0].wait(timeout=60)
+        elapsed = time.monotonic() - stopped
+    finally:
+        job.procs[1].send_signal(signal.SIGCONT)
+        job.kill()
+    assert code != 0, job.all_output()
+    assert elapsed < 5 + 15, f"rank 0 took {elapsed:.1f} s to end after rank 1 stopped:\n{job.all_output()}"
+
+
+def test_samples_do_not_depend_on_steps_and_validation_loss_falls(tmp_path):
+    short = Ranks(tmp_path, "short", 1, ["--steps", "4", "--log-jsonl", str(tmp_path / "short.jsonl")])
+    long = Ranks(tmp_path, "long", 1, ["--steps", "40", "--lr", "3e-3", "--eval-interval", "10",
+                                       "--log-jsonl", str(tmp_path / "long.jsonl")])
+    assert short.wait() == [0] and long.wait() == [0], short.all_output() + long.all_output()
+    lr_free = Ranks(tmp_path, "same", 1, ["--steps", "8", "--lr", "3e-3", "--log-jsonl", str(tmp_path / "s.jsonl")])
+    assert lr_free.wait() == [0]
+    # the batches of steps 1-4 are the same whatever --steps says: same model, same lr -> same losses
+    assert [r["lm_loss"] for r in iterations(tmp_path / "short.jsonl")] != []
+    same = [r["lm_loss"] for r in iterations(tmp_path / "s.jsonl")]
+    assert same == [r["lm_loss"] for r in iterations(tmp_path / "long.jsonl")][:8]
+    rows = [line for line in (tmp_path / "long.jsonl").read_text().splitlines() if '"validation"' in line]
+    values = [float(line.split('"lm_loss": ')[1].rstrip("}")) for line in rows]
+    assert len(values) == 4 and values[-1] < values[0] - 0.5, values
