@@ -56,7 +56,7 @@ def build_zero_optimizer(
     if config.stage == 3:
         return ZeroStage3(
             model, params, param_tier=build_tier(config.offload_param, device=device, role="param"),
-            prefetch=config.prefetch, **common,
+            prefetch=config.prefetch, prefetch_numel=config.prefetch_numel, **common,
         )
     return STAGE_CLASSES[config.stage](
         model.parameters() if params is None else params, param_names=list(model.named_parameters()), **common

@@ -11,6 +11,11 @@ which rank 0 renames to ``<dir>`` only after the manifest is on disk. A crash (o
 checkpoint or none, never a half-written one; :func:`verify_checkpoint` rejects a directory without a manifest
 and any file whose size or digest differs from it. Parameters are restored from the master weights, so a resumed
 run continues with exactly the losses of an uninterrupted one.
+
+Loading is collective and fails together: each rank checks and reads its own shard, then one all-reduce tells
+every rank whether any failed, before the first all-gather of parameters; a rank whose shard is corrupt
+therefore makes every rank raise (naming that rank's file) instead of leaving the others waiting in a collective
+until the process-group timeout. A checkpoint of another dp size is re-sharded on request (reshard.py).
 """
 
 from __future__ import annotations
@@ -25,12 +30,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
+from repro.zero.reshard import reshard_states
 
 MANIFEST = "manifest.json"
 FORMAT = "repro-zero-checkpoint/1"
+#: Bytes of a failing rank's reason sent to the other ranks (longer reasons are cut).
+_REASON_BYTES = 2048
 
 
 class CheckpointError(ValueError):
@@ -161,18 +170,101 @@ def _load_payload(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def load_checkpoint(directory: str | os.PathLike, optimizer, *, group: CommGroup | None = None) -> Any:
-    """Restore this rank's shard into ``optimizer`` (parameters included); returns the ``extra`` saved with it."""
-    group = group if group is not None else optimizer.dp_group
-    directory = Path(directory)
-    manifest = read_manifest(directory)
-    if manifest["world_size"] != group.size:
-        raise CheckpointError(f"checkpoint {directory} was written by {manifest['world_size']} ranks, "
-                              f"this job has {group.size}")
-    name = _rank_file(group.rank)
+def _fit_error(state: dict[str, Any], optimizer) -> str | None:
+    """Why ``state`` cannot be loaded into ``optimizer`` (checked before any collective), or None."""
+    for name, mine in (("stage", optimizer.stage), ("dp_size", optimizer.dp_group.size),
+                       ("dp_rank", optimizer.dp_group.rank)):
+        if state.get(name) != mine:
+            return f"checkpoint has {name}={state.get(name)}, this optimizer has {name}={mine}"
+    if len(state["buckets"]) != len(optimizer.buckets):
+        return f"checkpoint has {len(state['buckets'])} buckets, this optimizer {len(optimizer.buckets)}"
+    for saved, bucket in zip(state["buckets"], optimizer.buckets):
+        if tuple(saved["numels"]) != bucket.layout.numels:
+            return f"bucket {bucket.key}: checkpoint parameter sizes differ from this model's"
+    return None
+
+
+def _read_own_shard(directory: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
+    name = _rank_file(rank)
     if name not in manifest["files"]:
         raise CheckpointError(f"corrupt checkpoint {directory}: the manifest lists no {name}")
-    payload = _load_payload(_verify_file(directory, name, manifest["files"][name]))
+    return _load_payload(_verify_file(directory, name, manifest["files"][name]))
+
+
+def _read_resharded(
+    directory: Path, manifest: dict[str, Any], optimizer, model_parallel_rank: int
+) -> dict[str, Any]:
+    """Every saved shard of ``model_parallel_rank``, re-cut for this optimizer's dp group (reshard.py)."""
+    states, extra = [], None
+    for name, expected in sorted(manifest["files"].items()):
+        payload = _load_payload(_verify_file(directory, name, expected))
+        if payload["model_parallel_rank"] == model_parallel_rank:
+            states.append(payload["optimizer"])
+            if payload["optimizer"]["dp_rank"] == 0:
+                extra = payload["extra"]
+    if not states:
+        raise CheckpointError(f"checkpoint {directory} holds no shard of model-parallel rank {model_parallel_rank}")
+    try:
+        state = reshard_states(states, new_dp_size=optimizer.dp_group.size, new_dp_rank=optimizer.dp_group.rank,
+                               stage=optimizer.stage)
+    except ValueError as err:
+        raise CheckpointError(f"checkpoint {directory} cannot be re-sharded: {err}") from err
+    return {"optimizer": state, "extra": extra}
+
+
+def _agree(failure: str | None, group: CommGroup, device: torch.device) -> tuple[int, str] | None:
+    """All ranks learn whether any failed: one all-reduce (MIN of the failing rank, ``group.size`` for none)
+    and, only after a failure, a broadcast of the first failing rank's reason. Returns (rank, reason) or None.
+
+    Run before any other collective of the load: a rank that failed alone must not leave the others waiting
+    in an all-gather (they would hang until the process-group timeout)."""
+    failed = torch.tensor([group.rank if failure is not None else group.size], dtype=torch.int64, device=device)
+    comm.all_reduce(failed, group, op=dist.ReduceOp.MIN)
+    first = int(failed.item())
+    if first >= group.size:
+        return None
+    reason = torch.zeros(_REASON_BYTES, dtype=torch.uint8, device=device)
+    if group.rank == first:
+        encoded = failure.encode()[:_REASON_BYTES]
+        reason[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+    comm.broadcast(reason, group, src_group_rank=first)
+    return first, bytes(reason.cpu().tolist()).rstrip(b"\0").decode(errors="replace")
+
+
+
+def load_checkpoint(
+    directory: str | os.PathLike, optimizer, *, group: CommGroup | None = None, allow_reshard: bool = False,
+    model_parallel_rank: int = 0,
+) -> Any:
+    """Restore this rank's shard into ``optimizer`` (parameters included); returns the ``extra`` saved with it.
+
+    Collective over ``group`` (default: the optimizer's dp group; pass the world group under tp/pp). Every rank
+    first verifies its own shard (size and sha256 against the manifest) and reads it; then the ranks agree: if
+    any failed, every rank raises CheckpointError naming the failing rank's file and its reason, before any
+    parameter all-gather starts. ``allow_reshard``: a checkpoint written by another dp size is read whole (all
+    shards of ``model_parallel_rank``) and re-cut for this group (reshard.py); ``extra`` is then dp rank 0's.
+    """
+    group = group if group is not None else optimizer.dp_group
+    directory = Path(directory)
+    payload, failure = None, None
+    try:
+        manifest = read_manifest(directory)
+        if manifest["world_size"] == group.size and manifest.get("dp_size") == optimizer.dp_group.size:
+            payload = _read_own_shard(directory, manifest, group.rank)
+        elif allow_reshard:
+            payload = _read_resharded(directory, manifest, optimizer, model_parallel_rank)
+        else:
+            raise CheckpointError(f"checkpoint {directory} was written by {manifest['world_size']} ranks (dp "
+                                  f"{manifest.get('dp_size')}), this job has {group.size} (dp "
+                                  f"{optimizer.dp_group.size}); pass allow_reshard=True to re-shard it")
+        failure = _fit_error(payload["optimizer"], optimizer)
+    except Exception as err:  # noqa: BLE001 - every failure must reach the agreement below
+        failure = str(err) or type(err).__name__
+    agreed = _agree(failure, group, optimizer.device)
+    if agreed is not None:
+        rank, reason = agreed
+        raise CheckpointError(f"loading checkpoint {directory} failed on rank {rank} "
+                              f"({directory / _rank_file(rank)}): {reason}")
     optimizer.load_state_dict(payload["optimizer"])
     return payload["extra"]
 

@@ -14,21 +14,72 @@ from typing import Any, Mapping
 STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 DTYPES = ("fp32", "bf16", "fp16")
+#: Elements per bucket when neither the caller nor a DeepSpeed config gives a size (CPU-test sized; DeepSpeed's
+#: own default reduce_bucket_size is 5e8).
+DEFAULT_BUCKET_NUMEL = 500_000
 
-#: DeepSpeed ``zero_optimization`` keys we read.
+#: DeepSpeed ``zero_optimization`` keys we read, and what each does here (DeepSpeed docs, config-json):
+#:   stage                        the ZeRO stage, an integer 0-3 (a bool is refused: ``true`` is not a stage)
+#:   offload_optimizer / _param   the tier of the optimizer states / of the parameters (stage 3)
+#:   reduce_bucket_size           elements reduced at a time: the bucket size (stages 0-2; a cap in stage 3)
+#:   sub_group_size               stage 3: elements per optimizer-step sub-group ("parameters are grouped into
+#:                                buckets of sub_group_size and each bucket is updated one at a time"). Our
+#:                                stage-3 buckets never span modules (a module is gathered as a unit), so this is
+#:                                a cap: a module's parameters are cut into buckets of at most this many elements
+#:                                (a larger tensor is a bucket of its own). Stage 3 has one bucket size for
+#:                                reduction and step, so it is min(reduce_bucket_size, sub_group_size): both
+#:                                documented bounds hold. Ignored at stages 0-2, as DeepSpeed ignores it there.
+#:   stage3_prefetch_bucket_size  stage 3: at most this many parameter elements are gathered (or read from a slow
+#:                                tier) ahead of their use ("the size of the fixed buffer for prefetching").
+#:                                Ignored at stages 0-2, as in DeepSpeed.
+#:   cpu_offload                  DeepSpeed's deprecated spelling of offload_optimizer: {device: cpu}
+#:   load_from_fp32_weights       only true (the default) is possible: resuming always restores fp32 masters
+#:   zero_quantized_weights/_gradients  only false: quantized (lossy) communication is not implemented
 _DS_ZERO_KEYS = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "sub_group_size",
-                 "stage3_prefetch_bucket_size"}
-#: DeepSpeed keys accepted and ignored: they tune DeepSpeed's own implementation and have no meaning here.
+                 "stage3_prefetch_bucket_size", "cpu_offload", "load_from_fp32_weights", "zero_quantized_weights",
+                 "zero_quantized_gradients"}
+#: DeepSpeed keys accepted and ignored. Each tunes DeepSpeed's own implementation (memory, overlap, message
+#: sizes, logging) and none changes the numbers a run computes: allgather_partitions and reduce_scatter choose
+#: collectives (we always reduce-scatter and all-gather), allgather_bucket_size (we all-gather per bucket),
+#: overlap_comm / contiguous_gradients / round_robin_gradients / use_multi_rank_bucket_allreduce (always
+#: overlapped, always contiguous), stage3_max_live_parameters / stage3_max_reuse_distance (a unit is freed right
+#: after use), stage3_param_persistence_threshold / stage3_model_persistence_threshold (every parameter is
+#: partitioned), memory_efficient_linear, zero_hpz_partition_size and mics_shard_size (memory and message
+#: layouts), stage3_gather_16bit_weights_on_model_save / gather_16bit_weights_on_model_save (use
+#: checkpoint.consolidate_checkpoint), elastic_checkpoint (ask for resharding at load time:
+#: ``load_checkpoint(..., allow_reshard=True)``), ignore_unused_parameters (unused parameters get zero
+#: gradients), log_trace_cache_warnings.
 _DS_ZERO_IGNORED = {
     "allgather_partitions", "allgather_bucket_size", "overlap_comm", "reduce_scatter", "contiguous_gradients",
     "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
     "stage3_gather_16bit_weights_on_model_save", "stage3_model_persistence_threshold", "round_robin_gradients",
-    "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters", "cpu_offload",
-    "memory_efficient_linear", "use_multi_rank_bucket_allreduce", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_gradients", "mics_shard_size", "log_trace_cache_warnings", "gather_16bit_weights_on_model_save",
+    "elastic_checkpoint", "ignore_unused_parameters", "memory_efficient_linear", "use_multi_rank_bucket_allreduce",
+    "zero_hpz_partition_size", "mics_shard_size", "log_trace_cache_warnings", "gather_16bit_weights_on_model_save",
 }
+#: Offload keys read: device, nvme_path, pin_memory. The others tune DeepSpeed's buffer pools and its partial
+#: CPU step (ratio) and are ignored: they move no result.
 _DS_OFFLOAD_KEYS = {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu", "ratio",
                     "fast_init", "pipeline_read", "pipeline_write"}
+
+
+def check_stage(value: Any, key: str = "stage") -> int:
+    """``value`` if it is a ZeRO stage: an int (not a bool, not a float) in 0-3; else a one-line ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in STAGES:
+        raise ValueError(f"{key}={value!r} is not a ZeRO stage: must be an integer in {STAGES}")
+    return value
+
+
+def check_numel(value: Any, key: str, *, integral_floats: bool = False) -> int:
+    """``value`` as a positive element count; else a one-line ValueError naming ``key`` and ``value``.
+
+    Bools, strings (DeepSpeed's ``"auto"`` is filled in by the Hugging Face integration, not here), zero and
+    negatives are refused. ``integral_floats``: accept 5e8 (how DeepSpeed JSON configs write sizes; JSON reads it
+    as a float) but not a fraction such as 1.5.
+    """
+    number = int(value) if integral_floats and isinstance(value, float) and value.is_integer() else value
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ValueError(f"{key}={value!r} is not allowed: it must be a positive integer (a number of elements)")
+    return number
 
 
 @dataclass(frozen=True)
@@ -72,22 +123,25 @@ class LossScaleConfig:
 class ZeroConfig:
     """Everything that selects and tunes a ZeRO optimizer.
 
-    ``bucket_numel``: elements per flat bucket (stages 0-2: the unit of gradient reduction and of the optimizer
-    loop). ``prefetch``: stage 3 gathers the next module's parameters while this one computes.
+    ``bucket_numel``: elements per flat bucket, the unit of gradient reduction and of the optimizer-step loop
+    (ZeRO-Infinity's sub-groups). Stages 0-2 cut the parameter list greedily; stage 3 cuts each module's
+    parameters, so its buckets never span modules. ``prefetch``: stage 3 gathers the next module's parameters
+    while this one computes; ``prefetch_numel`` caps the parameter elements gathered or read ahead of their use
+    (None: no cap beyond the trace's depth of two modules).
     """
 
     stage: int = 1
     dtype: str = "fp32"
     offload_optimizer: OffloadConfig = field(default_factory=OffloadConfig)
     offload_param: OffloadConfig = field(default_factory=OffloadConfig)
-    bucket_numel: int = 500_000
+    bucket_numel: int = DEFAULT_BUCKET_NUMEL
     prefetch: bool = True
+    prefetch_numel: int | None = None
     max_grad_norm: float | None = None
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
 
     def __post_init__(self) -> None:
-        if self.stage not in STAGES:
-            raise ValueError(f"ZeRO stage {self.stage!r} is unknown; stages are {STAGES}")
+        check_stage(self.stage)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is unknown; choose one of {DTYPES}")
         if self.offload_param.device != "none" and self.stage != 3:
@@ -95,8 +149,9 @@ class ZeroConfig:
                 f"offload_param device {self.offload_param.device!r} needs stage 3, got stage {self.stage}: only "
                 "stage 3 partitions parameters, so only it can page them out"
             )
-        if self.bucket_numel < 1:
-            raise ValueError(f"bucket_numel={self.bucket_numel} must be >= 1")
+        check_numel(self.bucket_numel, "bucket_numel")
+        if self.prefetch_numel is not None:
+            check_numel(self.prefetch_numel, "prefetch_numel")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm={self.max_grad_norm} must be > 0 (or None for no clipping)")
 
@@ -105,14 +160,18 @@ class ZeroConfig:
 
     @classmethod
     def from_deepspeed(cls, ds_config: Mapping[str, Any]) -> "ZeroConfig":
-        """Read a DeepSpeed config dict (its ``zero_optimization``, ``bf16``/``fp16`` and ``gradient_clipping``)."""
+        """Read a DeepSpeed config dict (its ``zero_optimization``, ``bf16``/``fp16`` and ``gradient_clipping``).
+
+        Every key read does what DeepSpeed documents (see ``_DS_ZERO_KEYS``) or is refused; a ValueError names
+        the key, the value given and the rule."""
         zero = dict(ds_config.get("zero_optimization", {}))
         unknown = set(zero) - _DS_ZERO_KEYS - _DS_ZERO_IGNORED
         if unknown:
             raise ValueError(f"unknown zero_optimization keys {sorted(unknown)}; known: {sorted(_DS_ZERO_KEYS)}")
-        stage = zero.get("stage", 0)
-        if not isinstance(stage, int):
-            raise ValueError(f"zero_optimization.stage={stage!r} must be an integer in {STAGES}")
+        stage = check_stage(zero.get("stage", 0), "zero_optimization.stage")
+        _refuse_unsupported(zero)
+        sizes = {key: check_numel(zero[key], f"zero_optimization.{key}", integral_floats=True)
+                 for key in ("reduce_bucket_size", "sub_group_size", "stage3_prefetch_bucket_size") if key in zero}
         fp16 = dict(ds_config.get("fp16", {}))
         bf16 = dict(ds_config.get("bf16", ds_config.get("bfloat16", {})))
         if fp16.get("enabled") and bf16.get("enabled"):
@@ -126,16 +185,43 @@ class ZeroConfig:
             static_scale=float(fp16.get("loss_scale", 0.0)),
         )
         clip = ds_config.get("gradient_clipping", 0.0)
-        bucket = zero.get("sub_group_size") if stage == 3 else zero.get("reduce_bucket_size")
+        # Stage 3 has one bucket for reduction and step: the smaller of the two sizes honours both.
+        stage_sizes = ("reduce_bucket_size", "sub_group_size") if stage == 3 else ("reduce_bucket_size",)
+        bucket = min((sizes[key] for key in stage_sizes if key in sizes), default=DEFAULT_BUCKET_NUMEL)
         return cls(
             stage=stage,
             dtype=dtype,
-            offload_optimizer=_offload_from_deepspeed(zero.get("offload_optimizer"), "offload_optimizer"),
+            offload_optimizer=_offload_optimizer(zero),
             offload_param=_offload_from_deepspeed(zero.get("offload_param"), "offload_param"),
-            bucket_numel=int(bucket) if bucket else 500_000,
+            bucket_numel=bucket,
+            prefetch_numel=sizes.get("stage3_prefetch_bucket_size") if stage == 3 else None,
             max_grad_norm=float(clip) if clip else None,
             loss_scale=loss_scale,
         )
+
+
+def _refuse_unsupported(zero: Mapping[str, Any]) -> None:
+    """Keys whose non-default values would change the results: refused rather than ignored."""
+    for key, possible, why in (
+        ("load_from_fp32_weights", True, "resuming always restores the fp32 master weights"),
+        ("zero_quantized_weights", False, "quantized (lossy) communication is not implemented"),
+        ("zero_quantized_gradients", False, "quantized (lossy) communication is not implemented"),
+    ):
+        if key in zero and zero[key] is not possible:
+            raise ValueError(f"zero_optimization.{key}={zero[key]!r} is not supported: it must be {possible} ({why})")
+    if "cpu_offload" in zero and not isinstance(zero["cpu_offload"], bool):
+        raise ValueError(f"zero_optimization.cpu_offload={zero['cpu_offload']!r} must be true or false")
+
+
+def _offload_optimizer(zero: Mapping[str, Any]) -> OffloadConfig:
+    """``offload_optimizer``, or ``cpu_offload: true`` (DeepSpeed's deprecated spelling of device cpu)."""
+    offload = _offload_from_deepspeed(zero.get("offload_optimizer"), "offload_optimizer")
+    if zero.get("cpu_offload"):
+        if offload.device not in ("none", "cpu"):
+            raise ValueError(f"zero_optimization.cpu_offload=True contradicts offload_optimizer.device="
+                             f"{offload.device!r}: give one of them")
+        return replace(offload, device="cpu")
+    return offload
 
 
 def _offload_from_deepspeed(block: Mapping[str, Any] | None, what: str) -> OffloadConfig:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -42,6 +42,7 @@ class ParamUnit:
     refcount: int = 0
     gathered: bool = False
     in_backward: bool = False
+    reduced: set[int] = field(default_factory=set)  # buckets whose gradients left for their owners this backward
     inflight: list[tuple[Bucket, torch.Tensor, torch.Tensor, Any]] = field(default_factory=list)
     ready: Any = None  # CUDA event recorded on the side stream after the unit's copies were issued
 
@@ -55,16 +56,53 @@ def released_placeholder(param: nn.Parameter) -> torch.Tensor:
 
 
 class UnitGatherer:
-    """All-gathers a unit's shards from the parameter tier into full buffers, and frees them again."""
+    """All-gathers a unit's shards from the parameter tier into full buffers, and frees them again.
+
+    ``max_ahead_numel`` (DeepSpeed's ``stage3_prefetch_bucket_size``, "the size of the fixed buffer for
+    prefetching parameters"): at most this many parameter elements are gathered or read from the tier ahead of
+    their use; None leaves only the trace's depth as a bound. ``ahead`` holds the units prefetched and not yet
+    needed (index -> elements), ``peak_ahead_numel`` the most elements it ever held.
+    """
 
     def __init__(
         self, *, dp_group: CommGroup, param_tier: Tier, dtype: torch.dtype, device: torch.device,
-        transient: TransientTracker,
+        transient: TransientTracker, max_ahead_numel: int | None = None,
     ) -> None:
         self.dp_group, self.param_tier = dp_group, param_tier
         self.dtype, self.device, self.transient = dtype, torch.device(device), transient
         self.gathers = 0
         self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
+        self.max_ahead_numel = max_ahead_numel
+        self.ahead: dict[int, int] = {}
+        self.peak_ahead_numel = 0
+
+    @property
+    def ahead_numel(self) -> int:
+        return sum(self.ahead.values())
+
+    def need(self, unit: ParamUnit, upcoming: Sequence[ParamUnit] = ()) -> None:
+        """Make ``unit`` usable now; while its gather runs, prefetch ``upcoming`` (the units that come next)."""
+        self.ahead.pop(unit.index, None)
+        self.start(unit)
+        self.prefetch(upcoming)
+        self.wait(unit)
+
+    def prefetch(self, upcoming: Sequence[ParamUnit]) -> None:
+        """Gather the first of ``upcoming`` and read the others ahead from the tier (ZeRO-Infinity sec. 6.2), in
+        order, stopping at the first unit that would take the elements held ahead past ``max_ahead_numel``."""
+        for position, unit in enumerate(upcoming):
+            if unit.index in self.ahead or unit.gathered or unit.inflight:  # already counted, or in use
+                if position == 0 and unit.index in self.ahead:
+                    self.start(unit)  # read ahead last time: its elements are counted already
+                continue
+            if self.max_ahead_numel is not None and self.ahead_numel + unit.numel > self.max_ahead_numel:
+                break
+            if position == 0:
+                self.start(unit)
+            else:
+                self.read_ahead(unit)
+            self.ahead[unit.index] = unit.numel
+        self.peak_ahead_numel = max(self.peak_ahead_numel, self.ahead_numel)
 
     def _side_stream(self):
         """The context the unit's copies are issued in: the side stream on a GPU, nothing on the CPU."""
@@ -121,6 +159,7 @@ class UnitGatherer:
         """Free the full parameters (ZeRO sec. 5.3: "discarded once the forward/backward of the layer is done")."""
         if unit.inflight:
             self.wait(unit)
+        self.ahead.pop(unit.index, None)
         for bucket in unit.buckets:
             if bucket.flat_param is not None:
                 self.transient.remove("working_params", tensor_bytes(bucket.flat_param))
@@ -130,6 +169,7 @@ class UnitGatherer:
         unit.gathered = False
         unit.refcount = 0
         unit.in_backward = False
+        unit.reduced.clear()
 
 
 class PrefetchTrace:

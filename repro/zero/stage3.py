@@ -23,7 +23,7 @@ from repro.zero.buckets import Bucket
 from repro.zero.ledger import Item
 from repro.zero.offload.tiers import ResidentTier, Tier
 from repro.zero.param_units import ParamUnit, PrefetchTrace, UnitGatherer, param_key, released_placeholder
-from repro.zero.partition import flat_layout
+from repro.zero.partition import flat_layout, group_into_buckets
 from repro.zero.stage2 import ZeroStage2
 
 
@@ -53,6 +53,7 @@ class ZeroStage3(ZeroStage2):
         param_tier: Tier | None = None,
         external_parameters: Mapping[nn.Module, Sequence[nn.Parameter]] | None = None,
         prefetch: bool = True,
+        prefetch_numel: int | None = None,
         **kwargs: Any,
     ) -> None:
         self.module = module
@@ -64,7 +65,7 @@ class ZeroStage3(ZeroStage2):
         super().__init__(module.parameters() if params is None else params, **kwargs)
         self.gatherer = UnitGatherer(
             dp_group=self.dp_group, param_tier=self.param_tier, dtype=self.precision.dtype, device=self.device,
-            transient=self.transient,
+            transient=self.transient, max_ahead_numel=prefetch_numel,
         )
         self.param_tier.flush()
         self._bucket_units = {bucket.index: unit for unit in self.units for bucket in unit.buckets}
@@ -80,8 +81,10 @@ class ZeroStage3(ZeroStage2):
             self._handles.append(user.register_forward_pre_hook(self._pre_forward))
             self._handles.append(user.register_forward_hook(self._post_forward))
 
-    # -- layout: one unit per module, one bucket per parameter group inside it -----------------------------
+    # -- layout: one unit per module; its parameters cut into buckets by group and at most bucket_numel ---------
     def _build_buckets(self, trainable: list[list[nn.Parameter]], bucket_numel: int) -> list[Bucket]:
+        """A bucket is a step sub-group (DeepSpeed's ``sub_group_size``): at most ``bucket_numel`` elements, a
+        larger tensor on its own, never spanning modules (a module is gathered as one unit)."""
         group_of = {id(p): g for g, params in enumerate(trainable) for p in params}
         world, rank = self._layout_world()
         buckets: list[Bucket] = []
@@ -93,11 +96,14 @@ class ZeroStage3(ZeroStage2):
             seen.update(id(p) for p in mine)
             unit = ParamUnit(len(self.units), module, [])
             for group in sorted({group_of[id(p)] for p in mine}):
-                chosen = [p for p in mine if group_of[id(p)] == group]
-                bucket = Bucket(len(buckets), group, chosen, [self._names.get(id(p), f"param{id(p)}") for p in chosen],
-                                flat_layout([p.numel() for p in chosen], world), rank)
-                buckets.append(bucket)
-                unit.buckets.append(bucket)
+                in_group = [p for p in mine if group_of[id(p)] == group]
+                for indices in group_into_buckets([p.numel() for p in in_group], bucket_numel):
+                    chosen = [in_group[i] for i in indices]
+                    names = [self._names.get(id(p), f"param{id(p)}") for p in chosen]
+                    bucket = Bucket(len(buckets), group, chosen, names, flat_layout([p.numel() for p in chosen], world),
+                                    rank)
+                    buckets.append(bucket)
+                    unit.buckets.append(bucket)
             self.units.append(unit)
         missing = [self._names.get(id(p), str(tuple(p.shape))) for g in trainable for p in g if id(p) not in seen]
         if missing:
@@ -128,13 +134,8 @@ class ZeroStage3(ZeroStage2):
     # -- hooks -----------------------------------------------------------------------------------------------
     def _need(self, unit: ParamUnit) -> None:
         """Gather ``unit`` (waiting for it) and start gathering the units that follow it in the trace."""
-        self.gatherer.start(unit)
         upcoming = self.trace.need(unit.index) if self.trace is not None else []
-        if upcoming:
-            self.gatherer.start(self.units[upcoming[0]])
-            for index in upcoming[1:]:
-                self.gatherer.read_ahead(self.units[index])
-        self.gatherer.wait(unit)
+        self.gatherer.need(unit, [self.units[index] for index in upcoming])
 
     def _pre_forward(self, module: nn.Module, args: Any) -> None:
         for unit in self._units_of[module]:
@@ -162,7 +163,10 @@ class ZeroStage3(ZeroStage2):
         """Once all gradients of a unit are on their way to their owners, its full parameters can go."""
         super()._reduce_bucket(bucket)
         unit = self._bucket_units[bucket.index]
-        if unit.in_backward and all(b.flat_grad is None for b in unit.buckets):
+        unit.reduced.add(bucket.index)
+        # Every bucket of the unit must have been reduced: one whose first gradient has not arrived yet has no
+        # flat_grad either, and its parameters are still needed by the rest of this backward.
+        if unit.in_backward and len(unit.reduced) == len(unit.buckets):
             self.gatherer.release(unit)
 
     def release_all(self) -> None:
@@ -170,6 +174,7 @@ class ZeroStage3(ZeroStage2):
         for unit in self.units:
             if unit.gathered or unit.inflight:
                 self.gatherer.release(unit)
+            unit.reduced.clear()
 
     def _reduce_gradients(self) -> list[torch.Tensor]:
         shards = super()._reduce_gradients()
