@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+from repro.cliargs import OneLineParser, positive_int
+
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
   WikiText-103  token ppl: exp(NLL / (T-1)) over GPT-2 BPE tokens with Megatron's overlapping windows
@@ -171,13 +173,13 @@ def cmd_toy(args) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m evals", description=__doc__,
+    parser = OneLineParser(prog="repro eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
     parser.add_argument("--results-dir", default=None, help="results root (default $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch intra-op threads (1 is fastest on a busy shared CPU)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -265,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = COMMANDS[args.command](args)
     except ValueError as err:  # bad input: one clear line, no traceback
-        print(f"error: {err}", file=sys.stderr)
+        print(f"repro eval: error: {err}", file=sys.stderr)
         return 2
     task = args.command.replace("-", "_")
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_write", "threads")}

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from repro import results as R
+from repro.cliargs import OneLineParser
 from repro.experiments import SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_time, resources_of
@@ -70,6 +71,8 @@ def _describe_point(exp: Experiment, scale: str, point: Point) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.scale:
+        _scale(args.scale)  # before the table, so a bad scale prints one line
     reg = _registry(args)
     rows = R.load_rows(args.results_dir)
     header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs/node", "needs GPU", "budget",
@@ -98,6 +101,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     experiments = [reg.get(name) for name in args.experiments]  # all names checked before anything runs
+    for exp in experiments:
+        scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
+        declared = [p.name for p in exp.points.get(scale, ())]
+        for name in args.point or ():
+            if name not in declared:
+                raise ValueError(f"experiment {exp.name!r} has no point {name!r} at scale {scale!r}; it declares "
+                                 f"{declared}")
     status = 0
     for exp in experiments:
         scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
@@ -190,7 +200,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="repro", description="Reproduce the papers' figures and tables.")
+    parser = OneLineParser(prog="repro", description="Reproduce the papers' figures and tables.")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="results root (default: $REPRO_RESULTS_DIR or results/ of the checkout)")
     sub = parser.add_subparsers(dest="command", required=True)

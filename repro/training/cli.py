@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from repro.cliargs import OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
 from repro.training.failfast import UsageError, Watchdog, agree_on_setup, run_fail_fast
@@ -32,78 +33,42 @@ PROG = "repro train"
 SYNTHETIC_VALID_START = 2**40
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = parser.add_argument_group("layout")
-    g.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size")
-    g.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel size (stages)")
-    g.add_argument("--dp", type=_positive_int, default=None, help="data-parallel size; default: world / (tp x pp)")
+    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
+    g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size (stages)")
+    g.add_argument("--dp", type=positive_int, default=None, help="data-parallel size; default: world / (tp x pp)")
     g.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
                    help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
+    g.add_argument("--deepspeed-config", default=None, metavar="JSON",
+                   help="a DeepSpeed config file: its zero_optimization (stage, bucket sizes, offload tiers) and "
+                        "gradient_clipping are used (the stage overrides --zero-stage, the clipping --clip-grad); "
+                        "every key is checked as repro.zero.config documents")
     g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
     g = parser.add_argument_group("model")
-    g.add_argument("--layers", type=_positive_int, default=4, help="transformer layers")
-    g.add_argument("--hidden", type=_positive_int, default=64, help="hidden size")
-    g.add_argument("--heads", type=_positive_int, default=4, help="attention heads")
-    g.add_argument("--vocab", type=_positive_int, default=256,
+    g.add_argument("--layers", type=positive_int, default=4, help="transformer layers")
+    g.add_argument("--hidden", type=positive_int, default=64, help="hidden size")
+    g.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    g.add_argument("--vocab", type=positive_int, default=256,
                    help="vocabulary of the synthetic data (a --data corpus sets GPT-2's 50257)")
-    g.add_argument("--seq-len", type=_positive_int, default=32, help="sequence length")
-    g.add_argument("--dropout", type=_non_negative_float, default=0.0, help="hidden and attention dropout")
+    g.add_argument("--seq-len", type=positive_int, default=32, help="sequence length")
+    g.add_argument("--dropout", type=non_negative_float, default=0.0, help="hidden and attention dropout")
     g = parser.add_argument_group("training")
-    g.add_argument("--steps", "--train-iters", dest="steps", type=_positive_int, default=20,
+    g.add_argument("--steps", "--train-iters", dest="steps", type=positive_int, default=20,
                    help="iterations to train in all (a resumed run continues up to this count)")
-    g.add_argument("--micro-batches", type=_positive_int, default=4, help="micro-batches per step per dp rank")
-    g.add_argument("--micro-batch-size", type=_positive_int, default=2, help="sequences per micro-batch")
-    g.add_argument("--lr", type=_positive_float, default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=_non_negative_float, default=0.0, help="floor of the decay")
-    g.add_argument("--lr-warmup-iters", type=_non_negative_int, default=0, help="linear warm-up iterations")
-    g.add_argument("--lr-decay-iters", type=_positive_int, default=None,
+    g.add_argument("--micro-batches", type=positive_int, default=4, help="micro-batches per step per dp rank")
+    g.add_argument("--micro-batch-size", type=positive_int, default=2, help="sequences per micro-batch")
+    g.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=non_negative_float, default=0.0, help="floor of the decay")
+    g.add_argument("--lr-warmup-iters", type=non_negative_int, default=0, help="linear warm-up iterations")
+    g.add_argument("--lr-decay-iters", type=positive_int, default=None,
                    help="iteration where the decay reaches --min-lr; default: --steps")
     g.add_argument("--lr-decay-style", default="constant", choices=DECAY_STYLES, help="decay after the warm-up")
-    g.add_argument("--weight-decay", type=_non_negative_float, default=0.0, help="AdamW's decoupled weight decay")
-    g.add_argument("--clip-grad", type=_non_negative_float, default=1.0,
+    g.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="AdamW's decoupled weight decay")
+    g.add_argument("--clip-grad", type=non_negative_float, default=1.0,
                    help="clip the global gradient norm to this (0: no clipping)")
     g.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="autocast dtype over fp32 master weights (fp16 with dynamic loss scaling)")
@@ -116,28 +81,58 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--valid-data", default=None,
                    help="prefix of the held-out token file; default: held-out synthetic samples (with --data "
                         "synthetic) or none")
-    g.add_argument("--eval-interval", type=_positive_int, default=None,
+    g.add_argument("--eval-interval", type=positive_int, default=None,
                    help="validation loss every this many iterations; default: none")
-    g.add_argument("--eval-iters", type=_positive_int, default=2, help="global batches per validation")
+    g.add_argument("--eval-iters", type=positive_int, default=2, help="global batches per validation")
     g = parser.add_argument_group("logging and checkpoints")
-    g.add_argument("--log-interval", type=_positive_int, default=1, help="iterations per printed log line")
+    g.add_argument("--log-interval", type=positive_int, default=1, help="iterations per printed log line")
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
     g.add_argument("--tensorboard-dir", default=None, help="TensorBoard scalars here (needs tensorboard)")
     g.add_argument("--save", default=None, help="directory for checkpoints; default: no checkpoints")
-    g.add_argument("--save-interval", type=_positive_int, default=None,
+    g.add_argument("--save-interval", type=positive_int, default=None,
                    help="checkpoint every this many iterations (and always at the end and on preemption)")
     g.add_argument("--load", default=None, help="resume from the newest checkpoint in this directory, if any")
     g = parser.add_argument_group("failure handling")
-    g.add_argument("--timeout-s", type=_positive_float, default=30.0,
+    g.add_argument("--timeout-s", type=positive_float, default=30.0,
                    help="process-group timeout of every collective and receive")
-    g.add_argument("--watchdog-s", type=_positive_float, default=None,
+    g.add_argument("--watchdog-s", type=positive_float, default=None,
                    help="exit when no pipeline action starts for this long; default: --timeout-s + 10")
     return parser
 
 
+def read_deepspeed_config(path: str):
+    """The ZeRO settings of a DeepSpeed JSON file (a :class:`UsageError` names the file, key and rule)."""
+    import json
+
+    from repro.zero.config import ZeroConfig
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--deepspeed-config {path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
+    try:
+        return ZeroConfig.from_deepspeed(data)
+    except ValueError as err:
+        raise UsageError(f"--deepspeed-config {path}: {err}") from None
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Checks that need no process group, so every rank refuses a bad command before it starts (exit code 2)."""
+    args.zero = None
+    if args.deepspeed_config is not None:
+        args.zero = read_deepspeed_config(args.deepspeed_config)
+        args.zero_stage = args.zero.stage
+        if args.zero.max_grad_norm is not None:
+            args.clip_grad = args.zero.max_grad_norm
+        if args.zero.dtype != "fp32":
+            raise UsageError(f"--deepspeed-config {args.deepspeed_config} enables {args.zero.dtype}: the trainer "
+                             f"computes in --precision (autocast over fp32 masters); use --precision "
+                             f"{args.zero.dtype} and drop the fp16/bf16 block")
     if args.save_interval is not None and args.save is None:
         raise UsageError(f"--save-interval {args.save_interval} needs --save DIR (where to write the checkpoints)")
     decay = args.lr_decay_iters if args.lr_decay_iters is not None else args.steps
@@ -214,6 +209,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 lr_decay_style=args.lr_decay_style, weight_decay=args.weight_decay,
                 clip_grad=args.clip_grad or None, zero_stage=args.zero_stage, seed=args.seed, device=str(device),
                 precision=args.precision, activation_checkpointing=args.activation_checkpointing,
+                zero=args.zero if args.zero is not None and args.zero_stage > 0 else None,
             )
             trainer = PipelineTrainer(config, groups, settings, on_action=on_action)
             return groups, trainer, source, validation

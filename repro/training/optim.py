@@ -132,19 +132,29 @@ def build_zero(model: nn.Module, settings: "TrainSettings", groups: ParallelGrou
     if settings.optimizer != "adam":
         raise ValueError(f"zero_stage={settings.zero_stage} shards Adam's states; optimizer={settings.optimizer!r} "
                          "is not supported")
+    from repro.zero.config import ZeroConfig
+    from repro.zero.offload import build_tier
+
+    zero = settings.zero if settings.zero is not None else ZeroConfig(stage=settings.zero_stage)
     named = list(model.named_parameters())
     excluded = [p for name, p in named if not counted_in_norm(name, groups.tp_rank)]
     mp_group = model_parallel_group(groups)
+    device = named[0][1].device
     common = dict(
         dp_group=groups.dp, lr=settings.lr, betas=settings.betas, eps=settings.eps,
-        weight_decay=settings.weight_decay, max_grad_norm=settings.clip_grad,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=zero.max_grad_norm if zero.max_grad_norm is not None else settings.clip_grad,
         model_parallel_group=mp_group if mp_group.size > 1 else None, norm_excluded=excluded,
+        bucket_numel=zero.bucket_numel,
+        optimizer_tier=build_tier(zero.offload_optimizer, device=device, role="optimizer"),
     )
     if settings.zero_stage == 3:
         root = module if module is not None else model
         word = model.tied_embedding() if hasattr(model, "tied_embedding") else None
         external = {root: [word.weight]} if word is not None and root is not model else None
-        return ZeroStage3(root, [p for _, p in named], external_parameters=external, param_names=named, **common)
+        return ZeroStage3(root, [p for _, p in named], external_parameters=external, param_names=named,
+                          param_tier=build_tier(zero.offload_param, device=device, role="param"),
+                          prefetch=zero.prefetch, prefetch_numel=zero.prefetch_numel, **common)
     cls = {1: ZeroStage1, 2: ZeroStage2}[settings.zero_stage]
     return cls([p for _, p in named], param_names=named, **common)
 

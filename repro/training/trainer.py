@@ -34,6 +34,7 @@ from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
 from repro.training.recompute import _Checkpointed
 from repro.training.schedule import LRSchedule
+from repro.zero.config import ZeroConfig
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -62,6 +63,7 @@ class TrainSettings:
     lr_warmup: int = 0
     lr_decay_iters: int | None = None
     lr_decay_style: str = "constant"
+    zero: ZeroConfig | None = None  # a DeepSpeed config's ZeRO settings (buckets, offload); its stage = zero_stage
 
     def schedule(self) -> LRSchedule:
         """The learning rate of each iteration (raises on a bad combination)."""
@@ -83,6 +85,13 @@ class TrainSettings:
         if not self.weight_decay >= 0:
             raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
         self.schedule()
+        if self.zero is not None:
+            if self.zero.stage != self.zero_stage:
+                raise ValueError(f"the ZeRO config's stage {self.zero.stage} differs from zero_stage={self.zero_stage}")
+            if self.zero.dtype != "fp32":
+                raise ValueError(f"the ZeRO config asks for {self.zero.dtype} parameters; the trainer keeps fp32 "
+                                 "parameters and masters and computes in --precision (autocast): set --precision "
+                                 f"{self.zero.dtype} and leave fp16/bf16 out of the DeepSpeed config")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
         if self.precision == "fp16" and self.zero_stage != 0:

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from repro.cliargs import OneLineParser, positive_int
 from repro.zero.memory_model import K_ADAM, model_state_bytes
 
 COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buffers", "activations", "rest")
@@ -156,21 +157,24 @@ def measure_stages(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.zero.report", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world-size", type=int, default=2, help="data-parallel ranks (local processes)")
-    parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3], help="ZeRO stages to measure")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser = OneLineParser(prog="repro zero-report", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-size", type=positive_int, default=2,
+                        help="data-parallel ranks (local processes) (default: 2)")
+    parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3], choices=(0, 1, 2, 3),
+                        help="ZeRO stages to measure (default: 0 1 2 3)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="training precision of the parameters (default: fp32)")
     parser.add_argument("--offload", choices=("none", "cpu", "nvme"), default="none",
                         help="tier of optimizer states (and of parameters at stage 3)")
     parser.add_argument("--nvme-path", default=None, help="directory for NVMe swap files (with --offload nvme)")
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--num-heads", type=int, default=4)
-    parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--micro-batch", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--hidden-size", type=positive_int, default=256, help="(default: 256)")
+    parser.add_argument("--num-layers", type=positive_int, default=4, help="(default: 4)")
+    parser.add_argument("--num-heads", type=positive_int, default=4, help="(default: 4)")
+    parser.add_argument("--vocab-size", type=positive_int, default=8192, help="(default: 8192)")
+    parser.add_argument("--seq-len", type=positive_int, default=64, help="(default: 64)")
+    parser.add_argument("--micro-batch", type=positive_int, default=2, help="(default: 2)")
+    parser.add_argument("--steps", type=positive_int, default=3, help="(default: 3)")
     parser.add_argument("--rows", type=Path, default=None,
                         help="JSON list of measurements to add, each with a 'framework' key (bench/test_zero_bench.py "
                              "writes repro's and DeepSpeed's on the bench model)")
@@ -179,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="output prefix: writes <out>.md, <out>.json and <out>.png")
     args = parser.parse_args(argv)
     if args.offload == "nvme" and not args.nvme_path:
-        parser.error("--offload nvme needs --nvme-path")
+        parser.error("--offload nvme needs --nvme-path DIR (where the swap files go)")
     if args.no_measure and args.rows is None:
         parser.error("--no-measure needs --rows")
     measurements = [] if args.no_measure else [{**m, "framework": "repro"} for m in measure_stages(
