@@ -54,8 +54,10 @@ def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
     preemption: PreemptionFlag | None = None, pause_watchdog: Callable[[bool], None] | None = None,
+    save_at_end: bool = True,
 ) -> Outcome:
-    """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints)."""
+    """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
+    with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved."""
     outcome = Outcome()
     b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
     flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
@@ -110,6 +112,6 @@ def train_loop(
             outcome.preempted = True
             return outcome
     last_saved = outcome.saved[-1] if outcome.saved else ""
-    if save is not None and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
+    if save is not None and save_at_end and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
         checkpoint()
     return outcome
