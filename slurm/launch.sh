@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
-# Shared launcher of every slurm/<experiment>.sbatch: runs the experiment's points inside the allocation.
+# Shared launcher of every slurm/<experiment>.sbatch and of slurm/train.sbatch: runs the work inside the allocation,
+# and requeues the job when it is preempted.
 #
-#   launch.sh EXPERIMENT [SCALE]          (called by the .sbatch files; SCALE defaults to ci)
+#   launch.sh EXPERIMENT [SCALE]              (called by the experiment .sbatch files; SCALE defaults to ci)
+#   launch.sh --train [REPRO TRAIN OPTIONS]   (called by slurm/train.sbatch)
 #
-# For each point (one point per array task when the job is an array, else every point of the scale):
+# Experiments: for each point (one point per array task when the job is an array, else every point of the scale):
 #   * world size 1:  srun -n1 python -m repro.experiments.worker EXP --point P
 #   * world size W:  srun, one task per node, each running torchrun with c10d rendezvous on the first node of the
 #                    allocation (REPRO_LAUNCHER=torchrun, the default), or srun with W tasks that read
 #                    SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR/MASTER_PORT (REPRO_LAUNCHER=srun).
 #   Ranks per node = GPUs on the node when GPUs are allocated, else the tasks per node of the allocation.
-# Rows go to $REPRO_RESULTS_DIR (default: results/ of the checkout) with the job id in their provenance.
+#   Rows go to $REPRO_RESULTS_DIR (default: results/ of the checkout) with the job id in their provenance.
+# Training: srun starts `python -m repro.training OPTIONS` on every task of the allocation (one rank per task, from
+#   SLURM_PROCID/SLURM_NTASKS), with --save and --load defaulting to <results>/checkpoints/<job name>-<job id>.
+#
+# Preemption (issue 12). SIGUSR1 (#SBATCH --signal=B:USR1@120 two minutes before the time limit, or
+# `scancel --full --signal=USR1 JOB`) and SIGTERM (the time limit itself) that reach this shell are passed on to the
+# running step: srun hands them to its tasks, torchrun's agent to its workers. `scancel --signal=USR1 JOB` (without
+# --full) skips this shell and signals the step's processes directly. A training rank finishes its step, saves and
+# exits 75 (EX_TEMPFAIL, repro.training.preemption.EXIT_PREEMPTED); an experiment point, which keeps no state, stops.
+# A step that exits 75, or that ends unsuccessfully after a signal reached this shell, ends the attempt with
+# `scontrol requeue`: Slurm starts the job again under the same job id (SLURM_RESTART_COUNT counts the requeues),
+# appending to the same log (#SBATCH --open-mode=append); a job cancelled by scancel (which sends SIGTERM too) is
+# not requeued. The next attempt of a training loads the checkpoint; the next attempt of an experiment keeps the run
+# id of the first (stored in <results>/slurm-logs/<job id>.run_id) and skips the points an earlier attempt of the
+# job already wrote to it.
 #
 # Environment: REPRO_ROOT (checkout; default $SLURM_SUBMIT_DIR), REPRO_PYTHON (default python3),
 #   REPRO_DEVICE (auto | cpu | cuda; cpu runs GPU points on CPU), REPRO_LAUNCHER (torchrun | srun),
 #   REPRO_RESULTS_DIR, REPRO_RUN_ID (append to this run), REPRO_MASTER_PORT.
 set -euo pipefail
 
-die() { echo "repro launch: error: $*" >&2; exit "${2:-2}"; }
+die() { echo "repro launch: error: $1" >&2; exit "${2:-2}"; }
 
-[ $# -ge 1 ] || die "usage: launch.sh EXPERIMENT [SCALE]"
-EXP="$1"
-SCALE="${2:-ci}"
-[ -n "${SLURM_JOB_ID:-}" ] || die "not inside a Slurm allocation; submit with: sbatch slurm/${EXP}.sbatch ${SCALE}"
+[ $# -ge 1 ] || die "usage: launch.sh EXPERIMENT [SCALE] | launch.sh --train [REPRO TRAIN OPTIONS]"
+MODE=experiment
+EXP=""
+SCALE=""
+if [ "$1" = --train ]; then
+  MODE=train
+  shift
+else
+  EXP="$1"
+  SCALE="${2:-ci}"
+fi
+if [ -z "${SLURM_JOB_ID:-}" ]; then
+  if [ "$MODE" = train ]; then
+    die "not inside a Slurm allocation; submit with: sbatch slurm/train.sbatch [REPRO TRAIN OPTIONS]"
+  fi
+  die "not inside a Slurm allocation; submit with: sbatch slurm/${EXP}.sbatch ${SCALE}"
+fi
 
 ROOT="${REPRO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}"
 [ -d "$ROOT/repro" ] || die "REPRO_ROOT=$ROOT is not a repro checkout (no repro/ there); submit from the checkout or set REPRO_ROOT"
@@ -34,20 +63,157 @@ case "$LAUNCHER" in torchrun|srun) ;; *) die "REPRO_LAUNCHER=$LAUNCHER must be t
 
 JOB="${SLURM_JOB_ID}"
 TASK="${SLURM_ARRAY_TASK_ID:-}"
-RUN_ID="${REPRO_RUN_ID:-$(date -u +%Y%m%dT%H%M%S.%6NZ)-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')}"
-RESULTS_ARGS=()
-[ -n "${REPRO_RESULTS_DIR:-}" ] && RESULTS_ARGS=(--results-dir "$REPRO_RESULTS_DIR")
-SELECT=()
-[ -n "$TASK" ] && SELECT=(--point-index "$TASK")
-
-# The plan validates the experiment, scale and array index before anything is launched.
-PLAN="$("$PY" -m repro.experiments.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} --plan)" \
-  || die "cannot plan $EXP at scale $SCALE (see the message above)"
+# scontrol's name of this job: an array task as <array job>_<task>, since the first task's own job id is also the
+# array's, and `scontrol requeue <array job id>` requeues every task of the array
+JOB_REF="$JOB"
+[ -n "$TASK" ] && [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && JOB_REF="${SLURM_ARRAY_JOB_ID}_${TASK}"
+RESTART="${SLURM_RESTART_COUNT:-0}"
+ATTEMPT=$(( RESTART + 1 ))
+RESULTS="${REPRO_RESULTS_DIR:-$ROOT/results}"
 
 NODES="${SLURM_JOB_NUM_NODES:-1}"
 HEAD="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null | head -n1)"
 HEAD="${HEAD:-$(hostname -s)}"
-BASE_PORT="${REPRO_MASTER_PORT:-$(( 20000 + (JOB * 7) % 20000 ))}"
+# Another port on each attempt: the previous attempt's store may still hold its port for a moment.
+BASE_PORT="${REPRO_MASTER_PORT:-$(( 20000 + (JOB * 7 + RESTART * 101) % 20000 ))}"
+
+# --- preemption: pass a signal on to the running step, requeue when the step stopped for it -----------------------
+EXIT_PREEMPTED=75
+STOP_SIGNAL=""    # USR1 or TERM, once one reached this shell
+SIGNALS_SEEN=0
+STEP_PID=""
+STEP_RC=0
+REQUEUEING=""
+
+on_signal() {  # SIGNAL
+  [ -z "$REQUEUEING" ] || return 0  # scontrol requeue ends this shell with SIGTERM: nothing is left to stop
+  STOP_SIGNAL="$1"
+  SIGNALS_SEEN=$(( SIGNALS_SEEN + 1 ))
+  if [ -n "$STEP_PID" ]; then
+    echo "repro launch: got SIG$1: passing it to the running step (srun pid $STEP_PID)" >&2
+    kill -s "$1" "$STEP_PID" 2>/dev/null || true
+  else
+    echo "repro launch: got SIG$1 between steps" >&2
+  fi
+}
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM
+
+# run_step COMMAND...: run an srun command and wait for it; STEP_RC is its exit code. The step runs in the background
+# because bash runs a trap only between commands: a foreground srun would hold the signal until the step had ended.
+run_step() {
+  "$@" </dev/null &
+  STEP_PID=$!
+  local seen rc waits=0
+  while :; do
+    seen=$SIGNALS_SEEN
+    rc=0
+    wait "$STEP_PID" || rc=$?
+    waits=$(( waits + 1 ))
+    # 127 on a second wait: the first one already collected the step's status (it ended as the signal came)
+    if [ "$waits" -gt 1 ] && [ "$rc" -eq 127 ]; then break; fi
+    STEP_RC=$rc
+    # A wait cut short by a trapped signal returns 128 + its number while the step goes on: wait again.
+    if [ "$SIGNALS_SEEN" -eq "$seen" ] || [ "$rc" -le 128 ]; then break; fi
+  done
+  STEP_PID=""
+}
+
+# stopped_for_preemption: the step saved and asked to be run again (75), or a signal stopped it
+stopped_for_preemption() {
+  [ "$STEP_RC" -eq "$EXIT_PREEMPTED" ] || { [ -n "$STOP_SIGNAL" ] && [ "$STEP_RC" -ne 0 ]; }
+}
+
+job_field() {  # FIELD: its value in `scontrol show job` (empty when the controller does not answer)
+  scontrol -o show job "$JOB_REF" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n1
+}
+
+requeue() {  # WHY
+  REQUEUEING=1
+  # scancel sends SIGTERM as well, and `scontrol requeue` would bring a cancelled job back: a job that is no longer
+  # RUNNING ends here unless its time limit is what ended it (Reason=TimeLimit)
+  local state reason
+  state="$(job_field JobState)"
+  reason="$(job_field Reason)"
+  if [ -n "$state" ] && [ "$state" != RUNNING ] && [ "$reason" != TimeLimit ]; then
+    echo "repro launch: $1, but job $JOB_REF was cancelled (JobState=$state Reason=$reason): not requeued" >&2
+    exit "$STEP_RC"
+  fi
+  echo "repro launch: $1: attempt $ATTEMPT of job $JOB_REF ends here; scontrol requeue $JOB_REF (the next attempt appends to this log)"
+  if scontrol requeue "$JOB_REF"; then
+    exit 0
+  fi
+  die "scontrol requeue $JOB_REF failed: the job ends with exit code $EXIT_PREEMPTED; resubmit it to go on" "$EXIT_PREEMPTED"
+}
+
+# --- training ----------------------------------------------------------------------------------------------------
+if [ "$MODE" = train ]; then
+  ARGS=("$@")
+  SAVE=""
+  LOAD=""
+  for (( i = 0; i < ${#ARGS[@]}; i++ )); do
+    case "${ARGS[i]}" in
+      --save) SAVE="${ARGS[i + 1]:-}" ;;
+      --save=*) SAVE="${ARGS[i]#--save=}" ;;
+      --load) LOAD="${ARGS[i + 1]:-}" ;;
+      --load=*) LOAD="${ARGS[i]#--load=}" ;;
+    esac
+  done
+  if [ -z "$SAVE" ]; then
+    SAVE="$RESULTS/checkpoints/${SLURM_JOB_NAME:-repro-train}-$JOB"
+    ARGS+=(--save "$SAVE")
+  fi
+  if [ -z "$LOAD" ]; then
+    LOAD="$SAVE"
+    ARGS+=(--load "$LOAD")
+  elif [ "$RESTART" -gt 0 ] && [ "$LOAD" != "$SAVE" ]; then
+    # the first attempt started from --load; later ones go on from this job's own checkpoints (argparse: last wins)
+    echo "repro launch: attempt $ATTEMPT resumes from --save $SAVE instead of --load $LOAD"
+    LOAD="$SAVE"
+    ARGS+=(--load "$LOAD")
+  fi
+  NTASKS="${SLURM_NTASKS:-1}"
+  export MASTER_ADDR="$HEAD" MASTER_PORT="$BASE_PORT"
+  # one compute thread per CPU of the task (as torchrun does for its workers): ranks that each start a thread per
+  # core of the node slow one another down many times over
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
+  echo "repro launch: train job=$JOB attempt=$ATTEMPT nodes=$NODES head=$HEAD ranks=$NTASKS save=$SAVE load=$LOAD"
+  # Ranks that stop for a preemption save together and leave one after the other: --kill-on-bad-exit would end the
+  # slower ones (and turn the step's exit code 75 into 143). A rank that fails alone ends the others through the
+  # trainer's fail-fast; --wait bounds how long the rest may outlive the first rank to exit.
+  run_step srun --kill-on-bad-exit=0 --wait=120 "$PY" -m repro.training ${ARGS[@]+"${ARGS[@]}"}
+  if stopped_for_preemption; then
+    requeue "training stopped for preemption (exit code $STEP_RC${STOP_SIGNAL:+ after SIG$STOP_SIGNAL})"
+  fi
+  [ "$STEP_RC" -eq 0 ] || echo "repro launch: training FAILED with exit code $STEP_RC" >&2
+  exit "$STEP_RC"
+fi
+
+# --- experiments -------------------------------------------------------------------------------------------------
+# The run id: REPRO_RUN_ID, or a new one on the first attempt, kept in a file so that a requeued attempt appends to
+# the same run. A first attempt always writes a new one (a cluster that was reset may hand out a job id again).
+RUN_ID_FILE="$RESULTS/slurm-logs/$JOB.run_id"
+if [ -n "${REPRO_RUN_ID:-}" ]; then
+  RUN_ID="$REPRO_RUN_ID"
+elif [ "$RESTART" -gt 0 ] && [ -s "$RUN_ID_FILE" ]; then
+  RUN_ID="$(cat "$RUN_ID_FILE")"
+else
+  [ "$RESTART" -eq 0 ] || echo "repro launch: attempt $ATTEMPT finds no $RUN_ID_FILE: this attempt starts a new run" >&2
+  RUN_ID="$(date -u +%Y%m%dT%H%M%S.%6NZ)-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"
+  mkdir -p "$(dirname "$RUN_ID_FILE")"
+  echo "$RUN_ID" > "$RUN_ID_FILE"
+fi
+RESULTS_ARGS=()
+[ -n "${REPRO_RESULTS_DIR:-}" ] && RESULTS_ARGS=(--results-dir "$REPRO_RESULTS_DIR")
+SELECT=()
+[ -n "$TASK" ] && SELECT=(--point-index "$TASK")
+SKIP=()
+[ "$RESTART" -gt 0 ] && SKIP=(--run-id "$RUN_ID" --skip-done)
+
+# The plan validates the experiment, scale and array index before anything is launched; a requeued attempt leaves
+# out the points that an earlier attempt of this job wrote.
+PLAN="$("$PY" -m repro.experiments.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
+  || die "cannot plan $EXP at scale $SCALE (see the message above)"
 
 leading_int() { echo "${1%%[^0-9]*}"; }
 GPUS="$(leading_int "${SLURM_GPUS_ON_NODE:-0}")"
@@ -58,13 +224,19 @@ else
   PER_NODE="$(leading_int "${SLURM_NTASKS_PER_NODE:-${SLURM_CPUS_ON_NODE:-1}}")"
 fi
 CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
+# torchrun's agent dies on SIGUSR1 unless it handles it; handled, it passes it on to its workers (torch >= 2.8 reads
+# this variable; older versions ignore it)
+export PET_SIGNALS_TO_HANDLE="${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1}"
 
-echo "repro launch: $EXP scale=$SCALE job=$JOB${TASK:+ array_task=$TASK} nodes=$NODES head=$HEAD gpus/node=$GPUS ranks/node=$PER_NODE run_id=$RUN_ID"
+echo "repro launch: $EXP scale=$SCALE job=$JOB${TASK:+ array_task=$TASK} attempt=$ATTEMPT nodes=$NODES head=$HEAD gpus/node=$GPUS ranks/node=$PER_NODE run_id=$RUN_ID"
 
 status=0
 index=0
 while IFS=$'\t' read -r -u 3 NAME WS NEEDS_GPU MEM; do
   [ -n "$NAME" ] || continue
+  if [ -n "$STOP_SIGNAL" ]; then
+    requeue "stopped by SIG$STOP_SIGNAL before point $NAME"
+  fi
   DEVICE="$DEVICE_REQ"
   if [ "$DEVICE" = auto ]; then
     if [ "$GPUS" -gt 0 ]; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -81,9 +253,8 @@ or set REPRO_DEVICE=cpu to run it on CPU anyway" 3
   PORT=$(( BASE_PORT + index ))
   export MASTER_ADDR="$HEAD" MASTER_PORT="$PORT"
   echo "repro launch: point $NAME: $WS rank(s) on $DEVICE (needs ~${MEM} GiB per rank)"
-  rc=0
   if [ "$WS" -eq 1 ]; then
-    srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 "$PY" "${WORKER[@]}" </dev/null || rc=$?
+    run_step srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
   else
     NN=$(( (WS + PER_NODE - 1) / PER_NODE ))
     [ "$NN" -le "$NODES" ] || die "point $NAME needs $WS ranks = $NN node(s) of $PER_NODE; the allocation has \
@@ -91,14 +262,18 @@ $NODES node(s): resubmit with --nodes=$NN (repro submit sizes this)" 4
     [ $(( WS % NN )) -eq 0 ] || die "point $NAME: $WS ranks do not split evenly over $NN nodes" 4
     PPN=$(( WS / NN ))
     if [ "$LAUNCHER" = torchrun ]; then
-      srun --nodes="$NN" --ntasks="$NN" --ntasks-per-node=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 \
+      run_step srun --nodes="$NN" --ntasks="$NN" --ntasks-per-node=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 \
         "$PY" -m torch.distributed.run --nnodes="$NN" --nproc-per-node="$PPN" \
-        --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="repro-$JOB-$index" \
-        "${WORKER[@]}" </dev/null || rc=$?
+        --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="repro-$JOB-$RESTART-$index" \
+        "${WORKER[@]}"
     else
-      srun --nodes="$NN" --ntasks="$WS" --ntasks-per-node="$PPN" --kill-on-bad-exit=1 \
-        "$PY" "${WORKER[@]}" </dev/null || rc=$?
+      run_step srun --nodes="$NN" --ntasks="$WS" --ntasks-per-node="$PPN" --kill-on-bad-exit=1 \
+        "$PY" "${WORKER[@]}"
     fi
+  fi
+  rc=$STEP_RC
+  if stopped_for_preemption; then
+    requeue "point $NAME stopped for preemption (exit code $rc${STOP_SIGNAL:+ after SIG$STOP_SIGNAL}); it runs again"
   fi
   if [ "$rc" -ne 0 ]; then
     echo "repro launch: point $NAME of $EXP FAILED with exit code $rc" >&2

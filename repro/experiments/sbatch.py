@@ -7,6 +7,12 @@ whose options come from the points' resources (:func:`repro.experiments.resource
 ``repro submit`` builds), so ``sbatch ... slurm/<experiment>.sbatch paper`` as written there gets the paper
 resources; a job started at another scale than the header's says so in its log. The header never requests GPUs,
 so the same file runs on CPU-only clusters; GPU scales get theirs from the listed options.
+
+Every file is preemptible (:data:`PREEMPTION_DIRECTIVES`, also in the hand-written ``slurm/train.sbatch``): Slurm
+sends SIGUSR1 to the batch shell two minutes before the time limit, ``slurm/launch.sh`` passes it on to the running
+step and requeues the job when the step stops for it, and every attempt appends to the same log,
+``results/slurm-logs/<job name>-<job id>.out`` (:data:`LOG_DIRECTIVE`; the folder is in the repository, since
+Slurm opens the log before the script runs and does not create folders).
 ``python scripts/write_sbatch.py`` (re)writes the files of every registered experiment.
 """
 
@@ -19,6 +25,13 @@ from repro.experiments.resources import Overrides, cpu_scale_of, envelope, forma
 from repro.results import REPO_ROOT
 
 SLURM_DIR = REPO_ROOT / "slurm"
+
+#: Requeue instead of failing when preempted; SIGUSR1 to the batch shell (``B:``) 120 s before the time limit, which
+#: launch.sh passes on to the step (a training saves and exits 75, launch.sh runs ``scontrol requeue``); a requeued
+#: attempt appends to the log of the first instead of truncating it.
+PREEMPTION_DIRECTIVES = ("#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append")
+#: Relative to the submit directory (the checkout). The job name is already ``repro-<experiment>``.
+LOG_DIRECTIVE = "#SBATCH --output=results/slurm-logs/%x-%j.out"
 
 _HEAD = """#!/bin/bash
 # repro experiment {name} ({paper}): {title}
@@ -37,7 +50,8 @@ _TAIL = """# The #SBATCH lines never ask for GPUs (the file runs on CPU-only clu
 #SBATCH --cpus-per-task={cpus}
 #SBATCH --mem={mem}
 #SBATCH --time={time}
-#SBATCH --output=repro-%x-%j.out
+{log}
+{preemption}
 set -euo pipefail
 SCALE="${{1:-${{REPRO_SCALE:-{cpu}}}}}"
 if [ "$SCALE" != {cpu} ]; then
@@ -77,7 +91,8 @@ def render(experiment: Experiment) -> str:
             + blocks
             + _TAIL.format(name=experiment.name, cpu=cpu, nodes=header.nodes, tasks=header.tasks_per_node,
                            cpus=header.cpus_per_task, mem=f"{header.mem_gib}G" if header.mem_gib else "0",
-                           time=format_time(header.time_min)))
+                           time=format_time(header.time_min), log=LOG_DIRECTIVE,
+                           preemption="\n".join(PREEMPTION_DIRECTIVES)))
 
 
 def sbatch_path(name: str, slurm_dir: Path = SLURM_DIR) -> Path:

@@ -2,6 +2,8 @@
 
 * ``--plan`` prints the points to run, one per line: ``name<TAB>world_size<TAB>needs_gpu<TAB>memory_gib``
   (``slurm/launch.sh`` reads it to size each launch); bad experiment or scale names fail here, before any srun.
+  With ``--run-id R --skip-done`` it leaves out the points that this Slurm job already wrote to run R: a requeued
+  job (``slurm/launch.sh`` requeues a preempted one) goes on with the points its earlier attempts did not finish.
 * Under srun or torchrun with more than one rank (their variables are set), it initialises torch.distributed
   with :func:`repro.dist.init_distributed`, runs the point as the rank it is, and rank 0 appends the rows.
 * Otherwise it runs the point(s) on this machine exactly like ``repro run`` (local processes when needed).
@@ -38,6 +40,17 @@ def _points(experiment: Experiment, scale: str, name: str | None, index: int | N
             )
         return [points[index]]
     return points
+
+
+def written_by_this_job(results: Path, experiment: str, scale: str, run_id: str) -> set[str]:
+    """Points of ``scale`` with rows in run ``run_id`` whose provenance names this Slurm job (the same job id on
+    every attempt of a requeued job); empty outside Slurm or when the run has no file yet."""
+    job = R.slurm_provenance()["job_id"]
+    path = R.run_path(results, experiment, run_id)
+    if job is None or not path.exists():
+        return set()
+    return {record["point"] for record in R.read_run(path)
+            if record.get("scale") == scale and str((record.get("provenance") or {}).get("job_id")) == str(job)}
 
 
 def _launched_world_size() -> int:
@@ -100,11 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, help="results root (default: $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--device", default="auto", choices=DEVICES)
     parser.add_argument("--plan", action="store_true", help="print the points to run and exit")
+    parser.add_argument("--skip-done", action="store_true",
+                        help="with --plan and --run-id: leave out the points this Slurm job already wrote to the run "
+                             "(an earlier attempt of a requeued job)")
     args = parser.parse_args(argv)
     try:
+        if args.skip_done and not (args.plan and args.run_id):
+            raise ValueError("--skip-done needs --plan and --run-id (the run whose written points are left out)")
         experiment = get_experiment(args.experiment)
         points = _points(experiment, args.scale, args.point, args.point_index)
         if args.plan:
+            if args.skip_done:
+                done = written_by_this_job(R.results_dir(args.results_dir), experiment.name, args.scale,
+                                           args.run_id)
+                for point in points:
+                    if point.name in done:
+                        print(f"repro worker: point {point.name} is already in run {args.run_id} (an earlier "
+                              f"attempt of this job): skipped", file=sys.stderr)
+                points = [p for p in points if p.name not in done]
             for point in points:
                 print(f"{point.name}\t{point.world_size}\t{int(point.needs_gpu)}\t{point.memory_gib:g}")
             return 0

@@ -10,6 +10,9 @@
 #                        jobs can run: SlurmdParameters=config_overrides keeps the node from going INVAL)
 #   REPRO_SLURM_MEM_MB   RealMemory of the node in MB (default: 90% of MemTotal)
 #   REPRO_SLURM_WAIT_S   how long to wait for the node to become idle (default 60)
+#   REPRO_SLURM_REQUEUE_DELAY_S  how long a requeued job waits before it may start again (default 10). Slurm takes
+#                        it from AuthInfo=cred_expire (also the lifetime of a step credential; 120 s by default
+#                        on a real cluster): the preemption tests requeue jobs and should not wait two minutes.
 set -euo pipefail
 
 die() { echo "slurm/local/start.sh: $*" >&2; exit 1; }
@@ -18,6 +21,7 @@ die() { echo "slurm/local/start.sh: $*" >&2; exit 1; }
 
 CPUS="${REPRO_SLURM_CPUS:-8}"
 WAIT_S="${REPRO_SLURM_WAIT_S:-60}"
+CRED_EXPIRE_S="${REPRO_SLURM_REQUEUE_DELAY_S:-10}"
 MEM_TOTAL_KB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 MEM_MB="${REPRO_SLURM_MEM_MB:-$(( MEM_TOTAL_KB * 9 / 10 / 1024 ))}"
 NODE="$(hostname -s)"
@@ -49,6 +53,7 @@ cat > "$CONF_DIR/slurm.conf" <<CONF
 ClusterName=repro
 SlurmctldHost=${NODE}(127.0.0.1)
 AuthType=auth/munge
+AuthInfo=cred_expire=${CRED_EXPIRE_S}
 SlurmUser=root
 SlurmdUser=root
 ProctrackType=proctrack/linuxproc
@@ -61,7 +66,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
 EnforcePartLimits=ALL
-SchedulerParameters=defer_batch=0
+SchedulerParameters=defer_batch=0,sched_interval=2,bf_interval=2
 StateSaveLocation=${SPOOL}/ctld
 SlurmdSpoolDir=${SPOOL}/d
 SlurmctldPidFile=/run/slurmctld.pid

@@ -280,7 +280,9 @@ def test_smoke_only_experiment_in_list_sbatch_and_jobs(smoke_env, capsys):
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     header = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", text, re.M))
     assert header == {"job-name": "repro-fake_smoke_gpu", "nodes": "1", "ntasks-per-node": "2", "cpus-per-task": "1",
-                      "mem": "2G", "time": "00:10:00", "output": "repro-%x-%j.out"}
+                      "mem": "2G", "time": "00:10:00", "output": "results/slurm-logs/%x-%j.out",
+                      "signal": "B:USR1@120", "open-mode": "append"}
+    assert "\n#SBATCH --requeue\n" in text
     assert 'SCALE="${1:-${REPRO_SCALE:-smoke}}"' in text
     assert ("#     sbatch --array=1 --nodes=32 --ntasks-per-node=16 --gpus-per-node=16 --cpus-per-task=12 --mem=901G "
             "--time=48:00:00 slurm/fake_smoke_gpu.sbatch paper") in text

@@ -1,0 +1,231 @@
+"""slurm/launch.sh's preemption logic without a cluster: stand-ins for ``srun`` (runs its command here) and
+``scontrol`` (records what it is asked), a stand-in trainer that exits 75 when signalled, and the worker's
+``--skip-done`` plan. The same logic runs on a real Slurm in tests/slurm/test_train_requeue.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.experiments import worker
+from repro.experiments.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
+from repro.results import REPO_ROOT, append_rows, load_rows
+
+LAUNCH = REPO_ROOT / "slurm" / "launch.sh"
+FAKE = REPO_ROOT / "tests" / "experiments" / "fake_experiments.py"
+JOB = "4242"
+
+#: A stand-in for ``python -m repro.training``: records its arguments, says it is ready, then exits with
+#: $FAKE_RC, or with 75 as soon as SIGUSR1 or SIGTERM arrives when $FAKE_WAIT is set.
+STAND_IN = """
+import json, os, signal, sys, time
+out = os.environ["FAKE_OUT"]
+got = []
+for sig in (signal.SIGUSR1, signal.SIGTERM):
+    signal.signal(sig, lambda signum, frame: got.append(signal.Signals(signum).name))
+with open(out + ".args", "w") as handle:
+    json.dump(sys.argv[1:], handle)
+open(out + ".ready", "w").close()
+deadline = time.monotonic() + 30
+while os.environ.get("FAKE_WAIT") and not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+if got:
+    open(out + ".signal", "w").write(got[0])
+    sys.exit(75)
+sys.exit(int(os.environ.get("FAKE_RC", "0")))
+"""
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.fixture()
+def stubs(tmp_path):
+    """bin/srun (drops its options, execs the command), bin/scontrol (answers `show hostnames` and `show job`,
+    logs anything else), bin/fakepy (the stand-in trainer, exec'd so that srun's pid is the trainer's)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "srun", '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
+    _executable(bin_dir / "scontrol", '#!/bin/bash\n'
+                'case "$*" in\n'
+                '  "show hostnames"*) echo localhost ;;\n'
+                '  *"show job"*) echo "JobId=$SLURM_JOB_ID JobState=${FAKE_JOB_STATE:-RUNNING} '
+                'Reason=${FAKE_REASON:-None} Restarts=0" ;;\n'
+                '  *) echo "$*" >> "$SCONTROL_LOG" ;;\n'
+                'esac\n')
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    # launch.sh runs "$REPRO_PYTHON -m repro.training ARGS": the stand-in drops "-m repro.training"
+    _executable(bin_dir / "fakepy", f'#!/bin/bash\nshift 2\nexec {sys.executable} {script} "$@"\n')
+    return bin_dir
+
+
+def _env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", REPRO_ROOT=str(REPO_ROOT), REPRO_RESULTS_DIR=str(tmp_path / "res"),
+               REPRO_EXTRA_EXPERIMENTS=str(FAKE), SCONTROL_LOG=str(tmp_path / "scontrol.log"),
+               FAKE_OUT=str(tmp_path / "fake"), SLURM_JOB_ID=JOB, SLURM_JOB_NAME="repro-train",
+               SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="2",
+               SLURM_CPUS_ON_NODE="2", REPRO_MASTER_PORT=str(29100 + os.getpid() % 800))
+    env.update(extra)
+    return env
+
+
+def _train(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(LAUNCH), "--train", *args], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=REPO_ROOT)
+
+
+def _requeues(tmp_path: Path) -> list[str]:
+    log = tmp_path / "scontrol.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_train_requeues_only_a_step_that_exits_75(tmp_path, stubs):
+    ckpt = str(tmp_path / "res" / "checkpoints" / f"repro-train-{JOB}")
+    for rc, launch_rc, requeued in ((75, 0, True), (0, 0, False), (1, 1, False)):
+        (tmp_path / "scontrol.log").unlink(missing_ok=True)
+        proc = _train(_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC=str(rc)), "--steps", "3")
+        assert proc.returncode == launch_rc, proc.stdout + proc.stderr
+        assert _requeues(tmp_path) == ([f"requeue {JOB}"] if requeued else []), proc.stdout
+        # --save and --load default to <results>/checkpoints/<job name>-<job id>
+        assert json.loads((tmp_path / "fake.args").read_text()) == ["--steps", "3", "--save", ckpt, "--load", ckpt]
+    assert "training FAILED with exit code 1" in proc.stderr
+
+
+def test_an_array_task_requeues_only_itself(tmp_path, stubs):
+    """The first task of an array has the array's job id as its own: `scontrol requeue <that id>` would requeue
+    every task, so an array task names itself <array job>_<task>."""
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", SLURM_ARRAY_JOB_ID=JOB,
+               SLURM_ARRAY_TASK_ID="0")
+    proc = _train(env)
+    assert proc.returncode == 0 and _requeues(tmp_path) == [f"requeue {JOB}_0"], proc.stdout + proc.stderr
+
+
+def test_a_cancelled_job_is_not_requeued_but_one_at_its_time_limit_is(tmp_path, stubs):
+    """scancel sends SIGTERM too: the trainer saves and exits 75, but the job is no longer RUNNING, so it ends
+    there; at the time limit (Reason=TimeLimit) it is requeued."""
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", FAKE_JOB_STATE="COMPLETING")
+    proc = _train(env)
+    assert proc.returncode == 75 and _requeues(tmp_path) == [], proc.stdout + proc.stderr
+    assert f"job {JOB} was cancelled (JobState=COMPLETING Reason=None): not requeued" in proc.stderr
+    proc = _train({**env, "FAKE_REASON": "TimeLimit"})
+    assert proc.returncode == 0 and _requeues(tmp_path) == [f"requeue {JOB}"], proc.stdout + proc.stderr
+
+
+def test_a_requeued_attempt_loads_its_own_checkpoints(tmp_path, stubs):
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"))
+    assert _train(env, "--save", "mine", "--load=pretrained").returncode == 0
+    assert json.loads((tmp_path / "fake.args").read_text()) == ["--save", "mine", "--load=pretrained"]
+    proc = _train({**env, "SLURM_RESTART_COUNT": "1"}, "--save", "mine", "--load=pretrained")
+    assert proc.returncode == 0 and "attempt 2 resumes from --save mine instead of --load pretrained" in proc.stdout
+    assert json.loads((tmp_path / "fake.args").read_text())[-2:] == ["--load", "mine"]
+
+
+def test_launch_outside_slurm_names_the_training_sbatch(tmp_path, stubs):
+    env = _env(tmp_path, stubs)
+    del env["SLURM_JOB_ID"]
+    proc = _train(env)
+    assert proc.returncode == 2 and "sbatch slurm/train.sbatch" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_to_the_batch_shell_reaches_the_step_and_requeues(tmp_path, stubs, sig):
+    """Slurm's --signal=B:USR1@120 (and the time limit's SIGTERM) reach the batch shell only: launch.sh passes the
+    signal on to srun while it waits, the step exits 75, and the job is requeued."""
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_WAIT="1")
+    proc = subprocess.Popen(["bash", str(LAUNCH), "--train", "--steps", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "fake.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out
+    assert (tmp_path / "fake.signal").read_text() == sig.name
+    assert f"got {sig.name}: passing it to the running step" in out
+    assert f"exit code 75 after {sig.name}" in out and _requeues(tmp_path) == [f"requeue {JOB}"]
+
+
+def test_a_requeued_experiment_appends_to_its_run_and_skips_written_points(tmp_path, stubs):
+    """The first attempt keeps its run id in <results>/slurm-logs/<job>.run_id; a requeued attempt (same job id,
+    SLURM_RESTART_COUNT=1) reads it, and runs only the points that have no rows from this job in that run."""
+    env = _env(tmp_path, stubs)
+    launch = ["bash", str(LAUNCH), "fake_sum", "ci"]
+    first = subprocess.run(launch, capture_output=True, text=True, env=env, timeout=240, cwd=REPO_ROOT)
+    assert first.returncode == 0, first.stdout + first.stderr
+    run_id = (tmp_path / "res" / "slurm-logs" / f"{JOB}.run_id").read_text().strip()
+    run_file = tmp_path / "res" / "runs" / "fake_sum" / f"{run_id}.jsonl"
+    records = [json.loads(line) for line in run_file.read_text().splitlines()]
+    # as if attempt 1 had been stopped during n4_ws2: only n3's rows were written
+    run_file.write_text("".join(json.dumps(r) + "\n" for r in records if r["point"] == "n3"))
+    again = subprocess.run(launch, capture_output=True, text=True, env={**env, "SLURM_RESTART_COUNT": "1"},
+                           timeout=240, cwd=REPO_ROOT)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"attempt=2" in again.stdout and f"run_id={run_id}" in again.stdout
+    assert "point n3 is already in run" in again.stderr and "point n4_ws2:" in again.stdout
+    rows = load_rows(tmp_path / "res", latest_only=False)
+    assert set(rows["run_id"]) == {run_id} and len(list(run_file.parent.glob("*.jsonl"))) == 1
+    assert sorted(zip(rows.point, rows.metric)) == [("n3", "triangle"), ("n4_ws2", "rank_sum"), ("n4_ws2", "triangle")]
+
+
+def test_worker_plan_skips_only_points_this_job_wrote(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("REPRO_EXTRA_EXPERIMENTS", str(FAKE))
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    prov = {"job_id": JOB}
+    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n3", run_id="r1",
+                rows=[{"metric": "triangle", "value": 6.0, "unit": "count"}], prov=prov)
+    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n4_ws2", run_id="r1",
+                rows=[{"metric": "triangle", "value": 10.0, "unit": "count"}], prov={"job_id": "77"})
+    plan = ["fake_sum", "--scale", "ci", "--plan", "--results-dir", str(tmp_path), "--run-id", "r1", "--skip-done"]
+    assert worker.main(plan) == 0  # outside Slurm nothing counts as written by "this job"
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["n3", "n4_ws2"]
+    monkeypatch.setenv("SLURM_JOB_ID", JOB)
+    assert worker.main(plan) == 0
+    captured = capsys.readouterr()
+    assert [line.split("\t")[0] for line in captured.out.splitlines()] == ["n4_ws2"]
+    assert "point n3 is already in run r1" in captured.err
+    assert worker.main(["fake_sum", "--plan", "--skip-done"]) == 2
+    assert "--skip-done needs --plan and --run-id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
+def test_every_sbatch_file_is_preemptible_and_logs_under_results(path: Path):
+    lines = path.read_text().splitlines()
+    for directive in (*PREEMPTION_DIRECTIVES, LOG_DIRECTIVE):
+        assert directive in lines, f"{path.name} lacks {directive!r}"
+
+
+def test_the_log_folder_is_in_the_repository():
+    """Slurm opens --output before the script runs and does not create folders: results/slurm-logs/ must exist in
+    every checkout (its .gitignore is committed; the logs themselves are not)."""
+    tracked = subprocess.run(["git", "ls-files", "results/slurm-logs", "results/checkpoints"], cwd=REPO_ROOT,
+                             capture_output=True, text=True).stdout.split()
+    if not tracked and subprocess.run(["git", "rev-parse"], cwd=REPO_ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    assert tracked == ["results/checkpoints/.gitignore", "results/slurm-logs/.gitignore"]
+    for path in ("results/slurm-logs/repro-train-1.out", "results/slurm-logs/1.run_id",
+                 "results/checkpoints/repro-train-1/iter_0000001/model.pt"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO_ROOT).returncode == 0, path
+
+
+def test_train_sbatch_hands_its_arguments_to_the_launcher(tmp_path):
+    root = tmp_path / "root"
+    (root / "slurm").mkdir(parents=True)
+    (root / "slurm" / "launch.sh").write_text('echo "launch $*"\n')
+    proc = subprocess.run(["bash", str(REPO_ROOT / "slurm" / "train.sbatch"), "--steps", "3", "--tp", "2"],
+                          capture_output=True, text=True, env={**os.environ, "REPRO_ROOT": str(root)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "launch --train --steps 3 --tp 2", proc.stderr
