@@ -238,9 +238,11 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             if outcome.preempted:
                 log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; resume with --load {args.save})")
                 return EXIT_PREEMPTED
-            final = outcome.losses[-1] if outcome.losses else float("nan")
-            log.print(f"training done: iteration {trainer.iteration} lm loss {final:.6E}")
-            log.event("end", iteration=trainer.iteration, lm_loss=final)
+            if not outcome.losses:
+                log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                return 0
+            log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
+            log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
             return 0
         finally:
             log.close()

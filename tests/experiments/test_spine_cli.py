@@ -133,4 +133,4 @@ def test_forwarded_subcommands_hand_over_their_arguments(capsys):
         with pytest.raises(SystemExit) as exit_info:
             main([name, "--help"])
         assert exit_info.value.code == 0
-        assert "usage: python -m" in capsys.readouterr().out
+        assert f"usage: repro {name} " in capsys.readouterr().out  # named as the user typed it (issue 13)

@@ -1,0 +1,38 @@
+"""The README's training section runs as documented (in a scratch directory; then once more, resuming)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+from repro.results import REPO_ROOT
+
+
+def _commands() -> list[str]:
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Training that survives a cluster", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+def _run(command: str, cwd) -> str:
+    argv = shlex.split(command)
+    argv = [sys.executable, "-m", "repro", *argv[1:]] if argv[0] == "repro" else [sys.executable, *argv[1:]]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
+    return result.stdout
+
+
+def test_readme_training_commands_run(tmp_path):
+    commands = _commands()
+    assert len(commands) == 3
+    for command in commands:
+        out = _run(command, tmp_path)
+    assert "training done: iteration 100" in out and "validation loss at iteration 100" in out
+    assert (tmp_path / "ckpt/wt103/latest_checkpointed_iteration.txt").read_text().strip() == "100"
+    again = _run(commands[-1], tmp_path)  # the same command resumes at the end: nothing left to train
+    assert "resumed from checkpoint" in again and "nothing left to train: at iteration 100" in again
