@@ -7,8 +7,6 @@ gradients, DDP-style). ``zero_stage=1`` shards the optimizer state over dp with 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -16,11 +14,10 @@ from repro.dist.comm import CommGroup, new_comm_group
 from repro.dist.groups import GridCoord, ParallelGroups
 from repro.training.grads import allreduce_data_parallel_grads, clip_grad_norm_, counted_in_norm
 
-if TYPE_CHECKING:  # pragma: no cover
-    from repro.training.trainer import TrainSettings
+from repro.training.settings import TrainSettings
 
 
-def make_torch_optimizer(params, settings: "TrainSettings") -> torch.optim.Optimizer:
+def make_torch_optimizer(params, settings: TrainSettings) -> torch.optim.Optimizer:
     """AdamW (fused into a few kernels on CUDA) or SGD over ``params``."""
     if settings.optimizer == "adam":
         fused = torch.device(settings.device).type == "cuda"
@@ -41,7 +38,7 @@ class DataParallelOptimizer:
     stage = 0
     FORMAT = "repro-train-dp-optimizer/1"
 
-    def __init__(self, model: nn.Module, settings: "TrainSettings", groups: ParallelGroups) -> None:
+    def __init__(self, model: nn.Module, settings: TrainSettings, groups: ParallelGroups) -> None:
         from repro.zero.precision import DynamicLossScaler
 
         self.model, self.groups, self.clip_grad = model, groups, settings.clip_grad
@@ -119,7 +116,7 @@ def model_parallel_group(groups: ParallelGroups) -> CommGroup:
     return next(g for g in mine if g.rank >= 0)
 
 
-def build_zero(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups, *,
+def build_zero(model: nn.Module, settings: TrainSettings, groups: ParallelGroups, *,
                module: nn.Module | None = None):
     """ZeRO stage 1, 2 or 3 over ``groups.dp`` (repro.zero): optimizer states (1), gradients (2) and parameters (3)
     of each dp replica sharded dp ways. Stage 3 partitions ``module`` (default ``model``), whose forward must run
@@ -159,7 +156,7 @@ def build_zero(model: nn.Module, settings: "TrainSettings", groups: ParallelGrou
     return cls([p for _, p in named], param_names=named, **common)
 
 
-def build_optimizer(model: nn.Module, settings: "TrainSettings", groups: ParallelGroups, *,
+def build_optimizer(model: nn.Module, settings: TrainSettings, groups: ParallelGroups, *,
                     module: nn.Module | None = None):
     """DDP-style data parallelism (``zero_stage=0``) or ZeRO stage 1-3 over dp."""
     if settings.zero_stage == 0:

@@ -16,7 +16,6 @@ layer-norm kernels).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 import torch
@@ -33,77 +32,7 @@ from repro.tensor_parallel import RNGTracker
 from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
 from repro.training.recompute import _Checkpointed
-from repro.training.schedule import LRSchedule
-from repro.zero.config import ZeroConfig
-
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """How to train. Global batch = ``micro_batch_size x micro_batches x dp``. Adam betas are MT-NLG's."""
-
-    steps: int
-    micro_batches: int
-    micro_batch_size: int = 2
-    seq_len: int = 16
-    lr: float = 1e-3
-    optimizer: str = "adam"
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    clip_grad: float | None = None
-    zero_stage: int = 0
-    seed: int = 0
-    device: str = "cpu"
-    precision: str = "fp32"
-    activation_checkpointing: bool = False
-    compile_layers: bool = False
-    min_lr: float = 0.0
-    lr_warmup: int = 0
-    lr_decay_iters: int | None = None
-    lr_decay_style: str = "constant"
-    zero: ZeroConfig | None = None  # a DeepSpeed config's ZeRO settings (buckets, offload); its stage = zero_stage
-
-    def schedule(self) -> LRSchedule:
-        """The learning rate of each iteration (raises on a bad combination)."""
-        return LRSchedule(max_lr=self.lr, min_lr=self.min_lr, warmup=self.lr_warmup,
-                          decay_iters=self.lr_decay_iters, decay_style=self.lr_decay_style)
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "micro_batches", "micro_batch_size", "seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} must be positive")
-        if self.clip_grad is not None and not self.clip_grad > 0:
-            raise ValueError(f"clip_grad={self.clip_grad} must be positive (or None for no clipping)")
-        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
-            raise ValueError(f"zero_stage={self.zero_stage!r} must be an integer 0-3: 0 (DDP all-reduce) or a ZeRO "
-                             "stage over dp")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
-        self.schedule()
-        if self.zero is not None:
-            if self.zero.stage != self.zero_stage:
-                raise ValueError(f"the ZeRO config's stage {self.zero.stage} differs from zero_stage={self.zero_stage}")
-            if self.zero.dtype != "fp32":
-                raise ValueError(f"the ZeRO config asks for {self.zero.dtype} parameters; the trainer keeps fp32 "
-                                 "parameters and masters and computes in --precision (autocast): set --precision "
-                                 f"{self.zero.dtype} and leave fp16/bf16 out of the DeepSpeed config")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
-        if self.precision == "fp16" and self.zero_stage != 0:
-            raise ValueError(f"precision='fp16' with zero_stage={self.zero_stage} is not supported: the ZeRO stages "
-                             "here keep their own fp32 states and have no loss scaler in the trainer; use bf16")
-        try:
-            kind = torch.device(self.device).type
-        except (RuntimeError, TypeError) as err:  # torch rejects unknown device strings with a RuntimeError
-            raise ValueError(f"device={self.device!r} must be a CPU or CUDA device ({err})") from err
-        if kind not in ("cpu", "cuda"):
-            raise ValueError(f"device={self.device!r} must be a CPU or CUDA device")
-
+from repro.training.settings import PRECISIONS, TrainSettings
 
 class _StageLoss(torch.nn.Module):
     """``forward(ids, labels) -> per-token loss``: a one-stage model whose output layer runs inside a forward.

@@ -27,7 +27,7 @@ def test_help_explains_every_command(capsys):
 def test_missing_data_dir_is_one_clear_line(tmp_path, capsys):
     assert main(["--no-write", "--data-dir", str(tmp_path / "none"), "count"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: data directory") and "lambada/lambada_test.jsonl" in err
+    assert err.startswith("repro eval: error: data directory") and "lambada/lambada_test.jsonl" in err
 
 
 def test_lambada_rows_written_with_provenance(tmp_path, data_dir, capsys):

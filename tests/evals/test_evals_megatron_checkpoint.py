@@ -247,7 +247,7 @@ def test_cli_evaluates_megatron_like_repro(tmp_path, data_dir, capsys):
     capsys.readouterr()
     assert main(["--no-write", "--quiet", "--data-dir", str(data_dir), "lambada", "--checkpoint", str(root)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: Megatron checkpoint") and "mp_rank_01/model_optim_rng.pt" in err
+    assert err.startswith("repro eval: error: Megatron checkpoint") and "mp_rank_01/model_optim_rng.pt" in err
     assert err.count("\n") == 1
 
 
@@ -256,7 +256,7 @@ def test_cli_device_cuda_without_gpu_is_one_clear_line(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert main(["--no-write", "--quiet", "lambada", "--checkpoint", str(root), "--device", "cuda"]) == 2
-    assert capsys.readouterr().err == "error: device 'cuda' was asked for, but this machine has no CUDA GPU\n"
+    assert capsys.readouterr().err == "repro eval: error: device 'cuda' was asked for, but this machine has no CUDA GPU\n"
     assert main(["--no-write", "--quiet", "lambada", "--checkpoint", str(root), "--device", "gpu"]) == 2
     assert "must be 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
 
