@@ -102,26 +102,11 @@ def cmd_reconcile(args) -> list[dict]:
         rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
     measured = None
     if args.with_lm_eval:
+        from evals.lm_eval_adapter import lm_eval_measure
+
         measured = lm_eval_measure(args.checkpoint, args.data_dir, args.limit, args.seq_len, args.batch_size)
     print(markdown(reconciliation_rows(rows, measured), title=f"Reconciliation: {args.checkpoint}"))
     return rows
-
-
-def lm_eval_measure(checkpoint: str, data_dir, limit, seq_len, batch_size) -> dict:
-    import tempfile
-
-    from evals import wikitext
-    from evals.lm_eval_adapter import measure_with_lm_eval
-    from evals.loaders import load_lambada, load_wikitext
-    from evals.model_builders import load_gpt_for_eval
-    from evals.tokenization import gpt2_tokenizer
-
-    tokenizer = gpt2_tokenizer(data_dir)
-    model, _ = load_gpt_for_eval(checkpoint, tokenizer, max_length=seq_len)
-    pages = wikitext.split_articles(load_wikitext("test", data_dir).records)[:limit]
-    with tempfile.TemporaryDirectory() as workdir:
-        return measure_with_lm_eval(model, tokenizer, lambada_texts=load_lambada(data_dir).records[:limit],
-                                    wikitext_pages=pages, workdir=workdir, batch_size=batch_size)
 
 
 def cmd_race_finetune(args) -> list[dict]:

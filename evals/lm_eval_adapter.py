@@ -133,3 +133,20 @@ def measure_with_lm_eval(model: CausalLM, tokenizer: TextTokenizer, *, lambada_t
         ("wikitext103", "bits_per_byte", "lm_eval"): wiki["bits_per_byte,none"],
         ("wikitext103", "byte_perplexity", "lm_eval"): wiki["byte_perplexity,none"],
     }
+
+
+def lm_eval_measure(checkpoint: str, data_dir, limit, seq_len, batch_size) -> dict:
+    """lm-eval's own LAMBADA and WikiText numbers for a checkpoint (the first ``limit`` records of each)."""
+    import tempfile
+
+    from evals import wikitext
+    from evals.loaders import load_lambada, load_wikitext
+    from evals.model_builders import load_gpt_for_eval
+    from evals.tokenization import gpt2_tokenizer
+
+    tokenizer = gpt2_tokenizer(data_dir)
+    model, _ = load_gpt_for_eval(checkpoint, tokenizer, max_length=seq_len)
+    pages = wikitext.split_articles(load_wikitext("test", data_dir).records)[:limit]
+    with tempfile.TemporaryDirectory() as workdir:
+        return measure_with_lm_eval(model, tokenizer, lambada_texts=load_lambada(data_dir).records[:limit],
+                                    wikitext_pages=pages, workdir=workdir, batch_size=batch_size)

@@ -9,7 +9,8 @@ from typing import Iterator
 
 import torch
 
-from evals.checkpoints import LoadedState, load_checkpoint
+from evals.checkpoint_formats import load_checkpoint
+from evals.checkpoints import LoadedState
 from evals.repro_lm import ReproCausalLM
 from evals.tokenization import TextTokenizer, check_vocab_compatible
 from repro.dist.comm import CommGroup

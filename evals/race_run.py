@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from evals.checkpoints import load_checkpoint, save_consolidated
+from evals.checkpoint_formats import load_checkpoint
+from evals.checkpoints import save_consolidated
 from evals.loaders import load_race
 from evals.multiple_choice import MultipleChoiceModel
 from evals.race_data import LEVELS, questions_of, tokenize_questions

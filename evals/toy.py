@@ -89,7 +89,7 @@ def run_toy(spec: ToySpec) -> tuple[list[dict[str, Any]], str]:
     measured = None
     if spec.with_lm_eval:
         try:
-            from evals.cli import lm_eval_measure
+            from evals.lm_eval_adapter import lm_eval_measure
 
             start = time.perf_counter()
             measured = lm_eval_measure(str(checkpoint), spec.data_dir, spec.eval_limit, spec.train_seq_len, 32)

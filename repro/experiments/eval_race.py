@@ -41,7 +41,8 @@ def _finetune(point: Point, ctx: RunContext) -> list[dict]:
     p = point.params
     init = p.get("init")
     if p.get("needs_init"):
-        from evals.checkpoints import BERT_CHECKPOINT_ENV, resolve_checkpoint
+        from evals.checkpoint_formats import resolve_checkpoint
+        from evals.checkpoints import BERT_CHECKPOINT_ENV
 
         init, _ = resolve_checkpoint(init, BERT_CHECKPOINT_ENV, point=point.name, param_name="init",
                                      what="a pretrained 336M BERT checkpoint", legacy_env=("REPRO_BERT336M",))
@@ -57,7 +58,8 @@ def _finetune(point: Point, ctx: RunContext) -> list[dict]:
 def _zeroshot(point: Point, ctx: RunContext) -> list[dict]:
     import torch
 
-    from evals.checkpoints import CHECKPOINT_ENV, resolve_checkpoint, save_consolidated
+    from evals.checkpoint_formats import resolve_checkpoint
+    from evals.checkpoints import CHECKPOINT_ENV, save_consolidated
     from evals.model_builders import eval_device
     from evals.tasks import EvalSpec, run_eval
     from repro.models import GPTConfig, GPTModel, merge_state_dicts

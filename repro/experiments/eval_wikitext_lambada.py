@@ -74,7 +74,8 @@ def _toy(point: Point, ctx: RunContext) -> list[dict]:
 
 
 def _paper(point: Point, ctx: RunContext) -> list[dict]:
-    from evals.checkpoints import CHECKPOINT_ENV, resolve_checkpoint
+    from evals.checkpoint_formats import resolve_checkpoint
+    from evals.checkpoints import CHECKPOINT_ENV
     from evals.model_builders import eval_device
     from evals.tasks import EvalSpec, run_eval
 

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from evals.checkpoints import load_checkpoint, save_consolidated, save_shard
+from evals.checkpoint_formats import load_checkpoint
+from evals.checkpoints import save_consolidated, save_shard
 from evals.hf_convert import read_safetensors
 from evals.model_builders import bert_from_state, gpt_from_state, load_gpt_for_eval
 from evals.repro_lm import ReproCausalLM

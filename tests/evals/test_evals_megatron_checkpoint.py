@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evals.checkpoints import checkpoint_format, load_checkpoint, save_consolidated
+from evals.checkpoint_formats import checkpoint_format, load_checkpoint
+from evals.checkpoints import save_consolidated
 from evals.cli import main
 from evals.megatron_checkpoint import MegatronCheckpointError, read_megatron
 from evals.model_builders import gpt_from_state
@@ -275,7 +276,7 @@ def _ctx(tmp_path):
 
 
 def test_paper_points_without_a_checkpoint_say_what_is_missing(tmp_path, monkeypatch):
-    from evals.checkpoints import NeedsCheckpoint
+    from evals.checkpoint_formats import NeedsCheckpoint
     from repro.experiments import eval_race, eval_wikitext_lambada
 
     for name in ("REPRO_EVAL_CHECKPOINT", "REPRO_GPT355M", "REPRO_EVAL_BERT_CHECKPOINT", "REPRO_BERT336M"):
