@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from repro.cliargs import OneLineParser, positive_int
+from repro.cliargs import OneLineParser, positive_float, positive_int
 
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
@@ -159,7 +159,7 @@ def cmd_toy(args) -> list[dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro eval", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+                                     epilog=EPILOG)
     parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
     parser.add_argument("--results-dir", default=None, help="results root (default $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (spawns local processes)")
         p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (at --tp 1)")
         p.add_argument("--seq-len", type=int, default=None, help=seq_len_help)
-        p.add_argument("--batch-size", type=int, default=8)
+        p.add_argument("--batch-size", type=positive_int, default=8, help="sequences per forward pass")
         p.add_argument("--limit", type=int, default=None, help="first N passages / articles only (quick runs)")
 
     p = sub.add_parser("wikitext", help="WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb")
@@ -183,48 +183,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stride", type=int, default=32,
                    help="new tokens scored per window (Megatron --overlapping-eval; the paper's 32)")
     p.add_argument("--max-tokens", type=int, default=None, help="keep a BPE prefix of the test stream")
-    p.add_argument("--split", default="test", choices=["test", "valid"])
+    p.add_argument("--split", default="test", choices=["test", "valid"], help="WikiText-103 split to score")
     p = sub.add_parser("lambada", help="LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity")
     model_args(p)
     p = sub.add_parser("race-zeroshot", help="RACE zero-shot accuracy, lm-eval's race task definition")
     model_args(p)
-    p.add_argument("--split", default="test", choices=["test", "dev"])
+    p.add_argument("--split", default="test", choices=["test", "dev"], help="RACE split to score")
     p.add_argument("--levels", nargs="+", default=["middle", "high"], choices=["middle", "high"],
                    help="lm-eval's task is high only")
     p = sub.add_parser("reconcile", help="one model under every definition, side by side")
     model_args(p)
-    p.add_argument("--stride", type=int, default=32)
+    p.add_argument("--stride", type=positive_int, default=32,
+                   help="new tokens scored per WikiText window (Megatron --overlapping-eval)")
     p.add_argument("--with-lm-eval", action="store_true", help="also run lm-eval itself through the adapter")
 
     p = sub.add_parser("race-finetune", help="finetune a multiple-choice BERT on RACE; dev/test accuracy")
     p.add_argument("--init", default=None,
                    help="pretrained BERT (repro, Hugging Face or Megatron-LM dir); default random init")
-    p.add_argument("--hidden-size", type=int, default=128)
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--num-attention-heads", type=int, default=4)
+    p.add_argument("--hidden-size", type=positive_int, default=128, help="BERT hidden size (random init only)")
+    p.add_argument("--num-layers", type=positive_int, default=2, help="BERT layers (random init only)")
+    p.add_argument("--num-attention-heads", type=positive_int, default=4,
+                   help="BERT attention heads (random init only)")
     p.add_argument("--max-seq-length", type=int, default=256, help="Megatron uses 512")
     p.add_argument("--train-limit", type=int, default=2000, help="random train questions (0 = all 87,866)")
     p.add_argument("--eval-limit", type=int, default=300, help="first N questions per dev/test level (0 = all)")
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--max-steps", type=int, default=None)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--epochs", type=positive_float, default=1.0, help="passes over the train questions")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="questions per optimizer step")
+    p.add_argument("--lr", type=positive_float, default=1e-4, help="Adam learning rate")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps (default: the epochs)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the init, shuffling and dropout")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--save", default=None, help="write the finetuned model as a repro checkpoint here")
 
     p = sub.add_parser("convert-hf", help="Hugging Face GPT-2/BERT directory -> repro checkpoint (any tp)")
-    p.add_argument("--hf-dir", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--arch", default="gpt", choices=["gpt", "bert"])
+    p.add_argument("--hf-dir", required=True, help="local Hugging Face model directory (config.json + weights)")
+    p.add_argument("--out", required=True, help="directory for the repro checkpoint")
+    p.add_argument("--arch", default="gpt", choices=["gpt", "bert"], help="model family in --hf-dir")
     p.add_argument("--tp", type=int, default=1, help="write tp shards (1: consolidated)")
 
     p = sub.add_parser("toy-e2e", help="train a small GPT on wiki.valid for a few CPU minutes, evaluate it on "
                                        "WikiText-103 and LAMBADA, finetune a small BERT on a RACE subset")
     p.add_argument("--out", default="scratch/evals_toy", help="checkpoints and the report go here")
-    p.add_argument("--train-seconds", type=float, default=240.0)
-    p.add_argument("--race-train-questions", type=int, default=2000)
-    p.add_argument("--race-eval-questions", type=int, default=300)
+    p.add_argument("--train-seconds", type=positive_float, default=240.0, help="CPU seconds of GPT training")
+    p.add_argument("--race-train-questions", type=positive_int, default=2000, help="RACE questions to finetune on")
+    p.add_argument("--race-eval-questions", type=positive_int, default=300, help="RACE questions to evaluate")
     p.add_argument("--no-lm-eval", action="store_true", help="skip the lm-eval column of the reconciliation table")
     p.add_argument("--tp-check", type=int, default=500, help="LAMBADA passages re-evaluated at tp=2 (0: skip)")
     p.add_argument("--eval-limit", type=int, default=None,

@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", help="ci, smoke, node or paper (default: the experiment's CPU scale, ci or smoke)")
     p.add_argument("--point", action="append", help="only this point (repeatable)")
     p.add_argument("--force", action="store_true", help="replace the earlier runs of these points")
-    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--device", default="auto", choices=DEVICES,
+                   help="auto: GPU points on a GPU when this machine has one, else CPU; cpu runs GPU points on CPU")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("submit", help="submit an experiment to Slurm, sized from its points' resources",
                        description="One job per distinct resource shape of the chosen points (node and paper scales; "
@@ -252,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "declares one and smoke otherwise (the GPU experiments' toy size); or smoke, node, paper")
     p.add_argument("--only", action="append", help="only this experiment (repeatable)")
     p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them")
-    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--device", default="auto", choices=DEVICES,
+                   help="auto: GPU points on a GPU when this machine has one, else CPU; cpu runs GPU points on CPU")
     p.set_defaults(func=cmd_reproduce)
     for name, (_, text) in FORWARDED.items():
         sub.add_parser(name, help=text, add_help=False)  # listed here; main() hands its arguments over

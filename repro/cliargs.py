@@ -12,8 +12,27 @@ import math
 from typing import NoReturn
 
 
+class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written; every option's help ends with its default, unless the help already says it or
+    there is none to say (``None``, ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default in (None, False, argparse.SUPPRESS) or "default" in text.lower() or not action.option_strings
+                or isinstance(default, bool)):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default: {shown})".strip()
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit code 2 (subcommands inherit it)."""
+    """An ArgumentParser whose errors are one line on stderr and exit code 2, and whose help shows each option's
+    default (:class:`DefaultsFormatter`); subcommands inherit both."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -34,8 +34,7 @@ SYNTHETIC_VALID_START = 2**40
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     g = parser.add_argument_group("layout")
     g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
     g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size (stages)")

@@ -157,24 +157,23 @@ def measure_stages(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OneLineParser(prog="repro zero-report", description=__doc__.split("\n\n")[0],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="repro zero-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-size", type=positive_int, default=2,
-                        help="data-parallel ranks (local processes) (default: 2)")
+                        help="data-parallel ranks (local processes)")
     parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3], choices=(0, 1, 2, 3),
-                        help="ZeRO stages to measure (default: 0 1 2 3)")
+                        help="ZeRO stages to measure")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                        help="training precision of the parameters (default: fp32)")
+                        help="training precision of the parameters")
     parser.add_argument("--offload", choices=("none", "cpu", "nvme"), default="none",
                         help="tier of optimizer states (and of parameters at stage 3)")
     parser.add_argument("--nvme-path", default=None, help="directory for NVMe swap files (with --offload nvme)")
-    parser.add_argument("--hidden-size", type=positive_int, default=256, help="(default: 256)")
-    parser.add_argument("--num-layers", type=positive_int, default=4, help="(default: 4)")
-    parser.add_argument("--num-heads", type=positive_int, default=4, help="(default: 4)")
-    parser.add_argument("--vocab-size", type=positive_int, default=8192, help="(default: 8192)")
-    parser.add_argument("--seq-len", type=positive_int, default=64, help="(default: 64)")
-    parser.add_argument("--micro-batch", type=positive_int, default=2, help="(default: 2)")
-    parser.add_argument("--steps", type=positive_int, default=3, help="(default: 3)")
+    parser.add_argument("--hidden-size", type=positive_int, default=256, help="GPT hidden size of the measured model")
+    parser.add_argument("--num-layers", type=positive_int, default=4, help="GPT layers")
+    parser.add_argument("--num-heads", type=positive_int, default=4, help="attention heads")
+    parser.add_argument("--vocab-size", type=positive_int, default=8192, help="vocabulary size")
+    parser.add_argument("--seq-len", type=positive_int, default=64, help="tokens per sequence")
+    parser.add_argument("--micro-batch", type=positive_int, default=2, help="sequences per rank per step")
+    parser.add_argument("--steps", type=positive_int, default=3, help="training steps measured")
     parser.add_argument("--rows", type=Path, default=None,
                         help="JSON list of measurements to add, each with a 'framework' key (bench/test_zero_bench.py "
                              "writes repro's and DeepSpeed's on the bench model)")
