@@ -12,6 +12,10 @@ splits a rank's measured peak (RSS on CPU; the allocator's peak on GPU) into
     activations      tensors saved for backward (counted by a saved-tensors hook)
     rest             the peak minus all of the above: temporaries, allocator caching and fragmentation
 
+The transient lines (comm buffers, gathered params, io buffers, activations) are each their own peak over the step;
+they need not coincide, so their sum can exceed what the process held at its peak. Then ``rest`` is shown as 0 and
+the excess as ``overlap`` (how much of the transient peaks did not coincide), never as a negative amount of memory.
+
 for this implementation (measured by :func:`repro.zero.measure.measure_run`) and, when the bench has produced
 them, for DeepSpeed on the same model (rows in the same schema; the library never imports DeepSpeed).
 
@@ -77,7 +81,8 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
         "notes": measurement.get("notes", ""),
     }
     known = sum(row[c] for c in COLUMNS if c != "rest")
-    row["rest"] = row["rss_peak"] - known
+    row["rest"] = max(row["rss_peak"] - known, 0)
+    row["overlap"] = max(known - row["rss_peak"], 0)  # transient peaks that were not simultaneous
     return row
 
 
@@ -87,17 +92,21 @@ def report_frame(measurements: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def render_markdown(frame: pd.DataFrame) -> str:
-    """The report as a Markdown table, MB = 1e6 bytes."""
-    head = ["framework", "stage", "tiers (opt/param)", "peak RSS", *COLUMNS, "formula", "model states - formula"]
+    """The report as a Markdown table; every memory column in MB (1e6 bytes) per rank."""
+    head = ["framework", "stage", "tiers (opt/param)", "peak RSS (MB)", *(f"{c} (MB)" for c in COLUMNS),
+            "overlap (MB)", "formula (MB)", "model states - formula (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in frame.sort_values(["stage", "optimizer_tier", "framework"]).to_dict("records"):
         mb = lambda value: f"{value / 1e6:.1f}"  # noqa: E731
         cells = [row["framework"], str(row["stage"]), f"{row['optimizer_tier']}/{row['param_tier']}",
-                 mb(row["rss_peak"]), *[mb(row[c]) for c in COLUMNS], mb(row["model_states_formula"]),
+                 mb(row["rss_peak"]), *[mb(row[c]) for c in COLUMNS], mb(row.get("overlap", 0)),
+                 mb(row["model_states_formula"]),
                  mb(row["model_states"] - row["model_states_formula"])]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r['framework']} stage {r['stage']}: {r['notes']}" for r in frame.to_dict("records") if r["notes"]]
-    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+    legend = ["", "MB = 1e6 bytes per rank. The transient columns are each their own peak over the step; 'overlap' is "
+              "how far their sum exceeds the measured peak (they did not all peak at once), and 'rest' is then 0."]
+    return "\n".join(lines + legend + ([""] + notes if notes else [])) + "\n"
 
 
 def figure(frame: pd.DataFrame, path: Path) -> Path:
@@ -109,7 +118,7 @@ def figure(frame: pd.DataFrame, path: Path) -> Path:
 
     data = frame.sort_values(["stage", "optimizer_tier", "framework"]).reset_index(drop=True)
     labels = [f"{r.framework}\nZ{r.stage} {r.optimizer_tier}" for r in data.itertuples()]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(data)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(data)), 5.5))
     bottom = [0.0] * len(data)
     for column in COLUMNS:
         values = [max(v, 0) / 1e6 for v in data[column]]
@@ -117,10 +126,13 @@ def figure(frame: pd.DataFrame, path: Path) -> Path:
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.scatter(range(len(data)), [v / 1e6 + r / 1e6 for v, r in zip(data["model_states_formula"], data["runtime"])],
                marker="_", s=400, color="black", label="runtime + formula")
+    ax.scatter(range(len(data)), [v / 1e6 for v in data["rss_peak"]], marker="o", s=18, color="red",
+               label="measured peak")
+    ax.set_ylim(0, 1.05 * max(max(bottom), float(data["rss_peak"].max()) / 1e6))
     ax.set_xticks(range(len(data)), labels, fontsize=7)
     ax.set_ylabel("MB per rank (peak RSS)")
     ax.set_title("Where a rank's peak memory goes (ZeRO stages)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
