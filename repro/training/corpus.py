@@ -29,10 +29,8 @@ Any local files:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import secrets
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +46,7 @@ from evals.data_files import (
 from evals.detokenize import wikitext_detokenize
 from evals.tokenization import TextTokenizer, gpt2_tokenizer
 from evals.wikitext import split_articles
+from repro.atomic_files import atomic_write
 from repro.training.corpus_samples import CorpusSamples
 
 FORMAT = "repro-token-corpus"
@@ -130,24 +129,6 @@ def _check_output(prefix: Path) -> None:
         raise CorpusError(f"output directory {str(parent)!r} is not writable (the output prefix must be writable)")
 
 
-def _write_atomic(target: Path, chunks: Iterator[bytes]) -> str:
-    """Write ``chunks`` to a temporary file beside ``target``, then rename it over ``target``; return the sha256."""
-    digest = hashlib.sha256()
-    temporary = target.with_name(f"{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temporary, "xb") as handle:  # created with the umask's permissions, like any output
-            for chunk in chunks:
-                digest.update(chunk)
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return digest.hexdigest()
-
-
 def tokenize_corpus(
     text_files: Sequence[str | os.PathLike], output_prefix: str | os.PathLike, *,
     vocab_dir: str | os.PathLike | None = None, documents: str = "file", detokenize: str = "none",
@@ -202,7 +183,7 @@ def tokenize_corpus(
                 bar.close()
 
     bin_path = Path(f"{prefix}.bin")
-    bin_sha256 = _write_atomic(bin_path, token_chunks())
+    bin_sha256 = atomic_write(bin_path, token_chunks())
     index = {
         "format": FORMAT, "version": FORMAT_VERSION, "dtype": TOKEN_DTYPE.str,
         "num_tokens": offsets[-1], "num_documents": len(offsets) - 1,
@@ -214,7 +195,7 @@ def tokenize_corpus(
     }
     # readable metadata first, then the (possibly long) offsets on one line
     text = json.dumps(index, indent=1)[:-2] + ',\n "document_offsets": ' + json.dumps(offsets, separators=(",", ":"))
-    _write_atomic(Path(f"{prefix}.idx.json"), iter([(text + "\n}\n").encode()]))
+    atomic_write(Path(f"{prefix}.idx.json"), iter([(text + "\n}\n").encode()]))
     return prefix
 
 

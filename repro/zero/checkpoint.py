@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from repro.atomic_files import atomic_write
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.zero.reshard import reshard_states
@@ -56,16 +57,7 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that ``path`` either holds all of it or does not change (tmp+fsync+rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, [data])
 
 
 def _digest(path: Path) -> str:
