@@ -166,20 +166,20 @@ def _sources(args: argparse.Namespace):
     from repro.training.loop import Validation
 
     if args.data == "synthetic":
-        train = SyntheticSamples(vocab_size=args.vocab, seq_len=args.seq_len, seed=args.seed)
-        vocab = args.vocab
-        valid = (Validation(train, args.eval_interval, args.eval_iters, SYNTHETIC_VALID_START)
-                 if args.eval_interval and args.valid_data is None else None)
+        train, vocab = SyntheticSamples(vocab_size=args.vocab, seq_len=args.seq_len, seed=args.seed), args.vocab
     else:
         from repro.training.corpus import TokenCorpus
 
         corpus = TokenCorpus(args.data)
-        train, vocab, valid = corpus.samples(args.seq_len, seed=args.seed), corpus.vocab_size, None
+        train, vocab = corpus.samples(args.seq_len, seed=args.seed), corpus.vocab_size
+    valid = None
     if args.valid_data is not None:
         from repro.training.corpus import TokenCorpus
 
-        held_out = TokenCorpus(args.valid_data)
-        valid = Validation(held_out.samples(args.seq_len, seed=args.seed), args.eval_interval, args.eval_iters, 0)
+        held_out = TokenCorpus(args.valid_data).samples(args.seq_len, seed=args.seed)
+        valid = Validation(held_out, args.eval_interval, args.eval_iters, 0)
+    elif args.eval_interval and args.data == "synthetic":
+        valid = Validation(train, args.eval_interval, args.eval_iters, SYNTHETIC_VALID_START)
     return train, valid, vocab
 
 
