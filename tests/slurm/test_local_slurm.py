@@ -6,7 +6,6 @@ exit code and log, never as a hang."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from repro.experiments import registry
 from repro.experiments import submit as S
 from repro.results import load_rows
+from tests.slurm.local_slurm import skip_without_local_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -24,18 +24,7 @@ REAL = ("zero_memory_tables", "parameter_counts", "mtnlg_layout", "zero_infinity
 WAIT_S = 170.0
 
 
-def _slurm_state() -> str:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return ""
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
-    except subprocess.TimeoutExpired:
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-if not any(s.startswith(("idle", "mix", "alloc")) for s in _slurm_state().split()):
-    pytest.skip("no local Slurm is running (start it with slurm/local/start.sh)", allow_module_level=True)
+skip_without_local_slurm()
 
 
 @pytest.fixture(scope="module")

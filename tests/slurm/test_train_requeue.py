@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 from repro.experiments import registry
 from repro.experiments import submit as S
 from repro.results import REPO_ROOT, load_rows
+from tests.slurm.local_slurm import skip_without_local_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -60,18 +60,7 @@ EXPERIMENTS = (Experiment(name="preempt_probe", paper="megatron_lm_2019", title=
 '''
 
 
-def _slurm_state() -> str:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return ""
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
-    except subprocess.TimeoutExpired:
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-if not any(s.startswith(("idle", "mix", "alloc")) for s in _slurm_state().split()):
-    pytest.skip("no local Slurm is running (start it with slurm/local/start.sh)", allow_module_level=True)
+skip_without_local_slurm()
 
 
 def readme_commands() -> list[str]:
