@@ -1,21 +1,12 @@
-"""Shared fixtures for the evaluation tests: the verified data directory, tokenizers and tiny models."""
+"""Shared fixtures for the evaluation tests: tokenizers and tiny models (``data_dir`` is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from evals.data_files import DataError, resolve_data_dir
 from evals.repro_lm import ReproCausalLM
 from evals_test_models import tiny_gpt
-
-
-@pytest.fixture(scope="session")
-def data_dir():
-    try:
-        return resolve_data_dir()
-    except DataError as err:  # the evaluation data is not part of the repository
-        pytest.skip(f"evaluation data not available: {err}")
 
 
 @pytest.fixture(scope="session")

@@ -18,21 +18,21 @@ def _commands() -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip()]
 
 
-def _run(command: str, cwd) -> str:
+def _run(command: str, cwd, data_dir) -> str:
     argv = shlex.split(command)
     argv = [sys.executable, "-m", "repro", *argv[1:]] if argv[0] == "repro" else [sys.executable, *argv[1:]]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), REPRO_DATA=str(data_dir))
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
     return result.stdout
 
 
-def test_readme_training_commands_run(tmp_path):
+def test_readme_training_commands_run(tmp_path, data_dir):
     commands = _commands()
     assert len(commands) == 3
     for command in commands:
-        out = _run(command, tmp_path)
+        out = _run(command, tmp_path, data_dir)
     assert "training done: iteration 100" in out and "validation loss at iteration 100" in out
     assert (tmp_path / "ckpt/wt103/latest_checkpointed_iteration.txt").read_text().strip() == "100"
-    again = _run(commands[-1], tmp_path)  # the same command resumes at the end: nothing left to train
+    again = _run(commands[-1], tmp_path, data_dir)  # the same command resumes at the end: nothing left to train
     assert "resumed from checkpoint" in again and "nothing left to train: at iteration 100" in again

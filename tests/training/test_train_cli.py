@@ -81,12 +81,13 @@ def test_samples_do_not_depend_on_steps_and_validation_loss_falls(tmp_path):
     assert len(values) == 4 and values[-1] < values[0] - 0.5, values
 
 
-def test_training_on_tokenized_wikitext103_lowers_validation_loss(tmp_path):
+def test_training_on_tokenized_wikitext103_lowers_validation_loss(tmp_path, data_dir):
     """The documented worked example, small: train on WikiText-103 valid, validate on WikiText-103 test."""
     from repro.training.corpus import main as corpus_main
 
     for split in ("valid", "test"):
-        assert corpus_main(["--wikitext103", split, "--output-prefix", str(tmp_path / split), "--no-progress"]) == 0
+        assert corpus_main(["--wikitext103", split, "--data-dir", str(data_dir), "--output-prefix",
+                            str(tmp_path / split), "--no-progress"]) == 0
     job = Ranks(tmp_path, "wt103", 1, ["--data", str(tmp_path / "valid"), "--valid-data", str(tmp_path / "test"),
                                        "--steps", "30", "--lr", "3e-3", "--eval-interval", "10", "--eval-iters", "4",
                                        "--log-jsonl", str(tmp_path / "wt.jsonl")])
