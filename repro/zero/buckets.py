@@ -15,6 +15,19 @@ from torch import nn
 from repro.zero.partition import FlatLayout, Piece, flat_layout, group_into_buckets
 
 
+def param_shape(param: torch.Tensor) -> torch.Size:
+    """A parameter's full shape, also for one built partitioned (construction.py), whose storage is a placeholder
+    and whose shape is remembered as ``zero_shape`` (DeepSpeed's ``ds_shape``)."""
+    return getattr(param, "zero_shape", param.shape)
+
+
+def param_numel(param: torch.Tensor) -> int:
+    numel = 1
+    for size in param_shape(param):
+        numel *= int(size)
+    return numel
+
+
 @dataclass(eq=False)
 class Bucket:
     index: int
@@ -31,7 +44,7 @@ class Bucket:
 
     def __post_init__(self) -> None:
         # Stage 3 swaps parameters' storage for empty placeholders, so their shapes are remembered here.
-        self.shapes = [p.shape for p in self.params]
+        self.shapes = [param_shape(p) for p in self.params]
 
     @property
     def key(self) -> str:

@@ -49,14 +49,16 @@ def use_fused(optimizer_cls: OptimizerFactory, hparams: dict[str, Any], *, state
 class SubGroup:
     """One sub-group: its key prefix in the tier, its optimizer and the names of its swappable state tensors."""
 
-    def __init__(self, key: str, numel: int, optimizer: torch.optim.Optimizer, holder: torch.Tensor) -> None:
+    def __init__(self, key: str, numel: int, optimizer: torch.optim.Optimizer, holder: torch.Tensor,
+                 stored_as: str | None = None) -> None:
         self.key, self.numel = key, numel
         self.optimizer, self.holder = optimizer, holder
         self.state_names: list[str] = []
+        self.stored_as = stored_as  # the tier key of a master that is another tensor's storage (adopt())
 
     @property
     def master_key(self) -> str:
-        return f"{self.key}.master"
+        return self.stored_as if self.stored_as is not None else f"{self.key}.master"
 
     def state_key(self, name: str) -> str:
         return f"{self.key}.{name}"
@@ -87,6 +89,13 @@ class TieredOptimizer:
         holder = torch.empty(0, dtype=torch.float32, device=self.tier.compute_device, requires_grad=True)
         optimizer = self.optimizer_cls([{"params": [holder], **self._hparams(hparams)}])
         self.groups[key] = SubGroup(key, master.numel(), optimizer, holder)
+
+    def adopt(self, key: str, stored_as: str, numel: int, hparams: dict[str, Any]) -> None:
+        """Register a sub-group whose fp32 master is the tensor the tier already stores under ``stored_as`` (an fp32
+        stage-3 parameter shard on the same tier: the master weights *are* the parameters, so no second copy)."""
+        holder = torch.empty(0, dtype=torch.float32, device=self.tier.compute_device, requires_grad=True)
+        optimizer = self.optimizer_cls([{"params": [holder], **self._hparams(hparams)}])
+        self.groups[key] = SubGroup(key, numel, optimizer, holder, stored_as=stored_as)
 
     def prefetch(self, key: str) -> None:
         group = self.groups[key]
@@ -133,9 +142,11 @@ class TieredOptimizer:
 
     # -- inspection and checkpoints ------------------------------------------------------------------------
     def keys_by_kind(self) -> Iterator[tuple[str, str]]:
-        """(kind, tier key) of everything stored: "master" or "optimizer_states"."""
+        """(kind, tier key) of everything stored: "master" or "optimizer_states". An adopted master (see
+        :meth:`adopt`) is the parameters' storage, counted once there."""
         for group in self.groups.values():
-            yield "master", group.master_key
+            if group.stored_as is None:
+                yield "master", group.master_key
             for name in group.state_names:
                 yield "optimizer_states", group.state_key(name)
 

@@ -108,8 +108,12 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         for bucket in self.buckets:
             self._init_params(bucket)
             self._init_grads(bucket)
-            self.inner.add(bucket.key, self._master_source(bucket), self._hparams(bucket))
+            self._add_subgroup(bucket)
         self.tier.flush()
+
+    def _add_subgroup(self, bucket: Bucket) -> None:
+        """Register the bucket's shard with the wrapped optimizer (its fp32 master starts from the parameters)."""
+        self.inner.add(bucket.key, self._master_source(bucket), self._hparams(bucket))
 
     # -- layout ------------------------------------------------------------------------------------------------
     def _layout_world(self) -> tuple[int, int]:

@@ -14,17 +14,20 @@ output layer reuses the word embedding) is registered as *external* to the modul
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from repro.zero.buckets import Bucket
+from repro.zero.buckets import Bucket, param_numel
 from repro.zero.ledger import Item
 from repro.zero.offload.tiers import ResidentTier, Tier
 from repro.zero.param_units import ParamUnit, PrefetchTrace, UnitGatherer, param_key, released_placeholder
 from repro.zero.partition import flat_layout, group_into_buckets
 from repro.zero.stage2 import ZeroStage2
+
+if TYPE_CHECKING:
+    from repro.zero.construction import BlockMaterializer
 
 
 def default_external_parameters(module: nn.Module) -> dict[nn.Module, list[nn.Parameter]]:
@@ -54,15 +57,19 @@ class ZeroStage3(ZeroStage2):
         external_parameters: Mapping[nn.Module, Sequence[nn.Parameter]] | None = None,
         prefetch: bool = True,
         prefetch_numel: int | None = None,
+        materializer: "BlockMaterializer | None" = None,
         **kwargs: Any,
     ) -> None:
         self.module = module
+        self.materializer = materializer
         first = next(module.parameters())
         self.param_tier = param_tier if param_tier is not None else ResidentTier("device", first.device)
         self.units: list[ParamUnit] = []
         self.trace = PrefetchTrace() if prefetch else None
         kwargs.setdefault("param_names", list(module.named_parameters()))
         super().__init__(module.parameters() if params is None else params, **kwargs)
+        if self.materializer is not None:
+            self.materializer.finish()  # every block built (the RNG ends where the unpartitioned model's does)
         self.gatherer = UnitGatherer(
             dp_group=self.dp_group, param_tier=self.param_tier, dtype=self.precision.dtype, device=self.device,
             transient=self.transient, max_ahead_numel=prefetch_numel,
@@ -97,11 +104,11 @@ class ZeroStage3(ZeroStage2):
             unit = ParamUnit(len(self.units), module, [])
             for group in sorted({group_of[id(p)] for p in mine}):
                 in_group = [p for p in mine if group_of[id(p)] == group]
-                for indices in group_into_buckets([p.numel() for p in in_group], bucket_numel):
+                for indices in group_into_buckets([param_numel(p) for p in in_group], bucket_numel):
                     chosen = [in_group[i] for i in indices]
                     names = [self._names.get(id(p), f"param{id(p)}") for p in chosen]
-                    bucket = Bucket(len(buckets), group, chosen, names, flat_layout([p.numel() for p in chosen], world),
-                                    rank)
+                    bucket = Bucket(len(buckets), group, chosen, names,
+                                    flat_layout([param_numel(p) for p in chosen], world), rank)
                     buckets.append(bucket)
                     unit.buckets.append(bucket)
             self.units.append(unit)
@@ -111,11 +118,27 @@ class ZeroStage3(ZeroStage2):
         return buckets
 
     def _init_params(self, bucket: Bucket) -> None:
-        full = bucket.flatten(bucket.params, dtype=self.precision.dtype, device=self.device)
+        """Keep this rank's shard of the bucket in the parameter tier. A model built partitioned (construction.py)
+        has placeholders for parameters: the materializer builds their block now, in construction order."""
+        values = bucket.params if self.materializer is None else [self.materializer.value(n) for n in bucket.names]
+        full = bucket.flatten(values, dtype=self.precision.dtype, device=self.device)
         lo, hi = bucket.shard_range
         self.param_tier.create(param_key(bucket), full[lo:hi].clone())
+        del full, values
         for param in bucket.params:
             param.data = released_placeholder(param)
+
+    @property
+    def shares_master(self) -> bool:
+        """fp32 with parameters and optimizer states on one tier: the master weights are the parameter shard, as
+        on a resident tier, so an NVMe run stores them once (ZeRO-Infinity sec. 5: 16 bytes per parameter)."""
+        return self.param_tier is self.tier and self.precision.dtype == torch.float32
+
+    def _add_subgroup(self, bucket: Bucket) -> None:
+        if self.shares_master:
+            self.inner.adopt(bucket.key, param_key(bucket), bucket.layout.shard_numel, self._hparams(bucket))
+        else:
+            super()._add_subgroup(bucket)
 
     def _master_source(self, bucket: Bucket) -> torch.Tensor:
         shard = self.param_tier.fetch(param_key(bucket))
@@ -126,6 +149,8 @@ class ZeroStage3(ZeroStage2):
 
     def _write_params(self, bucket: Bucket, master: torch.Tensor) -> None:
         key = param_key(bucket)
+        if self.shares_master:
+            return  # the step wrote the master, which is the parameter shard
         if isinstance(self.param_tier, ResidentTier) and self.param_tier.fetch(key).data_ptr() == master.data_ptr():
             return  # fp32: the master weights are the parameter shard
         # The tier converts to the 16-bit dtype where it stores (on the GPU for a pinned host master).
@@ -203,7 +228,8 @@ class ZeroStage3(ZeroStage2):
         """Remove the module hooks and the tiers' files."""
         for handle in self._handles:
             handle.remove()
-        self.param_tier.close()
+        if self.param_tier is not self.tier:
+            self.param_tier.close()
         super().close()
 
 

@@ -42,7 +42,7 @@ def _measure(groups, config: ZeroConfig) -> dict:
 def _run(rank, world_size, nvme_path):
     groups = init_parallel()
     results = {stage: _measure(groups, ZeroConfig(stage=stage, dtype="bf16")) for stage in (0, 1, 2, 3)}
-    if world_size == 2:  # ZeRO-Infinity placement: only the gradient shard stays on the device
+    if world_size == 2:  # ZeRO-Infinity placement: every model state on NVMe, the gradient shards too
         nvme = OffloadConfig("nvme", nvme_path=nvme_path)
         results["infinity"] = _measure(groups, ZeroConfig(stage=3, dtype="bf16", offload_optimizer=nvme, offload_param=nvme))
     return results
@@ -64,5 +64,5 @@ def test_memory_and_traffic_match_the_paper(world_size, tmp_path):
         assert abs(measured_psi - expected_psi) <= 0.02 * max(expected_psi, 1e-9) + 1e-9, (stage, measured_psi)
     if world_size == 2:
         psi, inf = results["infinity"]["psi"], results["infinity"]["by_tier"]
-        assert abs(inf["device"] - 2 * psi / 2) <= 0.02 * psi  # gradient shard only
-        assert abs(inf["nvme"] - 14 * psi / 2) <= 0.02 * 14 * psi / 2  # 16-bit params + K=12 states, page-padded
+        assert inf.get("device", 0) == 0  # the gradient shards went to NVMe too (stage3_infinity.py)
+        assert abs(inf["nvme"] - 16 * psi / 2) <= 0.02 * 16 * psi / 2  # 16-bit params+grads, K=12, page-padded

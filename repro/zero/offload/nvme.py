@@ -69,6 +69,7 @@ class NvmeTier:
         self._free: list[AlignedBuffer] = []
         self.bytes_read = 0
         self.bytes_written = 0
+        self.peak_buffer_bytes = 0  # the most host memory its I/O buffers ever held (bounded memory: tested)
 
     # -- buffers ---------------------------------------------------------------------------------------------
     def _buffer(self, nbytes: int) -> AlignedBuffer:
@@ -77,6 +78,9 @@ class NvmeTier:
             if buffer.nbytes == need:
                 return self._free.pop(i)
         return AlignedBuffer(need)
+
+    def _note_peak(self) -> None:
+        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.resident_bytes()["nvme_buffers"])
 
     def _recycle(self, buffer: AlignedBuffer) -> None:
         if sum(b.nbytes for b in self._free) + buffer.nbytes <= self.buffer_cache_bytes:
@@ -113,6 +117,7 @@ class NvmeTier:
             self._finish_write(key)
         self._writes[key] = (buffer, self.io.write(entry.path, buffer, entry.nbytes))
         self.bytes_written += round_up(entry.nbytes)
+        self._note_peak()
         while len(self._writes) > self.max_inflight_writes:
             self._finish_write(next(iter(self._writes)))
 
@@ -125,6 +130,7 @@ class NvmeTier:
         buffer = self._buffer(entry.nbytes)
         self._reads[key] = (buffer, self.io.read(entry.path, buffer, entry.nbytes))
         self.bytes_read += round_up(entry.nbytes)
+        self._note_peak()
 
     def fetch(self, key: str) -> torch.Tensor:
         self.prefetch(key)
