@@ -24,42 +24,60 @@ from typing import Iterable
 import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
-from repro.experiments.base import VERDICTS, ClaimCheck
+from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
 from repro.paper import PAPER_TITLES, load_claims, paper_value
 
 REPORT_COLUMNS = [
     "paper", "claim_id", "quantity", "setting", "unit", "paper_value", "reproduced_value", "tolerance", "verdict",
-    "experiment", "scale", "command", "note", "source", "verbatim_or_derived",
+    "evidence", "device", "experiment", "scale", "command", "note", "source", "verbatim_or_derived",
 ]
 
 
 def check_value(
-    paper: str, claim_id: str, value: float | None, *, rel: float | None = None, abs: float | None = None,
-    note: str = "", claims: pd.DataFrame | None = None,
+    paper: str, claim_id: str, value: float | None, *, evidence: str, rel: float | None = None,
+    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None,
 ) -> ClaimCheck:
     """Compare ``value`` with the paper's number for ``claim_id``: reproduced when
-    ``|value - paper| <= max(abs, rel * |paper|)`` (exact when neither is given); ``not run`` when value is None."""
+    ``|value - paper| <= max(abs, rel * |paper|)`` (exact when neither is given); ``not run`` when value is None.
+
+    ``evidence`` (one of :data:`EVIDENCE`) says what kind of number ``value`` is; the caller, which computed it,
+    decides. A ``configuration`` or ``fitted`` value is never counted: its verdict is "not counted" and the note says
+    whether it equals the paper's number."""
+    if evidence not in EVIDENCE:
+        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
     if rel is not None and rel < 0 or abs is not None and abs < 0:
         raise ValueError(f"tolerances must be >= 0, got rel={rel!r} abs={abs!r}")
     target = paper_value(paper, claim_id, claims)
     parts = ([f"±{rel * 100:g}%"] if rel else []) + ([f"±{abs:g}"] if abs else [])
     tolerance = " or ".join(parts) if parts else "exact"
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note)
+        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     allowed = max(abs or 0.0, (rel or 0.0) * builtin_abs(target))
     close = builtin_abs(float(value) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
-    return ClaimCheck(paper, claim_id, float(value), tolerance, "reproduced" if close else "differs", note)
+    if evidence in NOT_COUNTED_EVIDENCE:
+        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
+        agree = "equals the paper's value" if close else "differs from the paper's value"
+        note = f"{what}; {agree}" + (f"; {note}" if note else "")
+        return ClaimCheck(paper, claim_id, float(value), tolerance, "not counted", note, evidence)
+    return ClaimCheck(paper, claim_id, float(value), tolerance, "reproduced" if close else "differs", note, evidence)
 
 
 builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
 
 
-def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "") -> ClaimCheck:
-    return ClaimCheck(paper, claim_id, None, tolerance, "not run", note)
+def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:
+    """A mapped claim without a value yet; ``evidence`` is the kind of value its mapping will give."""
+    if evidence not in EVIDENCE:
+        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+    return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
 
 
-def needs_gpu(paper: str, claim_id: str, note: str = "", tolerance: str = "") -> ClaimCheck:
-    return ClaimCheck(paper, claim_id, None, tolerance, "needs GPU", note)
+def needs_gpu(paper: str, claim_id: str, note: str = "", tolerance: str = "", *,
+              evidence: str = "measured") -> ClaimCheck:
+    """A mapped claim that only a GPU run can give a value (a measurement unless said otherwise)."""
+    if evidence not in EVIDENCE:
+        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+    return ClaimCheck(paper, claim_id, None, tolerance, "needs GPU", note, evidence)
 
 
 _GPU_UNIT = re.compile(r"FLOP/s|^PF|EFLOP|of peak|^days$|^s$|^minutes$|^ms$|Gbps|^GB/s$|^TB/s$", re.I)
@@ -108,6 +126,7 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
         used = choose_scale(mine, scale)
         scales[exp.name] = used
         mine = mine[mine["scale"] == used].reset_index(drop=True) if len(mine) else mine
+        devices = _devices(mine)
         try:
             checks = exp.claims(mine)
         except Exception:  # noqa: BLE001 - one broken mapping must not hide the report
@@ -123,14 +142,36 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
             if check.verdict not in VERDICTS:
                 problems.append(f"{exp.name}: verdict {check.verdict!r} for {check.claim_id} is not in {VERDICTS}")
                 continue
-            records.append({**check.__dict__, "experiment": exp.name, "scale": used, "rows": len(mine)})
+            if check.evidence not in EVIDENCE:
+                problems.append(f"{exp.name}: evidence {check.evidence!r} for {check.claim_id} is not in {EVIDENCE}")
+                continue
+            if check.verdict in ("reproduced", "differs") and check.evidence in NOT_COUNTED_EVIDENCE:
+                problems.append(f"{exp.name}: {check.claim_id} is {check.evidence} evidence but has the verdict "
+                                f"{check.verdict!r} (such rows are 'not counted')")
+                continue
+            device = devices if check.evidence == "measured" and check.reproduced_value is not None else ""
+            records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": used,
+                            "rows": len(mine)})
     frame = pd.DataFrame.from_records(
-        records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "experiment",
-                          "scale", "rows"])
+        records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",
+                          "device", "experiment", "scale", "rows"])
     return CheckSet(frame, problems, scales)
 
 
-_RANK = {"differs": 0, "reproduced": 1, "needs GPU": 2, "not run": 3}
+def _devices(rows: pd.DataFrame) -> str:
+    """The devices named in the rows' provenance (what a ``measured`` value was measured on)."""
+    if not len(rows):
+        return ""
+    if "prov_device" in rows:  # results.load_rows flattens the provenance into prov_* columns
+        found = {d for d in rows["prov_device"] if isinstance(d, str) and d}
+    elif "provenance" in rows:
+        found = {p.get("device") for p in rows["provenance"] if isinstance(p, dict) and p.get("device")}
+    else:
+        return ""
+    return "; ".join(sorted(found))
+
+
+_RANK = {"differs": 0, "reproduced": 1, "not counted": 2, "needs GPU": 3, "not run": 4}
 
 
 def _command(experiment: str, verdict: str, scale: str) -> str:
@@ -160,7 +201,7 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
             scope = out_of_reach(claim["paper"], claim["claim_id"]) if gpu else None
             note = f"{ONLY_PAPER_HARDWARE}: {scope.reason}" if scope else "no experiment maps this claim yet"
             out.append({**base, "reproduced_value": None, "tolerance": "", "verdict": "needs GPU" if gpu else "not run",
-                        "experiment": "", "scale": "", "command": "", "note": note})
+                        "evidence": "", "device": "", "experiment": "", "scale": "", "command": "", "note": note})
             continue
         # Several experiments may check one claim: a disagreement ("differs") wins over agreement.
         best = min(mapped, key=lambda r: (r["reproduced_value"] is None, _RANK[r["verdict"]]))
@@ -169,7 +210,8 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
         if others:
             note = (note + "; " if note else "") + f"also checked by {', '.join(others)}"
         out.append({**base, "reproduced_value": best["reproduced_value"], "tolerance": best["tolerance"],
-                    "verdict": best["verdict"], "experiment": best["experiment"], "scale": best["scale"],
+                    "verdict": best["verdict"], "evidence": best["evidence"], "device": best["device"],
+                    "experiment": best["experiment"], "scale": best["scale"],
                     "command": _command(best["experiment"], best["verdict"], best["scale"]), "note": note})
     return pd.DataFrame.from_records(out, columns=REPORT_COLUMNS)
 
@@ -180,6 +222,35 @@ def summary(report: pd.DataFrame) -> pd.DataFrame:
     table["total"] = table.sum(axis=1)
     table.loc["all"] = table.sum(axis=0)
     return table
+
+
+#: Evidence label of rows no experiment maps.
+UNMAPPED = "unmapped"
+
+
+def summary_by_evidence(report: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each verdict per (paper, evidence class), classes in :data:`EVIDENCE` order, unmapped last."""
+    evidence = report["evidence"].fillna("").replace("", UNMAPPED)
+    order = {name: i for i, name in enumerate((*EVIDENCE, UNMAPPED))}
+    table = pd.crosstab([report["paper"], evidence.rename("evidence")], report["verdict"])
+    table = table.reindex(columns=list(VERDICTS), fill_value=0)
+    table = table.iloc[sorted(range(len(table)), key=lambda i: (table.index[i][0], order[table.index[i][1]]))]
+    table["total"] = table.sum(axis=1)
+    return table
+
+
+def headline(report: pd.DataFrame) -> dict[str, int]:
+    """The counts the report leads with: reproduced by a counted class (measured, simulated, predicted, derived),
+    reproduced only by arithmetic on the paper's own numbers, and configuration/fitted rows (never counted)."""
+    reproduced = report["verdict"] == "reproduced"
+    return {
+        "claims": len(report),
+        "reproduced": int((reproduced & report["evidence"].isin(COUNTED_EVIDENCE)).sum()),
+        "differs": int(((report["verdict"] == "differs") & report["evidence"].isin(COUNTED_EVIDENCE)).sum()),
+        "arithmetic_reproduced": int((reproduced & (report["evidence"] == "arithmetic")).sum()),
+        "not_counted": int((report["verdict"] == "not counted").sum()),
+        **{f"reproduced_{c}": int((reproduced & (report["evidence"] == c)).sum()) for c in COUNTED_EVIDENCE},
+    }
 
 
 def _fmt(value: object) -> str:
@@ -200,15 +271,35 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
     lines = [f"# Claims report (scale: {scale})", ""]
     lines += [
         "Every claim of `results/paper/paper_claims.csv` that has a value, set beside what this suite computed or "
-        "measured. Verdicts: reproduced / differs (within the stated tolerance), needs GPU (a GPU or cluster "
-        "measurement), not run (no rows yet, or no experiment maps the claim). Regenerate with "
+        "measured. Verdicts: reproduced / differs (within the stated tolerance), not counted (a configuration the "
+        "suite was given or an input of a fit: shown, never counted), needs GPU (a GPU or cluster measurement), not "
+        "run (no rows yet, or no experiment maps the claim). Regenerate with "
         f"`repro claims --scale {scale}` (or `repro reproduce --scale ci`).", ""]
+    lines += [
+        "Evidence classes, decided by the code that produces each row: **measured** (by this suite, on the device "
+        "named in the `device` column of claims.csv), **simulated** (the suite's simulators), **predicted** (a "
+        "model whose fit did not use the claim), **derived** (a closed form or count the suite implements), "
+        "**arithmetic** (computed only from other numbers printed in the paper), **configuration** (a setting the "
+        "suite was given), **fitted** (an input of a fit); *unmapped*: no experiment maps the claim.", ""]
     if rows_info:
         lines += [rows_info, ""]
-    lines += ["## Summary", "", "| paper | " + " | ".join(VERDICTS) + " | total |",
-              "|---|" + "---:|" * (len(VERDICTS) + 1)]
+    head = headline(report)
+    by_class = ", ".join(f"{head['reproduced_' + c]} {c}" for c in COUNTED_EVIDENCE)
+    lines += ["## Summary", "",
+              f"**{head['reproduced']} of {head['claims']} claims reproduced** by measurement, simulation, "
+              f"prediction or derivation ({by_class}); "
+              f"{head['differs']} differ. Not in that count: {head['arithmetic_reproduced']} more agree only by "
+              f"arithmetic on the paper's own numbers, and {head['not_counted']} configuration or fitted rows are "
+              "shown but never counted.", ""]
+    lines += ["| paper | " + " | ".join(VERDICTS) + " | total |", "|---|" + "---:|" * (len(VERDICTS) + 1)]
     for paper, counts in summary(report).iterrows():
         lines.append(f"| {paper} | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
+                     + f" | {int(counts['total'])} |")
+    lines += ["", "### By paper and evidence class", "",
+              "| paper | evidence | " + " | ".join(VERDICTS) + " | total |",
+              "|---|---|" + "---:|" * (len(VERDICTS) + 1)]
+    for (paper, evidence), counts in summary_by_evidence(report).iterrows():
+        lines.append(f"| {paper} | {evidence} | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
                      + f" | {int(counts['total'])} |")
     if checks.scales:
         lines += ["", "## Experiments", "", "| experiment | rows used (scale) | claims mapped | reproduced | differs |",
@@ -225,14 +316,14 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
         lines += ["", f"## {PAPER_TITLES.get(paper, paper)}", ""]
         mapped = group[group["experiment"] != ""]
         if len(mapped):
-            lines += ["| claim_id | quantity | setting | paper | reproduced | tolerance | verdict | command | note |",
-                      "|---|---|---|---:|---:|---|---|---|---|"]
+            lines += ["| claim_id | quantity | setting | paper | this suite | tolerance | verdict | evidence | command "
+                      "| note |", "|---|---|---|---:|---:|---|---|---|---|---|"]
             for row in mapped.itertuples():
                 unit = "" if row.unit in ("-", "") else f" {row.unit}"
                 lines.append(
                     f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
-                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | `{row.command}` | "
-                    f"{_short(row.note)} |")
+                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | {row.evidence} | "
+                    f"`{row.command}` | {_short(row.note)} |")
         rest = group[group["experiment"] == ""]
         if len(rest):
             lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]

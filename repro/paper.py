@@ -97,3 +97,15 @@ def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -
     if pd.isna(value):
         raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {hit['value'].iloc[0]!r}")
     return value
+
+
+def half_last_digit(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> float:
+    """Half a unit of the last digit the paper prints (``'2.49'`` -> 0.005, ``'8.317'`` -> 0.0005, ``'64'`` ->
+    0.5): the tolerance of a value the paper rounded, i.e. a verdict decided at the paper's printed precision."""
+    claims = load_claims() if claims is None else claims
+    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+    if hit.empty:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    text = str(hit["value"].iloc[0]).replace(",", "").strip()
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10.0**-decimals

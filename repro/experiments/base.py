@@ -23,8 +23,24 @@ CPU_SCALES = ("ci", "smoke")
 #: Keys the runner adds to every row; a row returned by ``run_point`` may not use them.
 RESERVED_ROW_KEYS = ("experiment", "scale", "point", "run_id", "provenance")
 
-#: Verdicts of the claims report.
-VERDICTS = ("reproduced", "differs", "not run", "needs GPU")
+#: Verdicts of the claims report. "not counted": the row's value is a configuration the suite was given or an input
+#: of a fit (evidence ``configuration`` / ``fitted``), shown beside the paper but never counted as reproduced.
+VERDICTS = ("reproduced", "differs", "not counted", "not run", "needs GPU")
+
+#: What kind of evidence a claim row is, decided by the code that produces it (issue 13):
+#:
+#: * ``measured``: measured by this suite (CPU or GPU; the device is in the rows' provenance);
+#: * ``simulated``: computed by one of the suite's simulators (GNA tile simulator, T3 GPU model, pipeline timeline);
+#: * ``predicted``: a model's output for a claim that was not an input of its fit;
+#: * ``derived``: a closed form or a count the suite implements (parameter counts, memory formulas, byte counts);
+#: * ``arithmetic``: computed only from other numbers printed in the paper;
+#: * ``configuration``: a setting the suite was given (shown, never counted as reproduced);
+#: * ``fitted``: an input of a fit (shown, never counted as reproduced).
+EVIDENCE = ("measured", "simulated", "predicted", "derived", "arithmetic", "configuration", "fitted")
+#: The classes the headline "reproduced" count includes.
+COUNTED_EVIDENCE = ("measured", "simulated", "predicted", "derived")
+#: The classes whose rows get the verdict "not counted" whatever their value.
+NOT_COUNTED_EVIDENCE = ("configuration", "fitted")
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,8 @@ Row = dict[str, Any]
 @dataclass(frozen=True)
 class ClaimCheck:
     """One row of the claims report: a paper claim (``paper``, ``claim_id`` as in paper_claims.csv) set beside the
-    value this suite computed or measured. ``verdict`` is one of reproduced / differs / not run / needs GPU."""
+    value this suite computed or measured. ``verdict`` is one of :data:`VERDICTS`; ``evidence`` one of
+    :data:`EVIDENCE` (for rows without a value yet: the kind of evidence the mapping will give)."""
 
     paper: str
     claim_id: str
@@ -96,6 +113,7 @@ class ClaimCheck:
     tolerance: str
     verdict: str
     note: str = ""
+    evidence: str = ""
 
 
 @dataclass(frozen=True)

@@ -115,19 +115,21 @@ def claims(rows) -> list[ClaimCheck]:
         return []
     checks = [
         check_value(PAPER, "wt103_T0", _value(rows, "original_tokens", "megatron"),
-                    note="len(text.strip().split(' ')) over wiki.test.tokens, as Megatron counts"),
+                    note="len(text.strip().split(' ')) over wiki.test.tokens, as Megatron counts", evidence="derived"),
         check_value(PAPER, "wt103_T", _value(rows, "bpe_targets", "megatron"),
                     note="GPT-2 BPE after Megatron's detokenizer gives 270,330 tokens = 270,329 scored targets "
-                         "(Megatron divides the loss by T-1); the paper's T matches the target count"),
+                         "(Megatron divides the loss by T-1); the paper's T matches the target count",
+                         evidence="derived"),
     ]
     ppl = _value(rows, "adjusted_perplexity", "megatron_adjusted", "gpt-355m")
     acc = _value(rows, "accuracy", "strict", "gpt-355m")
     gpu_note = ("needs a GPT-2 355M checkpoint (REPRO_EVAL_CHECKPOINT=DIR: Hugging Face gpt2-medium, Megatron-LM's "
                 "released 345M in its own format, or repro) and a GPU: python -m repro run eval_wikitext_lambada "
                 "--scale paper")
-    checks.append(check_value(PAPER, "t3_355M_wt103_ppl", ppl, rel=0.02, note="adjusted ppl, seq 1024, stride 32")
+    checks.append(check_value(PAPER, "t3_355M_wt103_ppl", ppl, rel=0.02, note="adjusted ppl, seq 1024, stride 32",
+                              evidence="measured")
                   if ppl is not None else needs_gpu(PAPER, "t3_355M_wt103_ppl", gpu_note))
-    checks.append(check_value(PAPER, "t3_355M_lambada_acc", acc, abs=1.0, note="strict accuracy")
+    checks.append(check_value(PAPER, "t3_355M_lambada_acc", acc, abs=1.0, note="strict accuracy", evidence="measured")
                   if acc is not None else needs_gpu(PAPER, "t3_355M_lambada_acc", gpu_note))
     for claim in ("t3_2p5B_wt103_ppl", "t3_2p5B_lambada_acc", "t3_8p3B_wt103_ppl", "t3_8p3B_lambada_acc"):
         checks.append(needs_gpu(PAPER, claim, "the 2.5B/8.3B checkpoints were never released; training them "

@@ -196,14 +196,15 @@ def _paper_condition_check(rows) -> ClaimCheck:
     condition = rows[rows["metric"] == "paper_block_sparse_condition"].reset_index(drop=True)
     found = rows[rows["metric"] == "block_sparse"].reset_index(drop=True)
     if len(condition) == 0:
-        return not_run(PAPER, "block_sparse_condition")
+        return not_run(PAPER, "block_sparse_condition", evidence="simulated")
     implied = [(not c) or bool(b) for c, b in zip(condition["value"], found["value"])]
     holds = int(sum(condition["value"]))
     verdict = "reproduced" if all(implied) else "differs"
     return ClaimCheck(PAPER, "block_sparse_condition", f"{sum(implied)}/{len(implied)} configs consistent",
                       "condition => no partial tile", verdict,
                       f"the condition holds for {holds} table configs, all simulated without partial tiles"
-                      if all(implied) else "a configuration meeting the condition has partial tiles")
+                      if all(implied) else "a configuration meeting the condition has partial tiles",
+                      evidence="simulated")
 
 
 def _decimals(claim_id: str) -> int:
@@ -222,33 +223,46 @@ def _known_ids() -> set[str]:
     return set(claims[claims["paper"] == PAPER]["claim_id"])
 
 
+#: Evidence class per row metric (issue 13): tile-simulator outputs are ``simulated``; FLOP and token counts are
+#: ``derived``; the shares and limits computed from Table 1's printed shares alone are ``arithmetic``.
+EVIDENCE_OF_METRIC = {
+    "op_sim_speedup": "simulated", "e2e_sim_speedup": "simulated", "op_flopwise_speedup": "derived",
+    "e2e_flopwise_speedup": "derived", "sparsity": "derived", "gna_share_of_e2e": "arithmetic",
+    "e2e_limit": "arithmetic",
+}
+
+
 def _check_row(row, known: set[str]) -> list[ClaimCheck]:
     claim_id, value = row["claim_id"], float(row["value"])
+    evidence = EVIDENCE_OF_METRIC[row["metric"]]
     if row["metric"] == "e2e_flopwise_speedup":
         note = (f"Amdahl (Table 1 share) of the op speedup at the paper's 1 decimal; unrounded {value:.4f}, "
                 f"exact Amdahl {float(row['exact_amdahl']):.4f}")
-        checks = [check_value(PAPER, claim_id, round(value, _decimals(claim_id)), note=note)]
+        checks = [check_value(PAPER, claim_id, round(value, _decimals(claim_id)), note=note, evidence=evidence)]
         if f"{claim_id}_repro" in known:  # the claims table's re-derivation: exact Amdahl
-            checks.append(check_value(PAPER, f"{claim_id}_repro", float(row["exact_amdahl"]), abs=0.01, note=note))
+            checks.append(check_value(PAPER, f"{claim_id}_repro", float(row["exact_amdahl"]), abs=0.01, note=note,
+                                      evidence=evidence))
         return checks
     if claim_id.endswith("_gna_share"):
-        return [check_value(PAPER, claim_id, value, abs=1.0, note="paper prints an approximate whole percent")]
+        return [check_value(PAPER, claim_id, value, abs=1.0, note="paper prints an approximate whole percent",
+                            evidence=evidence)]
     if row["metric"] == "e2e_limit":
         return [check_value(PAPER, claim_id, round(value, 2), abs=1e-9,
                             note=f"1 / (1 - share) with the share rounded as printed; exact share gives "
-                                 f"{row['exact_share_limit']:.3f}")]
+                                 f"{row['exact_share_limit']:.3f}", evidence=evidence)]
     if claim_id == "hunyuan_sparsity":
-        return [check_value(PAPER, claim_id, value, abs=0.5, note="paper prints ~91%")]
+        return [check_value(PAPER, claim_id, value, abs=0.5, note="paper prints ~91%", evidence=evidence)]
     # Simulator columns and exact derived numbers: rounded as the paper prints them, they must be equal.
     decimals = _decimals(claim_id)
     tiles = f"; Q tile {row['q_tile']}, KV tile {row['kv_tile']}" if isinstance(row.get("q_tile"), str) else ""
     note = f"unrounded {value:.4f}, compared at the paper's {decimals} decimals{tiles}"
     if row["metric"] == "e2e_sim_speedup":
         note += f"; Amdahl of the op speedup at 1 decimal, exact Amdahl {float(row['exact_amdahl']):.4f}"
-    checks = [check_value(PAPER, claim_id, round(value, decimals), note=note)]
+    checks = [check_value(PAPER, claim_id, round(value, decimals), note=note, evidence=evidence)]
     if claim_id.endswith("_sim") and f"{claim_id}_e2e_repro" in known:
         checks.append(check_value(PAPER, f"{claim_id}_e2e_repro", float(row["exact_amdahl"]), abs=0.01,
-                                  note=f"claims-table re-derivation: exact Amdahl {float(row['exact_amdahl']):.4f}"))
+                                  note=f"claims-table re-derivation: exact Amdahl {float(row['exact_amdahl']):.4f}",
+                                  evidence=evidence))
     return checks
 
 
@@ -265,7 +279,7 @@ def claims(rows) -> list[ClaimCheck]:
             claim_id = f"{row['table']}_{row['model']}_{config}_sim_op_repro"
             if claim_id in known:
                 checks.append(check_value(PAPER, claim_id, round(float(row["value"]), _decimals(claim_id)),
-                                          note="op-level worst-query-tile bound"))
+                                          note="op-level worst-query-tile bound", evidence="simulated"))
         if "metric" in rows:
             checks.append(_paper_condition_check(rows))
     mapped = {c.claim_id for c in checks}
@@ -277,7 +291,8 @@ def claims(rows) -> list[ClaimCheck]:
                 for stride in strides:
                     claim_id = f"{MODELS[model].table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{sa_steps}_sim"
                     if claim_id not in mapped:
-                        checks.append(not_run(PAPER, claim_id, "the paper does not state Cosmos' tile shapes"))
+                        checks.append(not_run(PAPER, claim_id, "the paper does not state Cosmos' tile shapes",
+                                              evidence="simulated"))
     return checks
 
 

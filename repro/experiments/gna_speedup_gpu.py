@@ -207,7 +207,8 @@ def _claim(claim_id: str, rows) -> ClaimCheck:
              f"end to end (simulator's: {paper_end_to_end_speedup(sim, share, fraction):.2f}x)")
     if "B200" in gpu:
         return check_value(PAPER, claim_id, round(estimate, 2), rel=0.10,
-                           note=note + "; Flex, not the paper's FNA kernel, and Amdahl instead of a model run")
+                           note=note + "; Flex, not the paper's FNA kernel, and Amdahl instead of a model run",
+                           evidence="measured")
     return needs_gpu(PAPER, claim_id, f"{base}; measured on another GPU: {note}")
 
 

@@ -217,7 +217,8 @@ def claims(rows) -> list[ClaimCheck]:
         checks.append(needs_gpu(PAPER, "baseline_tflops_1gpu", "run megatron_weak_scaling_gpu's 1p2B_1gpu point"))
     elif on_v100:
         verdict = "reproduced" if abs(tflops / paper_value(PAPER, "baseline_tflops_1gpu") - 1) <= 0.1 else "differs"
-        checks.append(ClaimCheck(PAPER, "baseline_tflops_1gpu", round(tflops, 1), "+-10%", verdict, note))
+        checks.append(ClaimCheck(PAPER, "baseline_tflops_1gpu", round(tflops, 1), "+-10%", verdict, note,
+                                 evidence="measured"))
     else:
         checks.append(needs_gpu(PAPER, "baseline_tflops_1gpu",
                                 f"needs the paper's V100; measured on {gpu}: {tflops:.1f} TFLOP/s ({note})"))
@@ -226,7 +227,8 @@ def claims(rows) -> list[ClaimCheck]:
     else:
         verdict = "reproduced" if abs(share - paper_value(PAPER, "baseline_pct_peak")) <= 5 else "differs"
         checks.append(ClaimCheck(PAPER, "baseline_pct_peak", round(share, 1), "+-5 points", verdict,
-                                 f"measured on {gpu}: {share:.1f}% of its datasheet bf16 peak ({note})"))
+                                 f"measured on {gpu}: {share:.1f}% of its datasheet bf16 peak ({note})",
+                                 evidence="measured"))
     base = tflops
     for label, mp in _MP:
         for dp, claim in ((1, f"fig5_eff_mp_{mp}gpu"), (64, f"fig5_eff_mpdp_{64 * mp}gpu")):
@@ -239,7 +241,8 @@ def claims(rows) -> list[ClaimCheck]:
             eff = 100 * value / base
             verdict = "reproduced" if abs(eff - paper_value(PAPER, claim)) <= 5 else "differs"
             checks.append(ClaimCheck(PAPER, claim, round(eff, 1), "+-5 points", verdict,
-                                     f"per-GPU TFLOP/s of {label} on {mp * dp} {gpu} over the 1-GPU 1.2B point"))
+                                     f"per-GPU TFLOP/s of {label} on {mp * dp} {gpu} over the 1-GPU 1.2B point",
+                                     evidence="measured"))
     checks += _strong_scaling(rows, gpu) + _days_per_epoch(rows, gpu)
     per_gpu = _value(rows, "model_tflops_per_gpu", model="8p3B", tp=8, dp=64, variant="repro")
     checks.append(_hardware_bound("agg_pflops_from_74pct", per_gpu * 512 / 1e3 if per_gpu is not None else None, gpu,
@@ -254,7 +257,8 @@ def _hardware_bound(claim: str, value: float | None, gpu, what: str, fmt: str, t
         return needs_gpu(PAPER, claim, f"run megatron_weak_scaling_gpu's {what}")
     if gpu is not None and "V100" in str(gpu):
         ok = abs(value / paper_value(PAPER, claim) - 1) <= relative
-        return ClaimCheck(PAPER, claim, round(value, 2), tolerance, "reproduced" if ok else "differs", what)
+        return ClaimCheck(PAPER, claim, round(value, 2), tolerance, "reproduced" if ok else "differs", what,
+                          evidence="measured")
     return needs_gpu(PAPER, claim, f"needs the paper's V100s; measured on {gpu}: {value:{fmt}} ({what})")
 
 

@@ -222,7 +222,8 @@ def claims(rows) -> list[ClaimCheck]:
                 verdict = "reproduced" if abs(value / paper_value(PAPER, claim) - 1) <= 0.1 else "differs"
                 checks.append(ClaimCheck(PAPER, claim, round(value, 2), "+-10%", verdict,
                                          f"530B layout {full['layout']} on {nodes} nodes of {full['gpu']}, bf16, "
-                                         "activation checkpointing, ZeRO-1; model FLOPs by the 96-formula"))
+                                         "activation checkpointing, ZeRO-1; model FLOPs by the 96-formula",
+                                         evidence="measured"))
                 continue
             if full is not None:
                 checks.append(needs_gpu(PAPER, claim, f"needs MT-NLG's A100 80GB; measured on {_where(full)} with "

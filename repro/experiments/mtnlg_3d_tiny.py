@@ -147,7 +147,8 @@ def claims(rows) -> list[ClaimCheck]:
         mapped = rows[rows["claim_id"].notna()].drop_duplicates("claim_id", keep="last")
         for _, row in mapped.iterrows():
             checks.append(check_value(PAPER, row["claim_id"], row["value"],
-                                      note="rank grid of repro.dist (tp innermost), as used by the tiny 3-D run"))
+                                      note="rank grid of repro.dist (tp innermost), as used by the tiny 3-D run",
+                                      evidence="derived"))
     checks += [needs_gpu(PAPER, claim, note="the 530B model under 8 x 35 x dp needs 2240+ A100s; the tiny run "
                          "checks the 3-D mechanics (losses equal to one process) on CPU")
                for claim in MEASURED_ON_GPUS]

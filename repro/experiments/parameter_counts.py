@@ -18,7 +18,7 @@ import torch
 from repro.claims import check_value
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
-from repro.paper import load_claims
+from repro.paper import half_last_digit
 from repro.perfmodel.megatron import TABLE1, TABLE2
 from repro.perfmodel.mtnlg import MTNLG_530B
 from repro.perfmodel.zero_infinity import params_per_block
@@ -78,18 +78,6 @@ def _value(rows, metric: str, model: str) -> float | None:
     return float(hit["value"].iloc[0]) if len(hit) else None
 
 
-def half_last_digit(paper: str, claim_id: str) -> float:
-    """Half a unit of the last digit the paper prints (``'2.49'`` -> 0.005, ``'8.317'`` -> 0.0005, ``'64'`` ->
-    0.5): the tolerance of a value the paper rounded."""
-    claims = load_claims()
-    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
-    if hit.empty:
-        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    text = str(hit["value"].iloc[0]).replace(",", "").strip()
-    decimals = len(text.split(".")[1]) if "." in text else 0
-    return 0.5 * 10.0**-decimals
-
-
 def claims(rows) -> list[ClaimCheck]:
     """The instantiated count against the paper's count (rounded to 0.1B) and its config-derived count (to the
     paper's printed digits); hidden size per head; Table 2's layers / hidden / heads of the built modules; the
@@ -102,28 +90,33 @@ def claims(rows) -> list[ClaimCheck]:
         closed = _value(rows, "closed_form_params", label)
         note = (f"GPTModel on the meta device; closed form {closed:.4f}B" if closed is not None else "")
         if paper == "mt_nlg_2022":
-            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note))
-            checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B"))
+            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note, evidence="derived"))
+            checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B",
+                                      evidence="derived"))
             continue
         recomputed = f"{prefix}_params_recomputed"
         checks.append(check_value(paper, recomputed, got, abs=half_last_digit(paper, recomputed),
-                                  note=note + "; ±half the paper's last printed digit"))
+                                  note=note + "; ±half the paper's last printed digit", evidence="derived"))
         if prefix.startswith("t1_"):
-            checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B"))
+            checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B",
+                                      evidence="derived"))
             continue
-        checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label)))
+        checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label),
+                                  note="hidden / heads, both printed in the paper", evidence="arithmetic"))
         for key in ("layers", "hidden", "heads"):
             checks.append(check_value(paper, f"{prefix}_{key}", _value(rows, f"built_{key}", label),
                                       note="configuration the suite runs (repro.perfmodel.megatron.TABLE2), read "
-                                           "from the instantiated GPTModel"))
+                                           "from the instantiated GPTModel", evidence="configuration"))
     per_head = {_value(rows, "hidden_per_head", f"t1_{c.label}") for c in TABLE1}
     if len(per_head) == 1:
         checks.append(check_value("megatron_lm_2019", "t1_hidden_per_head", per_head.pop(),
-                                  note="h / heads of all four Table 1 configs"))
-    checks.append(check_value("megatron_lm_2019", "padded_vocab", _value(rows, "padded_vocab", "gpt2")))
+                                  note="h / heads of all four Table 1 configs", evidence="arithmetic"))
+    checks.append(check_value("megatron_lm_2019", "padded_vocab", _value(rows, "padded_vocab", "gpt2"),
+                              note="50,257 padded by the suite's rule (GPTConfig.padded_vocab_size)",
+                              evidence="derived"))
     for label in ZERO_T4:
         checks.append(check_value("zero_2019", f"t4_check_{label}", _value(rows, "block_params_12Lh2", label),
-                                  abs=0.05))
+                                  abs=0.05, evidence="derived"))
     return checks
 
 

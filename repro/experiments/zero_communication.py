@@ -42,16 +42,17 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 def claims(rows) -> list[ClaimCheck]:
     ids = (*CLAIMS.values(), "comm_posgp_ratio")
     if rows is None or len(rows) == 0:
-        return [ClaimCheck(PAPER, claim_id, None, "", "not run") for claim_id in ids]
+        return [ClaimCheck(PAPER, claim_id, None, "", "not run", evidence="measured") for claim_id in ids]
     volume = rows[rows["metric"] == "volume_in_psi"]
     nd = int(volume["nd"].max())
     at = volume[volume["nd"] == nd].set_index("stage")["value"]
     note = f"measured ledger wire bytes per step at N_d = {nd}, in units of (N_d-1)/N_d psi"
-    checks = [check_value(PAPER, claim_id, float(at[stage]) if stage in at else None, rel=0.02, note=note)
+    checks = [check_value(PAPER, claim_id, float(at[stage]) if stage in at else None, rel=0.02, note=note,
+                          evidence="measured")
               for stage, claim_id in CLAIMS.items()]
     if 0 in at and 3 in at:
         checks.append(check_value(PAPER, "comm_posgp_ratio", float(at[3] / at[0]), rel=0.02,
-                                  note=f"measured stage-3 / stage-0 volume at N_d = {nd}"))
+                                  note=f"measured stage-3 / stage-0 volume at N_d = {nd}", evidence="measured"))
     return checks
 
 

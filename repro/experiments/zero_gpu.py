@@ -452,7 +452,7 @@ def _bracket_check(paper: str, claim_id: str, row: dict | None, what: str, paper
     if _is_v100_32gb(row):
         ok = value <= target * 1.05 and (above is None or target < above)
         return ClaimCheck(paper, claim_id, round(value, 2), "paper size within [largest trained, next size)",
-                          "reproduced" if ok else "differs", f"{span}, on {row.get('gpu')}")
+                          "reproduced" if ok else "differs", f"{span}, on {row.get('gpu')}", evidence="measured")
     memory = float(row.get("gpu_memory_gib") or 0) or float("nan")
     return needs_gpu(paper, claim_id, f"needs the paper's 32 GB V100; measured on {row.get('gpu')} ({memory:.0f} GiB, "
                      f"{row.get('gpus')} GPU(s)): {span}; x {paper_gb:g}/{memory:.0f} by memory alone = "

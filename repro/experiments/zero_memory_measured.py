@@ -60,32 +60,36 @@ def _values(rows, metric: str, **where):
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0:
-        return [ClaimCheck(PAPER, c, None, "", "not run") for c in ("mem_formula", "K_adam", *STAGE_CLAIMS.values())]
+        return [ClaimCheck(PAPER, c, None, "", "not run",
+                           evidence="measured") for c in ("mem_formula", "K_adam", *STAGE_CLAIMS.values())]
     checks = []
     base = _values(rows, "bytes_per_param", stage=0)
     checks.append(check_value(PAPER, "mem_formula", float(base["value"].iloc[0]) if len(base) else None, rel=0.02,
-                              note="measured: ledger bytes of bf16 params + grads + fp32 master/moments per param"))
+                              note="measured: ledger bytes of bf16 params + grads + fp32 master/moments per param",
+                              evidence="measured"))
     opt = _values(rows, "optimizer_bytes_per_param")
     checks.append(check_value(PAPER, "K_adam", float(opt["value"].max()) if len(opt) else None, rel=0.02,
-                              note="measured fp32 master + exp_avg + exp_avg_sq bytes per param (x N_d when sharded)"))
+                              note="measured fp32 master + exp_avg + exp_avg_sq bytes per param (x N_d when sharded)",
+                              evidence="measured"))
     for stage, claim_id in STAGE_CLAIMS.items():
         dev = _values(rows, "formula_rel_dev", stage=stage)
         if not len(dev):
-            checks.append(ClaimCheck(PAPER, claim_id, None, "2%", "not run"))
+            checks.append(ClaimCheck(PAPER, claim_id, None, "2%", "not run", evidence="measured"))
             continue
         worst = float(dev["value"].abs().max())
         nds = sorted(int(n) for n in dev["nd"].unique())
         checks.append(ClaimCheck(
             PAPER, claim_id, f"measured within {worst:.4%} at N_d={nds}", "2% (beyond padding)",
             "reproduced" if worst <= 0.02 else "differs",
-            "ledger of a bf16 GPT with AdamW; the excess is the padding of flat buffers to N_d shards"))
+            "ledger of a bf16 GPT with AdamW; the excess is the padding of flat buffers to N_d shards",
+            evidence="measured"))
     stage0, stage3 = _values(rows, "model_state_bytes", stage=0), _values(rows, "model_state_bytes", stage=3)
     if len(stage0) and len(stage3):
         nd = int(stage3["nd"].max())
         ratio = float(stage0[stage0["nd"] == nd]["value"].iloc[0]) / float(stage3[stage3["nd"] == nd]["value"].iloc[0])
         checks.append(ClaimCheck(PAPER, "reduction_posgp", ratio, "2% of N_d",
                                  "reproduced" if abs(ratio - nd) <= 0.02 * nd else "differs",
-                                 f"measured stage-0 / stage-3 model states at N_d = {nd}"))
+                                 f"measured stage-0 / stage-3 model states at N_d = {nd}", evidence="measured"))
     return checks
 
 

@@ -36,7 +36,7 @@ def _toy_point(point: Point, ctx: RunContext) -> list[dict]:
 def _toy_claims(rows) -> list:
     """Maps the smoke rows onto a real claim id, so the claims report shows which scale's rows it used."""
     value = float(rows["value"].max()) if len(rows) else None
-    return [check_value("zero_2019", "K_adam", value, rel=0.1, note="fake")]
+    return [check_value("zero_2019", "K_adam", value, rel=0.1, note="fake", evidence="measured")]
 
 
 def _gpu(name: str, world_size: int, nodes: int, gpus: int, *, cpus: int = 8, mem: float = 64, time_min: int = 30):
