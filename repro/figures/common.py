@@ -84,24 +84,71 @@ class FigureContext:
         return len(self.rows) > 0 and bool((self.rows["experiment"] == experiment).any())
 
 
+#: Smallest font anywhere on a figure, in points: 9 pt at the saved 120 dpi is 15 pixels, readable at 100 %.
+MIN_FONT_PT = 9
+DPI = 120
+
+
 def style() -> None:
     sns.set_theme(style="whitegrid", context="paper", font_scale=1.0)
+    plt.rcParams.update({
+        "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": MIN_FONT_PT,
+        "ytick.labelsize": MIN_FONT_PT, "legend.fontsize": MIN_FONT_PT, "legend.title_fontsize": MIN_FONT_PT,
+        "figure.titlesize": 12,
+    })
     plt.rcParams["svg.hashsalt"] = "repro"  # stable ids, so an unchanged figure gives an unchanged SVG
 
 
-def caption(fig: plt.Figure, text: str, *, width: int = 150) -> None:
-    """Sources and scale under the axes (the figure's bottom margin grows to fit)."""
-    wrapped = "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
-    lines = wrapped.count("\n") + 1
-    height = fig.get_size_inches()[1]
-    bottom = min(0.45, (0.25 + 0.16 * lines) / height + 0.06)
-    fig.subplots_adjust(bottom=bottom)
-    fig.text(0.01, 0.01, wrapped, ha="left", va="bottom", fontsize=7, color="#333333")
+def caption(fig: plt.Figure, text: str) -> None:
+    """Sources and scale under everything else (axes, their labels, legends below them): :func:`save` places it
+    once the layout is known, so it never covers a legend or a tick label."""
+    fig._repro_caption = text  # type: ignore[attr-defined]
+
+
+def legend_below(ax: plt.Axes, *, ncol: int = 2, **kwargs) -> plt.Legend:
+    """A legend under the axes (below its tick labels and x label), so that it never covers data; :func:`save`
+    moves it there once the tick labels' size is known. Use ``fig_legend_above`` for a legend shared by panels."""
+    legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=ncol, frameon=False, **kwargs)
+    legend._repro_below = True  # type: ignore[attr-defined]
+    return legend
+
+
+def legend_outside(ax: plt.Axes, **kwargs) -> plt.Legend:
+    """A legend to the right of the axes, outside them (for a panel with room on its right)."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, **kwargs)
+
+
+def _place_legends_below(fig: plt.Figure, renderer) -> None:
+    pad_px = 4 * DPI / 72
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not getattr(legend, "_repro_below", False):
+            continue
+        legend.set_visible(False)
+        box = ax.get_tightbbox(renderer)
+        legend.set_visible(True)
+        frame = ax.get_window_extent(renderer)
+        # figure coordinates, not pixels: the SVG is written at another dpi than the PNG
+        anchor = fig.transFigure.inverted().transform((frame.x0 + frame.width / 2, box.y0 - pad_px))
+        legend.set_bbox_to_anchor(tuple(anchor), transform=fig.transFigure)
+
+
+def _place_caption(fig: plt.Figure, renderer) -> None:
+    text = getattr(fig, "_repro_caption", None)
+    if not text:
+        return
+    box = fig.get_tightbbox(renderer)  # inches, everything drawn so far
+    width_in = max(box.width, 6.0)
+    chars = int(width_in * 72 / (0.52 * MIN_FONT_PT))  # DejaVu Sans averages about half an em per character
+    wrapped = "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))
+    fig_w, fig_h = fig.get_size_inches()
+    fig.text(box.x0 / fig_w, (box.y0 - 0.12) / fig_h, wrapped, ha="left", va="top", fontsize=MIN_FONT_PT,
+             color="#333333")
 
 
 def mark_missing(ax: plt.Axes, text: str, *, y: float = 0.5) -> None:
     """Say on the axes that the reproduced values are missing, and how to make them."""
-    ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#555555",
+    ax.text(0.5, y, text, transform=ax.transAxes, ha="center", va="center", fontsize=MIN_FONT_PT, color="#555555",
             bbox={"boxstyle": "round", "facecolor": "#f4f4f4", "edgecolor": MISSING_COLOR})
 
 
@@ -111,11 +158,19 @@ def not_run_text(experiment: str, ctx: FigureContext) -> str:
 
 
 def save(fig: plt.Figure, ctx: FigureContext, name: str) -> list[Path]:
-    """Write ``<name>.png`` and ``<name>.svg`` under the output folder (no timestamps inside)."""
+    """Write ``<name>.png`` and ``<name>.svg`` under the output folder (no timestamps inside): legends made by
+    :func:`legend_below` go under their axes, the caption under everything, and the saved area grows to hold
+    them (``bbox_inches="tight"``), so nothing is clipped."""
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = ctx.out_dir / f"{name}.png", ctx.out_dir / f"{name}.svg"
-    fig.savefig(png, dpi=120, metadata={"Software": None})
-    fig.savefig(svg, metadata={"Date": None, "Creator": None})
+    fig.set_dpi(DPI)
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    _place_legends_below(fig, renderer)
+    fig.canvas.draw()
+    _place_caption(fig, renderer)
+    fig.savefig(png, dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    fig.savefig(svg, metadata={"Date": None, "Creator": None}, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return [png, svg]
 

@@ -10,11 +10,31 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, FigureContext, caption, mark_missing,
+from repro.figures.common import (MODEL_COLOR, PAPER_COLOR, FigureContext, caption, legend_below, mark_missing,
                                   numeric, save)
 
 STAGES = {"baseline": "baseline DP", "Pos": "$P_{os}$", "Posg": "$P_{os+g}$", "Posgp": "$P_{os+g+p}$"}
 STAGE_COLORS = {"baseline": "#555555", "Pos": "#4C72B0", "Posg": "#DD8452", "Posgp": "#55A868"}
+#: marker, line style and marker size per stage, so that stages with equal values stay visible on top of each other
+STAGE_MARKS = {"baseline": ("o", "-", 11), "Pos": ("s", "--", 8), "Posg": ("^", ":", 6), "Posgp": ("D", "-", 6)}
+#: words for the measured metrics' names (the axis says what was counted, not the column name)
+METRIC_WORDS = {"volume_in_psi": "elements sent per rank per step (x psi)",
+                "wire_bytes_per_step": "bytes sent per rank per step",
+                "bytes_per_param": "model-state bytes per rank, per model parameter"}
+UNIT_WORDS = {"bytes/param": "bytes per parameter", "x psi": "x psi"}
+
+
+def _axis_label(metric: str, unit: str) -> str:
+    words = METRIC_WORDS.get(metric)
+    if words:
+        return words
+    return f"{metric.replace('_', ' ')} ({UNIT_WORDS.get(unit, unit)})"
+
+
+def _by_stage(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(stage, rows sorted by N_d) in the paper's order: baseline, P_os, P_os+g, P_os+g+p."""
+    groups = dict(list(frame.dropna(subset=["_stage"]).groupby("_stage"))) if len(frame) else {}
+    return [(stage, groups[stage].sort_values("_nd")) for stage in STAGES if stage in groups]
 _CELL = re.compile(r"t1_(?P<model>[\d.]+[BT])_(?P<stage>Pos|Posg|Posgp)_nd(?P<nd>\d+)$")
 _LEDGER_STAGE = {"0": "baseline", "stage0": "baseline", "baseline": "baseline", "ddp": "baseline", "dp": "baseline",
                  "1": "Pos", "stage1": "Pos", "pos": "Pos", "2": "Posg", "stage2": "Posg", "posg": "Posg",
@@ -63,7 +83,8 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
     ledger measured at the scale that was run, against the formula for the same toy model."""
     table = _table1(ctx)
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = plt.subplots(1, len(models) + 1, figsize=(4.0 * (len(models) + 1), 4.6))
+    fig, axes = plt.subplots(1, len(models) + 1, figsize=(4.4 * (len(models) + 1), 4.8))
+    fig.subplots_adjust(wspace=0.35)
     for ax, model in zip(axes, models):
         sub = table[table["model"] == model]
         for stage, group in sub.groupby("stage", sort=False):
@@ -80,9 +101,9 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
         ax.set_xticks(sorted(sub["nd"].unique()), [str(n) for n in sorted(sub["nd"].unique())])
         ax.set_yscale("log")
         ax.set_xlabel("$N_d$ (data-parallel degree)")
-        ax.set_ylabel("GB per device (model states)")
+        ax.set_ylabel("model-state memory per device (GB, log scale)")
         ax.set_title(f"{model} model, K=12 (Table 1)")
-    axes[0].legend(fontsize=6, ncol=2)
+    legend_below(axes[len(models) // 2], ncol=3)
     ax = axes[-1]
     measured = _ledger_rows(ctx, r"^bytes_per_param$|^measured")
     if len(measured) and {"formula_bytes", "psi"} <= set(measured.columns):
@@ -91,24 +112,22 @@ def memory_by_stage(ctx: FigureContext) -> list[Path]:
     else:
         formula = _ledger_rows(ctx, r"^(formula|expected)_bytes")
     if len(measured):
-        for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
-            group = group.sort_values("_nd")
+        for stage, group in _by_stage(measured):
             ax.plot(group["_nd"], group["_value"], "o", ms=7, color=STAGE_COLORS[stage],
                     label=f"ledger {STAGES[stage]}")
-        for stage, group in formula.dropna(subset=["_stage"]).groupby("_stage") if len(formula) else []:
-            group = group.sort_values("_nd")
+        for stage, group in _by_stage(formula):
             ax.plot(group["_nd"], group["_value"], "-", color=STAGE_COLORS[stage], alpha=0.7,
                     label=f"formula {STAGES[stage]}")
-        ax.set_ylabel(f"{measured['unit'].iloc[0]} per rank")
+        ax.set_ylabel(_axis_label(str(measured["metric"].iloc[0]), str(measured["unit"].iloc[0])))
         ax.set_xscale("log", base=2)
         ticks = sorted(set(measured["_nd"].dropna().astype(int)))
         ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.legend(fontsize=6)
+        legend_below(ax, ncol=2)
         source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
     else:
         mark_missing(ax, "measured ledger: not yet run\n(ZeRO stage experiments)")
         source = "no ZeRO stage experiment has run"
-    ax.set_xlabel("$N_d$ (ranks)")
+    ax.set_xlabel("$N_d$ (data-parallel ranks)")
     ax.set_title(f"Measured per-rank memory ({ctx.scale} scale)")
     tables = sorted(set(ctx.checks.loc[ctx.checks["claim_id"].isin(table["claim_id"]), "experiment"])) \
         if len(ctx.checks) else []
@@ -124,7 +143,8 @@ _COMM = [("comm_dp", "baseline DP"), ("comm_posg", "$P_{os+g}$"), ("comm_posgp",
 
 def communication_volume(ctx: FigureContext) -> list[Path]:
     """Communication per step in units of psi: the paper's 2/2/3, what the collective ledger counted."""
-    fig, (ax, ax_measured) = plt.subplots(1, 2, figsize=(11, 4.4))
+    fig, (ax, ax_measured) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig.subplots_adjust(wspace=0.3)
     paper = ctx.paper("zero_2019", r"comm_(dp|posg|posgp)")
     got = ctx.reproduced("zero_2019", paper["claim_id"])
     x = np.arange(len(_COMM))
@@ -135,30 +155,48 @@ def communication_volume(ctx: FigureContext) -> list[Path]:
         ax.bar(x + 0.2, rep, 0.4, color=MODEL_COLOR, label="reproduced (ledger)")
         for i, v in enumerate(rep):
             if np.isfinite(v):
-                ax.text(i + 0.2, v + 0.05, f"{v:.3g}", ha="center", fontsize=8)
+                ax.text(i + 0.2, v + 0.05, f"{v:.3g}", ha="center", fontsize=9)
     else:
         mark_missing(ax, "reproduced: not yet run\n(ZeRO stage experiments)", y=0.8)
     ax.set_xticks(x, [label for _, label in _COMM])
-    ax.set_ylabel("elements communicated per rank per step (x psi)")
+    ax.set_ylabel("elements sent per rank per step (x psi)")
+    ax.set_xlabel("data-parallel flavour (ZeRO stage)")
+    ax.set_ylim(0, max(values) * 1.15)
     ax.set_title("Paper vs reproduced")
-    ax.legend(fontsize=8, loc="upper left")
+    legend_below(ax, ncol=2)
     measured = _ledger_rows(ctx, r"comm|volume|bytes_sent|traffic")
     if len(measured):
-        for stage, group in measured.dropna(subset=["_stage"]).groupby("_stage"):
-            group = group.sort_values("_nd")
-            ax_measured.plot(group["_nd"], group["_value"], "o-", color=STAGE_COLORS[stage], label=STAGES[stage])
-        ax_measured.set_xlabel("$N_d$ (ranks)")
         ticks = sorted(set(measured["_nd"].dropna().astype(int)))
+        stages = _by_stage(measured)
+        # equal values would hide each other: each stage gets its own marker and line style and a small
+        # horizontal offset, and the legend names the stages it coincides with
+        step = 0.05 * (max(ticks) - min(ticks) or 1)
+        seen: list[tuple[str, tuple]] = []
+        for index, (stage, group) in enumerate(stages):
+            values = tuple(zip(group["_nd"], group["_value"].round(6)))
+            same = [STAGES[other] for other, vals in seen if vals == values]
+            seen.append((stage, values))
+            label = STAGES[stage] + (f" (same values as {', '.join(same)})" if same else "")
+            marker, line, size = STAGE_MARKS[stage]
+            offset = (index - (len(stages) - 1) / 2) * step
+            ax_measured.plot(group["_nd"] + offset, group["_value"], marker=marker, ls=line, ms=size,
+                             color=STAGE_COLORS[stage], mfc="none" if size > 6 else STAGE_COLORS[stage], mew=1.5,
+                             label=label)
+        ax_measured.set_xlabel("$N_d$ (data-parallel ranks; stages drawn slightly apart)")
         ax_measured.set_xticks(ticks, [str(t) for t in ticks])
-        ax_measured.set_ylim(bottom=0)
-        ax_measured.set_ylabel(f"{measured['metric'].iloc[0]} ({measured['unit'].iloc[0]})")
-        ax_measured.legend(fontsize=8)
+        ax_measured.set_xlim(min(ticks) - 8 * step, max(ticks) + 8 * step)
+        ax_measured.set_ylim(0, float(measured["_value"].max()) * 1.15)
+        ax_measured.set_ylabel(_axis_label(str(measured["metric"].iloc[0]), str(measured["unit"].iloc[0])))
+        legend_below(ax_measured, ncol=2)
         source = ", ".join(ctx.status(e) for e in sorted(set(measured["_exp"])))
     else:
         mark_missing(ax_measured, "measured: not yet run")
         source = "no ZeRO stage experiment has run"
     ax_measured.set_title(f"Measured by the collective ledger ({ctx.scale} scale)")
-    caption(fig, "ZeRO communication volume by stage. Paper: Rajbhandari et al. 2019, sec. 7 (baseline all-reduce "
-                 "2psi; P_os+g reduce-scatter + all-gather 2psi; P_os+g+p 3psi = 1.5x). Reproduced: bytes counted "
-                 f"per collective by repro.dist's ledger on gloo CPU ranks, {source}.")
+    caption(fig, "ZeRO communication volume by stage (psi = the model's parameter count). Paper: Rajbhandari et al. "
+                 "2019, sec. 7 (baseline all-reduce 2psi; P_os+g reduce-scatter + all-gather 2psi; P_os+g+p 3psi = "
+                 "1.5x). Reproduced: bytes counted per collective by repro.dist's ledger on gloo CPU ranks, divided by "
+                 "(N_d-1)/N_d x psi x the element size (a ring collective's bytes on the wire), "
+                 f"{source}. Baseline DP, P_os and P_os+g each send 2psi, so their lines coincide; they are drawn "
+                 "slightly apart, each with its own marker.")
     return save(fig, ctx, "zero_communication_volume")

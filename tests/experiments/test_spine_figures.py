@@ -47,7 +47,7 @@ def test_measured_panels_read_rows_by_convention(tmp_path):
     assert not rendered.errors, rendered.errors
     assert set(rendered.files) == set(FIGURES)
     svg = {name: files[1].read_text() for name, files in rendered.files.items()}
-    assert "megatron_measured: measured_weak_scaling_efficiency" in svg["megatron_weak_scaling"]
+    assert "megatron_measured: measured weak scaling efficiency" in svg["megatron_weak_scaling"]
     assert "ledger" in svg["zero_memory_by_stage"] and "ledger: not yet run" not in svg["zero_memory_by_stage"]
     assert "measured: not yet run" not in svg["zero_communication_volume"]
     assert "model: data=params" in svg["zero_infinity_efficiency"]
