@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from repro.figures.common import FigureContext, style
-from repro.figures.evals_overview import claims_overview, evals, mtnlg_throughput
+from repro.figures.claims_overview import claims_overview
+from repro.figures.evals_overview import evals, mtnlg_throughput
 from repro.figures.infinity_gna import gna_speedup, infinity_efficiency
 from repro.figures.megatron import parameter_counts, weak_scaling
 from repro.figures.zero import communication_volume, memory_by_stage

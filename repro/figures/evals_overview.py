@@ -1,5 +1,5 @@
-"""Evaluation results against Megatron-LM Tables 3 and 5, MT-NLG throughput from iteration times, and an
-overview of every checked claim (paper vs reproduced, coloured by verdict)."""
+"""Evaluation results against Megatron-LM Tables 3 and 5, and MT-NLG throughput from iteration times (the overview
+of every claim is :mod:`repro.figures.claims_overview`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, VERDICT_COLORS, FigureContext, caption,
+from repro.figures.common import (MEASURED_COLOR, MODEL_COLOR, PAPER_COLOR, FigureContext, caption,
                                   legend_below, mark_missing, not_run_text, numeric, save)
-from repro.paper import PAPER_TITLES
 
 WIKI, RACE, MTNLG = "eval_wikitext_lambada", "eval_race", "mtnlg_layout"
 
@@ -170,44 +169,3 @@ def mtnlg_throughput(ctx: FigureContext) -> list[Path]:
                  f"60.1/50.2/44.4 s per iteration. Reproduced: {ctx.status(MTNLG)}: arithmetic on the paper's own "
                  "iteration times with 96*B*s*L*h^2*(1 + s/6h + V/16Lh) FLOPs per iteration, not a measurement.")
     return save(fig, ctx, "mtnlg_throughput")
-
-
-def claims_overview(ctx: FigureContext) -> list[Path]:
-    """Every claim an experiment checked with a number: paper value vs reproduced value, one panel per paper."""
-    checks = ctx.checks[ctx.checks["reproduced_value"].notna()] if len(ctx.checks) else ctx.checks
-    papers = list(PAPER_TITLES)
-    fig, axes = plt.subplots(2, 3, figsize=(14, 9))
-    fig.subplots_adjust(hspace=0.4, wspace=0.3)
-    values = ctx.claims.set_index(["paper", "claim_id"])["value_num"]
-    for ax, paper in zip(axes.flat, papers):
-        mine = checks[checks["paper"] == paper] if len(checks) else checks
-        pts = [(values.get((paper, r.claim_id), np.nan), float(r.reproduced_value), r.verdict) for r in
-               mine.itertuples() if _is_number(r.reproduced_value)]
-        pts = [p for p in pts if np.isfinite(p[0]) and p[0] > 0 and p[1] > 0]
-        if pts:
-            for verdict, color in VERDICT_COLORS.items():
-                sel = [p for p in pts if p[2] == verdict]
-                if sel:
-                    ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=14, color=color, label=f"{verdict} ({len(sel)})")
-            lo = min(min(p[0], p[1]) for p in pts) / 1.5
-            hi = max(max(p[0], p[1]) for p in pts) * 1.5
-            ax.plot([lo, hi], [lo, hi], "--", color="#888888", lw=1)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.legend(fontsize=7)
-        else:
-            mark_missing(ax, "no claim of this paper checked yet")
-        ax.set_title(PAPER_TITLES[paper], fontsize=9)
-        ax.set_xlabel("paper value")
-        ax.set_ylabel("reproduced value")
-    caption(fig, "All numerically checked claims, paper (x) vs reproduced (y), log-log, coloured by verdict. Paper: "
-                 "results/paper/paper_claims.csv. Reproduced: the experiments' claim mappings on their newest rows "
-                 f"(scale '{ctx.scale}'); see results/claims.md for tolerances and the command behind each point.")
-    return save(fig, ctx, "claims_overview")
-
-
-def _is_number(value: object) -> bool:
-    try:
-        return np.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False

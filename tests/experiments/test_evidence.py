@@ -7,7 +7,8 @@ import pytest
 
 from repro import claims as C
 from repro.experiments import registry
-from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck, Experiment, Point
+from repro.experiments.base import (COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck, Experiment,
+                                    Point)
 from repro.results import REPO_ROOT
 
 
@@ -123,3 +124,38 @@ def test_summary_counts_classes_and_the_headline_only_counted_ones(report):
     by_class = C.summary_by_evidence(report)
     assert int(by_class["total"].sum()) == len(report)
     assert by_class.loc[("megatron_lm_2019", "fitted"), "not counted"] >= 4
+
+
+def _summary_of_markdown(text: str) -> dict[str, list[int]]:
+    """paper -> verdict counts of claims.md's summary table (columns in VERDICTS order, then total)."""
+    table = text.split("## Summary", 1)[1].split("###", 1)[0]
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == len(VERDICTS) + 2 and cells[1].isdigit():
+            out[cells[0]] = [int(c) for c in cells[1:]]
+    return out
+
+
+def test_claims_overview_counts_are_claims_md_counts(tmp_path):
+    """The overview figure is drawn from the table claims.md is written from: its panel titles carry claims.md's
+    verdict counts, paper by paper (read back from the SVG, which keeps every text as a comment)."""
+    import re
+
+    from repro.experiments.reproduce import make_claims, make_figures
+    from repro.paper import PAPER_TITLES
+
+    (tmp_path / "runs").symlink_to(REPO_ROOT / "results" / "runs", target_is_directory=True)
+    out = make_claims(registry(), tmp_path, "any")
+    rendered = make_figures(registry(), tmp_path, "any", checks=out.checks, names=["claims_overview"])
+    assert not rendered.errors, rendered.errors
+    svg = (tmp_path / "figures" / "claims_overview.svg").read_text()
+    md = _summary_of_markdown((tmp_path / "claims.md").read_text())
+    for paper in PAPER_TITLES:
+        panel = svg[svg.index(f"<!-- {PAPER_TITLES[paper]} -->"):]
+        head = re.search(r"(\d+) claims: (\d+) reproduced, (\d+) differs, (\d+) not counted", panel)
+        tail = re.search(r"(\d+) not run, (\d+) needs GPU; (\d+) drawn", panel[head.end():])
+        total, rep, dif, nc = map(int, head.groups())
+        not_run, gpu, drawn = map(int, tail.groups())
+        assert md[paper] == [rep, dif, nc, not_run, gpu, total], paper
+        assert 0 <= drawn <= total
