@@ -24,6 +24,7 @@ from repro.zero.ledger import Item
 from repro.zero.offload.tiers import ResidentTier, Tier
 from repro.zero.param_units import ParamUnit, PrefetchTrace, UnitGatherer, param_key, released_placeholder
 from repro.zero.partition import flat_layout, group_into_buckets
+from repro.zero.saved_params import SavedParameterViews
 from repro.zero.stage2 import ZeroStage2
 
 if TYPE_CHECKING:
@@ -83,7 +84,10 @@ class ZeroStage3(ZeroStage2):
             extra = [unit_of_param[id(p)] for p in used if id(p) in unit_of_param]
             self._units_of.setdefault(user, [])
             self._units_of[user] += [u for u in dict.fromkeys(extra) if u not in self._units_of[user]]
-        self._handles = []
+        # autograd must save references to gathered buffers, not the buffers (saved_params.py)
+        self.saved_views = SavedParameterViews(lambda: (b for u in self.units if u.gathered for b in u.buckets))
+        self._handles = [module.register_forward_pre_hook(self.saved_views.enter),
+                         module.register_forward_hook(self.saved_views.exit, always_call=True)]
         for user in self._units_of:
             self._handles.append(user.register_forward_pre_hook(self._pre_forward))
             self._handles.append(user.register_forward_hook(self._post_forward))
