@@ -44,7 +44,12 @@ def _number(value: object) -> float:
 
 def report_of(ctx: FigureContext) -> pd.DataFrame:
     """The claims report of the figure's checks: the same rows claims.md and claims.csv hold."""
-    return build_report(CheckSet(ctx.checks), ctx.claims)
+    checks = ctx.checks.copy()
+    for column in ("paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence", "device",
+                   "experiment", "scale"):
+        if column not in checks:
+            checks[column] = None if column == "reproduced_value" else ""
+    return build_report(CheckSet(checks), ctx.claims)
 
 
 def panel_title(paper: str, counts: pd.Series, drawn: int) -> str:

@@ -19,9 +19,7 @@ UNMAPPED = "no experiment maps this claim yet"
 #: not out of reach; zero_gpu's multi-node points do not map them yet (issue 11 stays open for them). This set may
 #: only shrink: the test fails when one of them gets mapped and is still listed here.
 KNOWN_UNMAPPED = {
-    "megatron_40B_tflops", "megatron_in_node_tflops", "megatron_max_efficient", "zero100B_pflops", "zero100B_pct_peak",
-    "superlinear_model", "superlinear_gpus_max", "largest_batch_superlinear", "fig6_c1", "fig6_c2", "fig6_c4",
-    "fig6_c5", "32T_512gpu",
+    "megatron_max_efficient", "largest_batch_superlinear", "fig6_c1", "fig6_c2", "fig6_c4", "fig6_c5", "32T_512gpu",
 }
 
 
