@@ -362,7 +362,7 @@ def figure(rows, paper_claims, out_dir):
         paper = [paper_value(PAPER, claim) for claim in _PAPER_IDS[schedule]]
         ax.bar([x + width / 4 for x in summary], paper, width / 2, color=colors[schedule], edgecolor="black",
                hatch="//", label="T3's number, same colour (secondary sources)" if i == 0 else None)
-    ax.set_xticks(positions, labels + ["geomean\nmodel|T3", "max\nmodel|T3"], fontsize=9)
+    ax.set_xticks(positions, labels + ["geomean\n(all 16)", "max\n(all 16)"], fontsize=9)
     ax.set_ylabel("sublayer speedup over sequential (%)")
     ax.set_xlabel("sublayer (model, tensor-parallel degree); T3's simulated 80-CU GPU, modelled")
     ax.axvline(len(labels) - 0.5, color="grey", lw=0.8)
