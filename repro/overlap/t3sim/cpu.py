@@ -21,6 +21,7 @@ The calibration is the fastest of three (:func:`best_calibration`), as the measu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from repro.perfmodel.cpu import CPUCalibration, calibrate_cpu
@@ -93,13 +94,18 @@ def predict(sub: CpuSublayer, calibration: CPUCalibration) -> dict[str, float]:
 def best_calibration(*, shapes, world_size: int, repeats: int = 3) -> CPUCalibration:
     """The fastest of ``repeats`` calibrations, field by field (highest rates, lowest costs): ``t3_overlap`` keeps
     each mode's fastest round, the usual estimator on a machine shared with other processes, whose interference
-    only ever adds time; the description it is predicted from is estimated the same way."""
+    only ever adds time; the description it is predicted from is estimated the same way. The all-reduce's latency
+    and bandwidth stay a pair (one fit), from the run with the cheapest finite all-reduce."""
     runs = [calibrate_cpu(threads=1, world_size=world_size, gemm_shapes=shapes) for _ in range(repeats)]
+    # alpha and beta come from one line fit each: keep the pair of the run whose all-reduce of a 1 MiB message is
+    # cheapest, among runs with a finite bandwidth (a noisy fit can give a flat or falling line: beta = inf)
+    finite = [r for r in runs if math.isfinite(r.allreduce_bandwidth) and r.allreduce_bandwidth > 0] or runs
+    comm = min(finite, key=lambda r: r.allreduce_latency_s + (1 << 20) / r.allreduce_bandwidth)
     rates = {shape: max(dict(r.measured_gemm_flops)[shape] for r in runs) for shape in dict(runs[0].measured_gemm_flops)}
     return CPUCalibration(
         gemm_flops=max(r.gemm_flops for r in runs), memory_bandwidth=max(r.memory_bandwidth for r in runs),
         rng_seconds_per_element=min(r.rng_seconds_per_element for r in runs),
         math_seconds_per_element=min(r.math_seconds_per_element for r in runs),
-        op_overhead_s=min(r.op_overhead_s for r in runs), allreduce_latency_s=min(r.allreduce_latency_s for r in runs),
-        allreduce_bandwidth=max(r.allreduce_bandwidth for r in runs), threads=1,
+        op_overhead_s=min(r.op_overhead_s for r in runs), allreduce_latency_s=comm.allreduce_latency_s,
+        allreduce_bandwidth=comm.allreduce_bandwidth, threads=1,
         measured_gemm_flops=tuple(rates.items()), concurrent_ranks=world_size)
