@@ -3,12 +3,14 @@
     repro list [--scale S]                      experiments: points, ranks, nodes, GPUs, budgets, newest runs per scale
     repro run EXP [EXP ...] [--scale S]         run locally (world size 1 in-process, larger ones on local ranks)
     repro submit EXP --scale paper [--dry-run]  sbatch slurm/EXP.sbatch sized from the points' declared resources
-    repro figures [--scale ci]                  results/figures/*.png|svg
-    repro claims [--scale ci]                   results/claims.md and results/claims.csv
-    repro reproduce --scale ci                  run everything, then figures and claims, showing what changed
+    repro figures [--scale any]                 results/figures/*.png|svg
+    repro claims [--scale any]                  results/claims.md and results/claims.csv
+    repro reproduce [--scale ci]                run everything, then figures and claims, showing what changed
 
-Scales: ci, smoke, node, paper. ``run`` and ``submit`` default to the experiment's CPU scale (ci, else smoke);
-``reproduce --scale ci`` runs ci where an experiment declares it and smoke otherwise.
+Scales: ci, smoke, node, paper. ``run`` and ``submit`` default to the experiment's CPU scale (ci, else smoke), so a
+bare command stays small; ``figures`` and ``claims`` default to ``any`` (per experiment, its paper-scale rows when
+it has some, else ci, else smoke); ``reproduce`` defaults to ``ci``, which runs ci where an experiment declares it and smoke
+otherwise. Every ``--help`` says the same.
 
 Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit) print one
 line and exit with status 2; a failed point or job exits with 1.
@@ -17,16 +19,17 @@ line and exit with status 2; a failed point or job exits with 1.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from repro import results as R
-from repro.cliargs import OneLineParser
+from repro.cliargs import OneLineParser, positive_float
 from repro.experiments import SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_time, resources_of
 from repro.experiments.runner import budget_for
-from repro.experiments.submit import SlurmMissing, SubmitError
+from repro.experiments.submit import SlurmMissing, SubmitError, check_sbatch_arg
 
 SCALE_CHOICES = list(SCALES)
 
@@ -75,9 +78,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         _scale(args.scale)  # before the table, so a bad scale prints one line
     reg = _registry(args)
     rows = R.load_rows(args.results_dir)
-    header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs/node", "needs GPU", "budget",
-              "newest run")
-    line = "{:28s} {:18s} {:6s} {:>6s} {:>7s} {:>5s} {:>9s} {:>9s} {:>8s}  {}"
+    header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs per node", "GPU points",
+              "time budget", "newest run")
+    line = "{:28s} {:18s} {:6s} {:>6s} {:>7s} {:>5s} {:>13s} {:>10s} {:>11s}  {}"
     print(line.format(*header))
     for exp in reg:
         for index, scale in enumerate(s for s in SCALES if s in exp.points):
@@ -86,13 +89,17 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(line.format(exp.name if index == 0 else "", exp.paper if index == 0 else "", scale,
                               *_scale_summary(exp, scale), f"{budget:.0f} s" + ("" if declared else "*"),
                               max(mine["run_id"]) if len(mine) else "not run"))
+        print(f"  {' '.join(exp.title.split())}")
     if args.scale:
         scale = _scale(args.scale)
         for exp in reg:
             for point in exp.points.get(scale, ()):
                 print(_describe_point(exp, scale, point))
-    print(f"({len(reg)} experiments. ranks: world sizes of the points; nodes and GPUs/node: the Slurm resources they "
-          "declare, or derive from ranks and memory; needs GPU: how many points measure GPUs; * = default budget)")
+    print(f"({len(reg)} experiments, each with a one-line description under its rows. points: how many the scale "
+          "declares; ranks: their world sizes (processes); nodes and GPUs per node: the Slurm resources they declare, "
+          "or derive from ranks and memory; GPU points: how many points need a GPU (no, all, or a count); time "
+          "budget: what one run of the scale should take, * = the default budget; newest run: its run id. "
+          "`repro list --scale S` lists every point of S.)")
     return 0
 
 
@@ -136,9 +143,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     reg = _registry(args)
     exp = reg.get(args.experiment)
     scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
+    if args.wait and args.dry_run:
+        raise ValueError("--wait with --dry-run: a dry run submits nothing, so there is no job to wait for")
+    extra = [check_sbatch_arg(arg) for arg in args.sbatch_arg or ()]
     options = dict(points=args.point, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
                    cpus_per_task=args.cpus_per_task, cpu=args.cpu, array=args.array, partition=args.partition,
-                   time_limit=args.time, mem_gb=args.mem, extra=args.sbatch_arg or ())
+                   time_limit=args.time, mem_gb=args.mem, extra=extra,
+                   log_dir=R.results_dir(args.results_dir) / "slurm-logs")
     S.plans(exp, scale, write_files=False, **options)  # every value checked before Slurm is looked for
     if not args.dry_run:
         S.require("sbatch")  # before anything is written
@@ -148,8 +159,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     env = {"REPRO_DEVICE": "cpu"} if args.cpu else {}
-    if args.results_dir:
-        env["REPRO_RESULTS_DIR"] = str(Path(args.results_dir).resolve())
+    if args.results_dir or os.environ.get(R.RESULTS_ENV):
+        env["REPRO_RESULTS_DIR"] = str(R.results_dir(args.results_dir).resolve())
     ids = []
     for job in jobs:
         job_id = S.submit(job, env=env)
@@ -157,7 +168,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"submitted job {job_id} ({'array, ' if job.array else ''}log {job.log_pattern})")
     if not args.wait:
         return 0
-    states = [state for job_id in ids for state in S.wait(job_id, timeout_s=args.timeout)]
+    say = lambda message: print(message, flush=True)  # noqa: E731 - a line at a time, as the jobs change
+    say(f"waiting for job {', '.join(ids)} (state changes as they happen, a summary every {args.progress_every:g} s "
+        f"without one; --timeout {args.timeout:g} s; Ctrl-C stops the waiting, not the jobs)")
+    states = S.wait_all(ids, timeout_s=args.timeout, say=say, progress_s=args.progress_every)
     for state in states:
         print(state.describe())
     return 0 if all(s.ok for s in states) else 1
@@ -199,19 +213,43 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if out.ok else 1
 
 
+#: What --scale means, the same words for every command; each command's default and the reason for it follow.
+SCALES_TEXT = "ci, smoke, node or paper"
+RUN_SCALE_HELP = (f"{SCALES_TEXT} (default: the experiment's CPU scale, ci where it declares one, else smoke; so that "
+                  "a plain `repro {command} EXP` is small enough for a laptop or a CI job)")
+REPORT_SCALE_HELP = (f"whose rows to {{what}}: {SCALES_TEXT}, or any (default: any: per experiment, its newest "
+                     "paper-scale rows when it has some, else ci, else smoke; so CI and cluster rows land in one "
+                     "{where})")
+
+
+def _results_dir(text: str) -> Path:
+    """--results-dir: a directory, or a path where one can be created."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; --results-dir must name a directory (created when "
+                                         "missing)")
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro", description="Reproduce the papers' figures and tables.")
-    parser.add_argument("--results-dir", type=Path, default=None,
-                        help="results root (default: $REPRO_RESULTS_DIR or results/ of the checkout)")
+    parser.add_argument("--results-dir", type=_results_dir, default=None,
+                        help="results root: runs/, figures/, claims.md, slurm-logs/ (default: $REPRO_RESULTS_DIR, "
+                        "else results/ of the checkout)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("list", help="list experiments")
-    p.add_argument("--scale", help="also list every point of this scale")
+    p = sub.add_parser("list", help="list experiments", description="Every registered experiment, one row per "
+                       "declared scale (points, ranks, nodes, GPUs, time budget, newest run) and a one-line "
+                       "description.")
+    p.add_argument("--scale", help=f"also list every point of this scale: {SCALES_TEXT} (default: none, only the "
+                   "table)")
     p.set_defaults(func=cmd_list)
     p = sub.add_parser("run", help="run experiments on this machine")
-    p.add_argument("experiments", nargs="+", metavar="EXP")
-    p.add_argument("--scale", help="ci, smoke, node or paper (default: the experiment's CPU scale, ci or smoke)")
-    p.add_argument("--point", action="append", help="only this point (repeatable)")
-    p.add_argument("--force", action="store_true", help="replace the earlier runs of these points")
+    p.add_argument("experiments", nargs="+", metavar="EXP", help="experiment name(s), as `repro list` shows them")
+    p.add_argument("--scale", help=RUN_SCALE_HELP.format(command="run"))
+    p.add_argument("--point", action="append", help="only this point (repeatable; default: every point of the "
+                   "scale; `repro list --scale S` names them)")
+    p.add_argument("--force", action="store_true", help="replace the earlier runs of these points (default: keep "
+                   "them; the newest wins in figures and claims)")
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto: GPU points on a GPU when this machine has one, else CPU; cpu runs GPU points on CPU")
     p.set_defaults(func=cmd_run)
@@ -219,40 +257,57 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One job per distinct resource shape of the chosen points (node and paper scales; "
                        "an array over that shape's points), or one job for a ci/smoke scale. Each job asks for the "
                        "nodes, tasks per node (= world size / nodes), GPUs per node, CPUs per task, memory and time "
-                       "the points declare (repro list --scale S shows them); the options below override them.")
-    p.add_argument("experiment", metavar="EXP")
-    p.add_argument("--scale", help="ci, smoke, node or paper (default: the experiment's CPU scale, ci or smoke)")
+                       "the points declare (repro list --scale S shows them); the options below override them. Logs: "
+                       "<results>/slurm-logs/repro-EXP-<array job id>_<task>.out for an array task, "
+                       "repro-EXP-<job id>.out for a single job.")
+    p.add_argument("experiment", metavar="EXP", help="experiment name, as `repro list` shows it")
+    p.add_argument("--scale", help=RUN_SCALE_HELP.format(command="submit") + "; node and paper are the cluster "
+                   "sizes")
     p.add_argument("--point", "--points", nargs="+", action="extend", metavar="POINT",
                    help="only these points (default: every point of the scale)")
     p.add_argument("--gpus-per-node", metavar="N", help="GPUs per node, >= 0 (default: as declared); nodes are "
                    "re-derived at one rank per GPU unless --nodes is given")
     p.add_argument("--nodes", metavar="N", help="nodes, >= 1, dividing each point's world size (default: as declared)")
     p.add_argument("--cpus-per-task", metavar="N", help="CPUs per rank, >= 1 (default: as declared)")
-    p.add_argument("--cpu", action="store_true", help="run GPU points on CPU (REPRO_DEVICE=cpu, no GPUs asked)")
+    p.add_argument("--cpu", action="store_true", help="run GPU points on CPU (REPRO_DEVICE=cpu, no GPUs asked; "
+                   "default: GPU points get GPUs)")
     p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
                    help="one point per array task (default: when a job has several points, or only some of the "
                    "scale's; --no-array runs a whole scale of one shape in one job)")
-    p.add_argument("--partition", help="Slurm partition (or several, comma-separated)")
+    p.add_argument("--partition", help="Slurm partition, or several separated by commas (default: the cluster's "
+                   "default partition)")
     p.add_argument("--time", help="time limit per job: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, > 0 "
                    "(default: as declared)")
     p.add_argument("--mem", metavar="GIB", help="GiB per node, >= 0; 0 = all of the node's (default: as declared)")
-    p.add_argument("--sbatch-arg", action="append", help="extra sbatch option (repeatable)")
-    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only (needs no Slurm)")
-    p.add_argument("--wait", action="store_true", help="wait for the jobs and report their states and exit codes")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    p.add_argument("--sbatch-arg", action="append", metavar="OPTION",
+                   help="one more sbatch option, --name=value or --flag, e.g. --sbatch-arg=--account=abc "
+                   "(repeatable; default: none; the options above are set with their own flags)")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only (needs no Slurm; "
+                   "default: submit)")
+    p.add_argument("--wait", action="store_true", help="wait for the jobs, printing every state change and a "
+                   "summary while nothing changes, then their final states and exit codes (default: return once "
+                   "submitted)")
+    p.add_argument("--timeout", type=positive_float, default=3600.0, metavar="SECONDS",
+                   help="how long --wait waits; the jobs go on after it")
+    p.add_argument("--progress-every", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="while waiting, print a summary after this many seconds without a state change")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("figures", help="draw the figures")
-    p.add_argument("--scale", default="any", help="ci, paper, or any (newest rows of the largest scale run)")
-    p.add_argument("--only", action="append", help="only this figure (repeatable)")
+    p.add_argument("--scale", default="any", help=REPORT_SCALE_HELP.format(what="draw", where="figure"))
+    p.add_argument("--only", action="append", metavar="FIGURE", help="only this figure (repeatable; default: all "
+                   "of them)")
     p.set_defaults(func=cmd_figures)
     p = sub.add_parser("claims", help="write the claims report")
-    p.add_argument("--scale", default="any", help="ci, paper, or any")
+    p.add_argument("--scale", default="any", help=REPORT_SCALE_HELP.format(what="report", where="report"))
     p.set_defaults(func=cmd_claims)
     p = sub.add_parser("reproduce", help="run everything, then figures and claims")
-    p.add_argument("--scale", default="ci", help="ci (default): every experiment at its CPU scale, ci where it "
-                   "declares one and smoke otherwise (the GPU experiments' toy size); or smoke, node, paper")
-    p.add_argument("--only", action="append", help="only this experiment (repeatable)")
-    p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them")
+    p.add_argument("--scale", default="ci", help=f"{SCALES_TEXT} (default: ci; every experiment at its CPU scale, ci "
+                   "where it declares one and smoke otherwise, so one command reproduces all that a CPU machine "
+                   "can in CI time)")
+    p.add_argument("--only", action="append", metavar="EXP", help="only this experiment (repeatable; default: "
+                   "every registered one)")
+    p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them (default: "
+                   "keep them)")
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto: GPU points on a GPU when this machine has one, else CPU; cpu runs GPU points on CPU")
     p.set_defaults(func=cmd_reproduce)
@@ -269,13 +324,25 @@ FORWARDED = {
 }
 
 
+def _joined_sbatch_args(argv: list[str]) -> list[str]:
+    """``--sbatch-arg --account=abc`` -> ``--sbatch-arg=--account=abc`` (argparse takes a value that starts with
+    '-' for an option of its own)."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--sbatch-arg" and arg.startswith("-"):
+            out[-1] = f"--sbatch-arg={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
         import importlib
 
         return int(importlib.import_module(FORWARDED[argv[0]][0]).main(argv[1:]) or 0)
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_joined_sbatch_args(argv))
     try:
         return args.func(args)
     except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError) as err:

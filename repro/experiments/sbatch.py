@@ -11,8 +11,9 @@ so the same file runs on CPU-only clusters; GPU scales get theirs from the liste
 Every file is preemptible (:data:`PREEMPTION_DIRECTIVES`, also in the hand-written ``slurm/train.sbatch``): Slurm
 sends SIGUSR1 to the batch shell two minutes before the time limit, ``slurm/launch.sh`` passes it on to the running
 step and requeues the job when the step stops for it, and every attempt appends to the same log,
-``results/slurm-logs/<job name>-<job id>.out`` (:data:`LOG_DIRECTIVE`; the folder is in the repository, since
-Slurm opens the log before the script runs and does not create folders).
+``results/slurm-logs/<job name>-<job id>.out``, or ``<job name>-<array job id>_<task>.out`` for an array task
+(:data:`LOG_DIRECTIVE`, and the ``--output`` of the array commands listed in the file; the folder is in the
+repository, since Slurm opens the log before the script runs and does not create folders).
 ``python scripts/write_sbatch.py`` (re)writes the files of every registered experiment.
 """
 
@@ -30,8 +31,18 @@ SLURM_DIR = REPO_ROOT / "slurm"
 #: launch.sh passes on to the step (a training saves and exits 75, launch.sh runs ``scontrol requeue``); a requeued
 #: attempt appends to the log of the first instead of truncating it.
 PREEMPTION_DIRECTIVES = ("#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append")
-#: Relative to the submit directory (the checkout). The job name is already ``repro-<experiment>``.
-LOG_DIRECTIVE = "#SBATCH --output=results/slurm-logs/%x-%j.out"
+#: Log names, the same for ``repro submit`` and plain sbatch: ``repro-<experiment>-<array job id>_<task>.out`` for an
+#: array task, ``repro-<experiment>-<job id>.out`` for a single job (the job name is ``repro-<experiment>``; ``%a``
+#: outside an array is Slurm's NO_VAL, 4294967294, hence the two).
+ARRAY_LOG_NAME, JOB_LOG_NAME = "%x-%A_%a.out", "%x-%j.out"
+#: Relative to the submit directory (the checkout): an #SBATCH line cannot read $REPRO_RESULTS_DIR, so a plain sbatch
+#: that sends results elsewhere passes --output itself (slurm/README.md); ``repro submit`` always does.
+LOG_DIR = "results/slurm-logs"
+LOG_DIRECTIVE = f"#SBATCH --output={LOG_DIR}/{JOB_LOG_NAME}"
+
+
+def log_name(array: bool) -> str:
+    return ARRAY_LOG_NAME if array else JOB_LOG_NAME
 
 _HEAD = """#!/bin/bash
 # repro experiment {name} ({paper}): {title}
@@ -63,8 +74,11 @@ exec bash "${{REPRO_ROOT:-${{SLURM_SUBMIT_DIR:-.}}}}/slurm/launch.sh" {name} "$S
 
 
 def scale_commands(experiment: Experiment, scale: str) -> list[str]:
-    """``sbatch <options> slurm/<name>.sbatch <scale>``, one per job that runs the scale (as ``repro submit``)."""
-    return [f"sbatch {' '.join(job.options())} slurm/{experiment.name}.sbatch {scale}"
+    """``sbatch <options> slurm/<name>.sbatch <scale>``, one per job that runs the scale (as ``repro submit``); an
+    array also names its log ``<job name>-<array job id>_<task>.out``, as ``repro submit`` does."""
+    return [f"sbatch {' '.join(job.options())}"
+            + (f" --output={LOG_DIR}/{ARRAY_LOG_NAME}" if job.array else "")
+            + f" slurm/{experiment.name}.sbatch {scale}"
             for job in jobs_for(experiment, scale)]
 
 

@@ -18,8 +18,9 @@ before anything is written (:func:`~repro.experiments.resources.parse_overrides`
 sbatch command lines and needs no Slurm. Over-large requests are refused by sbatch at submit time (the local Slurm
 sets EnforcePartLimits=ALL) instead of waiting forever.
 
-Waiting polls ``squeue`` (``sbatch --wait`` notices the end late), then reads the final state, exit code and log
-path from ``scontrol show job`` (or ``sacct -c`` without a database).
+Waiting polls ``squeue`` (``sbatch --wait`` notices the end late), says every state change of a job or array task
+as it happens and, between changes, how long it has waited; then it reads the final state, exit code and log path
+from ``scontrol show job`` (or ``sacct -c`` without a database).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from typing import Sequence
 
 from repro.experiments.base import Experiment
 from repro.experiments.resources import Job, Overrides, jobs_for, parse_overrides
-from repro.experiments.sbatch import SLURM_DIR, sbatch_path, write
-from repro.results import REPO_ROOT
+from repro.experiments.sbatch import SLURM_DIR, log_name, sbatch_path, write
+from repro.results import REPO_ROOT, results_dir
 
 
 class SlurmMissing(RuntimeError):
@@ -56,6 +57,32 @@ def require(tool: str = "sbatch") -> str:
             "local test cluster with `sudo slurm/local/start.sh`"
         )
     return path
+
+
+#: sbatch options that ``repro submit`` sets itself (from the points' resources or its own options): name -> what to
+#: use instead. An ``--sbatch-arg`` naming one is refused, since sbatch would silently take one of the two.
+OWN_OPTIONS = {
+    "--nodes": "--nodes", "-N": "--nodes", "--ntasks-per-node": "the points' world sizes (repro list --scale S)",
+    "--ntasks": "the points' world sizes (repro list --scale S)", "-n": "the points' world sizes",
+    "--gpus-per-node": "--gpus-per-node", "--gres": "--gpus-per-node", "--cpus-per-task": "--cpus-per-task",
+    "-c": "--cpus-per-task", "--mem": "--mem", "--time": "--time", "-t": "--time", "--partition": "--partition",
+    "-p": "--partition", "--array": "--array / --no-array", "-a": "--array / --no-array",
+    "--output": "--results-dir (logs go to <results>/slurm-logs/repro-EXP-<job id>[_<task>].out)",
+    "-o": "the log name repro submit gives", "--parsable": "nothing (repro submit always passes it)",
+    "--wait": "repro submit --wait", "-W": "repro submit --wait",
+}
+
+
+def check_sbatch_arg(text: str) -> str:
+    """One extra sbatch option as ``--name=value`` or ``--flag``; ValueError naming it and the rule otherwise."""
+    rule = "one sbatch option per --sbatch-arg, written --name=value or --flag (e.g. --sbatch-arg=--account=abc)"
+    if not text.startswith("-") or text.strip("-") == "" or any(ch.isspace() for ch in text):
+        raise ValueError(f"--sbatch-arg {text!r} is not valid: it must be {rule}")
+    name = text.split("=", 1)[0] if text.startswith("--") else text[:2]
+    if name in OWN_OPTIONS:
+        raise ValueError(f"--sbatch-arg {text!r} is not valid: repro submit sets {name} itself; use "
+                         f"{OWN_OPTIONS[name]} instead")
+    return text
 
 
 @dataclass(frozen=True)
@@ -91,7 +118,7 @@ def plans(
     overrides = parse_overrides(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem_gb,
                                 time=time_limit, partition=partition, cpu=cpu)
     jobs = jobs_for(experiment, scale, points, overrides=overrides, array=array)
-    log_dir = log_dir or (REPO_ROOT / "results" / "slurm-logs")
+    log_dir = log_dir or (results_dir() / "slurm-logs")
     slurm_dir = slurm_dir or SLURM_DIR
     if write_files:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +130,7 @@ def plans(
 
 def _plan(experiment: Experiment, job: Job, overrides: Overrides, log_dir: Path, path: Path,
           extra: Sequence[str]) -> Plan:
-    log_pattern = str(log_dir / ("%x-%A_%a.out" if job.array else "%x-%j.out"))
+    log_pattern = str(log_dir / log_name(job.array))
     argv = ["sbatch", "--parsable", *job.options(), f"--output={log_pattern}"]
     if overrides.partition:
         argv.append(f"--partition={overrides.partition}")
@@ -181,21 +208,109 @@ def job_states(job_id: str) -> list[JobState]:
     return _scontrol(job_id) or _sacct(job_id)
 
 
-def wait(job_id: str, *, timeout_s: float = 600.0, poll_s: float = 1.0) -> list[JobState]:
-    """Poll ``squeue`` until the job has left the queue (or ``timeout_s`` passes), then return its states.
+def format_elapsed(seconds: float) -> str:
+    """``12 s``, ``2 min 05 s``, ``1 h 02 min``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
-    A job still queued or running at the timeout is returned with its current state (PENDING/RUNNING), so a
-    caller can tell "failed" from "still going" and never hangs.
+
+_ARRAY_RANGE = re.compile(r"^(?P<job>\d+)_\[(?P<tasks>[^\]]+)\]$")
+
+
+def _expand(task_id: str) -> list[str]:
+    """squeue's ``123_[0-2,5%2]`` (pending array tasks) -> ``123_0 123_1 123_2 123_5``; other ids unchanged."""
+    match = _ARRAY_RANGE.match(task_id)
+    if not match:
+        return [task_id]
+    out = []
+    for part in match["tasks"].split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        try:
+            out += [f"{match['job']}_{i}" for i in range(int(low), int(high or low) + 1)]
+        except ValueError:
+            return [task_id]
+    return out
+
+
+def _queued(job_id: str) -> dict[str, str] | None:
+    """Task id -> state of ``job_id``'s tasks still in the queue ({} once it has left), None when squeue failed."""
+    proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i %T"], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return {} if "Invalid job id" in proc.stderr else None  # purged from the controller: finished
+    states: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states.update(dict.fromkeys(_expand(parts[0]), parts[1]))
+    return states
+
+
+def wait_all(job_ids: Sequence[str], *, timeout_s: float = 600.0, poll_s: float = 1.0, say=None,
+             progress_s: float = 60.0) -> list[JobState]:
+    """Poll ``squeue`` until every job has left the queue (or ``timeout_s`` passes), then return their states (one
+    per job or array task, from ``scontrol``/``sacct``).
+
+    ``say`` (e.g. ``print``) hears every state change of a job or array task as it is seen
+    (``job 123_0: PENDING -> RUNNING (12 s)``; a task that leaves the queue is reported with its final state) and,
+    every ``progress_s`` seconds without a change, how many tasks are in which state and the time waited. A job
+    still queued or running at the timeout is returned with its current state (PENDING/RUNNING), so a caller can
+    tell "failed" from "still going" and never hangs.
     """
     require("squeue")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        proc = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i %T"], capture_output=True, text=True,
-                              timeout=30)
-        if proc.returncode == 0 and not proc.stdout.strip():
-            break
-        if proc.returncode != 0 and "Invalid job id" in proc.stderr:
-            break  # already purged from the controller: finished
-        time.sleep(poll_s)
-    states = job_states(job_id)
-    return states or [JobState(job_id, "UNKNOWN", "?", "")]
+    say = say or (lambda message: None)
+    start = time.monotonic()
+    last_said = start
+    seen: dict[str, str] = {}
+    active = list(job_ids)
+    finished: dict[str, list[JobState]] = {}
+
+    def elapsed() -> str:
+        return format_elapsed(time.monotonic() - start)
+
+    while active and time.monotonic() - start < timeout_s:
+        for job_id in list(active):
+            queued = _queued(job_id)
+            if queued is None:
+                continue  # squeue did not answer this time: ask again at the next poll
+            mine = {task: state for task, state in seen.items() if task == job_id or task.startswith(f"{job_id}_")}
+            gone = [task for task in mine if task not in queued]  # finished: said first, then what started
+            if gone:
+                final = {s.job_id: s for s in job_states(job_id)}
+                for task in gone:
+                    end = final.get(task)
+                    say(f"job {task}: {seen.pop(task)} -> {end.state if end else 'left the queue'}"
+                        f"{f' (exit code {end.exit_code})' if end else ''} ({elapsed()})")
+                last_said = time.monotonic()
+            for task, state in queued.items():
+                if mine.get(task) != state:
+                    say(f"job {task}: {mine.get(task, 'submitted')} -> {state} ({elapsed()})")
+                    last_said = time.monotonic()
+                seen[task] = state
+            if not queued:
+                active.remove(job_id)
+                finished[job_id] = job_states(job_id) or [JobState(job_id, "UNKNOWN", "?", "")]
+        if active and time.monotonic() - last_said >= progress_s:
+            counts: dict[str, int] = {}
+            for state in seen.values():
+                counts[state] = counts.get(state, 0) + 1
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "not yet listed by squeue"
+            say(f"waiting for job {', '.join(active)}: {summary} ({elapsed()} elapsed, timeout "
+                f"{format_elapsed(timeout_s)})")
+            last_said = time.monotonic()
+        if active:
+            time.sleep(poll_s)
+    for job_id in active:
+        say(f"stopped waiting after {elapsed()} (--timeout): job {job_id} goes on; `squeue -j {job_id}` follows it, "
+            f"`scancel {job_id}` stops it")
+        finished[job_id] = job_states(job_id) or [JobState(job_id, "UNKNOWN", "?", "")]
+    return [state for job_id in job_ids for state in finished[job_id]]
+
+
+def wait(job_id: str, *, timeout_s: float = 600.0, poll_s: float = 1.0, say=None,
+         progress_s: float = 60.0) -> list[JobState]:
+    """:func:`wait_all` for one job."""
+    return wait_all([job_id], timeout_s=timeout_s, poll_s=poll_s, say=say, progress_s=progress_s)

@@ -134,7 +134,10 @@ def test_every_node_and_paper_point_is_submitted_with_its_declared_resources(smo
             assert main(["submit", exp.name, "--scale", scale, "--dry-run"]) == 0
             argvs = _commands(capsys.readouterr().out)
             problems += _mismatches(exp, scale, argvs)
-            in_file = [a[1:-2] for a in listed if a[-1] == scale]
+            in_file = [[x for x in a[1:-2] if not x.startswith("--output")] for a in listed if a[-1] == scale]
+            for a in listed:  # an array names its log as repro submit does: <job name>-<array job id>_<task>.out
+                if any(x.startswith("--array") for x in a) and "--output=results/slurm-logs/%x-%A_%a.out" not in a:
+                    problems.append(f"{exp.name}: the listed array command {a} does not name its log %x-%A_%a.out")
             if in_file != [[x for x in a[1:-2] if not x.startswith(("--parsable", "--output"))] for a in argvs]:
                 problems.append(f"{exp.name}/{scale}: the sbatch file lists {in_file}, submit runs {argvs}")
             checked += len(exp.points_for(scale))
@@ -285,7 +288,7 @@ def test_smoke_only_experiment_in_list_sbatch_and_jobs(smoke_env, capsys):
     assert "\n#SBATCH --requeue\n" in text
     assert 'SCALE="${1:-${REPRO_SCALE:-smoke}}"' in text
     assert ("#     sbatch --array=1 --nodes=32 --ntasks-per-node=16 --gpus-per-node=16 --cpus-per-task=12 --mem=901G "
-            "--time=48:00:00 slurm/fake_smoke_gpu.sbatch paper") in text
+            "--time=48:00:00 --output=results/slurm-logs/%x-%A_%a.out slurm/fake_smoke_gpu.sbatch paper") in text
     (smoke_job,) = jobs_for(exp, "smoke")
     assert smoke_job.array and smoke_job.shape.tasks_per_node == 2
     (whole,) = jobs_for(exp, "smoke", array=False)

@@ -47,3 +47,33 @@ def test_zero_report_help_shows_defaults(capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert out.startswith("usage: repro zero-report") and "(default: 2)" in out and "(default: 8192)" in out
+
+
+def test_positional_arguments_explain_themselves():
+    def positionals(parser, name):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, child in action.choices.items():
+                    if child.add_help:
+                        yield from positionals(child, f"{name} {sub}")
+            elif not action.option_strings:
+                yield f"{name} {action.metavar or action.dest}", action
+
+    missing = [name for name, action in positionals(repro_parser(), "repro") if not (action.help or "").strip()]
+    assert not missing, f"positional arguments without help: {missing}"
+
+
+def test_every_scale_option_says_its_default_and_why():
+    """run/submit default to the experiment's CPU scale, figures/claims to any, reproduce to ci, list to none: each
+    --help says which, in the same words, and why."""
+    helps = {command: " ".join(parser._get_formatter()._get_help_string(action).split())
+             for command, parser, action in _options(repro_parser(), "repro") if "--scale" in action.option_strings}
+    assert set(helps) == {"repro list", "repro run", "repro submit", "repro figures", "repro claims", "repro reproduce"}
+    for command, text in helps.items():
+        assert "ci, smoke, node or paper" in text and "(default: " in text, (command, text)
+        assert text.count("default") == 1, (command, text)  # said once, not appended a second time
+    for command in ("repro run", "repro submit"):
+        assert "(default: the experiment's CPU scale, ci where it declares one, else smoke; so that" in helps[command]
+    for command in ("repro figures", "repro claims"):
+        assert "(default: any: per experiment, its newest paper-scale rows when it has some, else ci" in helps[command]
+    assert "(default: ci; every experiment at its CPU scale" in helps["repro reproduce"]
