@@ -57,6 +57,10 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
                     k.split("/")[0] in ("params", "grads", "master", "optimizer_states"))
     if "model_states_in_memory" in measurement:
         in_memory = measurement["model_states_in_memory"]
+    # ZeRO-Infinity: model states in NVMe swap files (not in the process's memory; part of the formula's total)
+    on_disk = measurement.get("model_states_on_disk", sum(
+        v for k, v in ledger.items() if k.split("/")[1] == "nvme" and
+        k.split("/")[0] in ("params", "grads", "master", "optimizer_states")))
     transient = measurement.get("transient_peak", {})
     spec = measurement.get("spec", {})
     zero = spec.get("zero", {})
@@ -71,7 +75,7 @@ def attribute(measurement: dict[str, Any], framework: str = "repro") -> dict[str
         # RSS on a CPU; the CUDA allocator's peak (and its level before the model) on a GPU
         "rss_peak": measurement.get("device_peak") or measurement["rss_peak"],
         "runtime": measurement.get("device_start") if measurement.get("device_peak") else measurement["rss_start"],
-        "model_states": in_memory, "model_states_formula": formula,
+        "model_states": in_memory, "model_states_disk": on_disk, "model_states_formula": formula,
         "comm_buffers": measurement.get("comm_buffer_bytes", transient.get("comm_buffers", 0)),
         "gathered_params": measurement.get("gathered_param_bytes", transient.get("working_params", 0)),
         "io_buffers": measurement.get(
@@ -94,18 +98,19 @@ def report_frame(measurements: Iterable[dict[str, Any]]) -> pd.DataFrame:
 def render_markdown(frame: pd.DataFrame) -> str:
     """The report as a Markdown table; every memory column in MB (1e6 bytes) per rank."""
     head = ["framework", "stage", "tiers (opt/param)", "peak RSS (MB)", *(f"{c} (MB)" for c in COLUMNS),
-            "overlap (MB)", "formula (MB)", "model states - formula (MB)"]
+            "overlap (MB)", "model states on disk (MB)", "formula (MB)", "model states - formula (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in frame.sort_values(["stage", "optimizer_tier", "framework"]).to_dict("records"):
         mb = lambda value: f"{value / 1e6:.1f}"  # noqa: E731
         cells = [row["framework"], str(row["stage"]), f"{row['optimizer_tier']}/{row['param_tier']}",
                  mb(row["rss_peak"]), *[mb(row[c]) for c in COLUMNS], mb(row.get("overlap", 0)),
-                 mb(row["model_states_formula"]),
-                 mb(row["model_states"] - row["model_states_formula"])]
+                 mb(row.get("model_states_disk", 0)), mb(row["model_states_formula"]),
+                 mb(row["model_states"] + row.get("model_states_disk", 0) - row["model_states_formula"])]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r['framework']} stage {r['stage']}: {r['notes']}" for r in frame.to_dict("records") if r["notes"]]
     legend = ["", "MB = 1e6 bytes per rank. The transient columns are each their own peak over the step; 'overlap' is "
-              "how far their sum exceeds the measured peak (they did not all peak at once), and 'rest' is then 0."]
+              "how far their sum exceeds the measured peak (they did not all peak at once), and 'rest' is then 0. "
+              "Model states on disk are NVMe swap files (ZeRO-Infinity): outside the peak, inside the formula."]
     return "\n".join(lines + legend + ([""] + notes if notes else [])) + "\n"
 
 
