@@ -17,11 +17,14 @@ are the same numbers, not merely the same distribution (tests/zero/test_zero_con
 is whole at a time: the peak of construction is one layer, not the model.
 
     model, optimizer = build_partitioned_gpt(config, zero_config, dp_group=groups.dp, lr=1e-4)
+
+(``build_partitioned_gpt`` is in :mod:`repro.zero.partitioned_gpt`: it needs the optimizer builder, which needs
+stage 3, which uses this module.)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -135,21 +138,3 @@ def gpt_blocks(config, *, tp_group: CommGroup | None = None, rng_tracker=None) -
         *[(f"layers.{i}", layer) for i in range(config.num_layers)],
         ("final_layernorm", lambda: nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)),
     ]
-
-
-def build_partitioned_gpt(
-    config, zero_config, *, dp_group: CommGroup, tp_group: CommGroup | None = None, rng_tracker=None,
-    **optimizer_kwargs: Any,
-):
-    """(model, stage-3 optimizer) for a GPT built partitioned: equal to ``GPTModel(config)`` under the same seed
-    followed by ``build_zero_optimizer``, without ever holding more than one block whole."""
-    from repro.models.gpt import GPTModel
-    from repro.zero.build import build_zero_optimizer
-
-    if zero_config.stage != 3:
-        raise ValueError(f"partitioned construction needs stage 3 (partitioned parameters), got {zero_config.stage}")
-    model = skeleton(lambda: GPTModel(config, tp_group=tp_group, rng_tracker=rng_tracker))
-    materializer = BlockMaterializer(model, gpt_blocks(config, tp_group=tp_group, rng_tracker=rng_tracker))
-    optimizer = build_zero_optimizer(model, zero_config, dp_group=dp_group, tp_group=tp_group,
-                                     materializer=materializer, **optimizer_kwargs)
-    return model, optimizer

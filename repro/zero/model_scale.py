@@ -11,7 +11,6 @@ moved. The estimate only chooses what to try; every reported number comes from t
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict
 from typing import Any
@@ -22,7 +21,7 @@ import torch.distributed as dist
 from repro.dist.groups import ParallelGroups
 from repro.models import GPTConfig
 from repro.zero.config import OffloadConfig, ZeroConfig
-from repro.zero.construction import build_partitioned_gpt
+from repro.zero.partitioned_gpt import build_partitioned_gpt
 from repro.zero.measure import peak_rss_bytes, reset_peak_rss, rss_bytes
 from repro.zero.offload.nvme import NvmeTier
 
