@@ -68,5 +68,5 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 60},
+    budget_s={"ci": 30},
 )

@@ -106,5 +106,5 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 90},
+    budget_s={"ci": 30},
 )
