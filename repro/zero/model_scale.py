@@ -23,6 +23,7 @@ from repro.models import GPTConfig
 from repro.zero.config import OffloadConfig, ZeroConfig
 from repro.zero.partitioned_gpt import build_partitioned_gpt
 from repro.zero.measure import peak_rss_bytes, reset_peak_rss, rss_bytes
+from repro.zero.offload.aio import IO_BUSY
 from repro.zero.offload.nvme import NvmeTier
 
 #: bytes per parameter of the model states (fp32 params = master, fp32 grads, Adam m and v)
@@ -123,8 +124,10 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
     tiers = _nvme_tiers(optimizer)
     reset_peak_rss()
     losses, step_s, backward_s, update_s, read, written = [], [], [], [], [], []
+    busy: dict[str, list] = {"read": [], "write": []}  # per step: this rank's I/O-in-flight intervals
     for step in range(steps):
         read0, written0 = _moved(tiers)
+        IO_BUSY.reset()
         start = time.perf_counter()
         loss = model.loss(ids, labels).mean()
         optimizer.backward(loss)
@@ -145,9 +148,11 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
         read1, written1 = _moved(tiers)
         read.append(read1 - read0)
         written.append(written1 - written0)
+        for direction in busy:
+            busy[direction].append(list(IO_BUSY.intervals[direction]))
         say(f"step {step}: loss {losses[-1]:.6f}, {end - start:.1f}s (forward+backward {middle - start:.1f}s, "
-            f"step {end - middle:.1f}s), read {read[-1] / 1e9:.2f} GB, wrote {written[-1] / 1e9:.2f} GB, "
-            f"peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
+            f"step {end - middle:.1f}s), read {read[-1] / 1e9:.2f} GB in {IO_BUSY.busy_s('read'):.1f}s of I/O, "
+            f"wrote {written[-1] / 1e9:.2f} GB in {IO_BUSY.busy_s('write'):.1f}s of I/O, peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
     result = {
         "model": asdict(config), "zero": {"stage": zero.stage, "dtype": zero.dtype,
                                           "offload": zero.offload_optimizer.device,
@@ -159,7 +164,8 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
         "construction_block_bytes": optimizer.materializer.peak_block_bytes,
         "rss_start": rss_start, "train_peak_rss": peak_rss_bytes(), "swap_used": swap_used_bytes(),
         "losses": losses, "step_s": step_s, "backward_s": backward_s, "update_s": update_s,
-        "bytes_read": read, "bytes_written": written,
+        "bytes_read": read, "bytes_written": written, "lr": lr,
+        "read_busy_intervals": busy["read"], "write_busy_intervals": busy["write"],
         "nvme_peak_buffer_bytes": sum(t.peak_buffer_bytes for t in tiers),
     }
     optimizer.close()

@@ -41,9 +41,32 @@ def test_ci_scale_nvme_trains_larger_than_memory(tmp_path):
     assert len(same) == 1 and not bool(same["fits"].iloc[0])
     for tier in ("memory", "nvme"):
         losses = frame[(frame.metric == "loss") & (frame.tier == tier)].sort_values("step")["value"].tolist()
-        assert len(losses) == 3 and losses[-1] < losses[0]
+        assert len(losses) == 3 and all(b < a for a, b in zip(losses, losses[1:])), (tier, losses)
     assert (frame[frame.metric == "nvme_read_bytes"]["value"] > 0).all()
+    for direction in ("read", "write"):  # bytes over I/O time >= bytes over step time (I/O time <= step time)
+        busy = frame[frame.metric == f"nvme_{direction}_busy_gbs"].sort_values("step")["value"].to_numpy()
+        stepwise = frame[frame.metric == f"nvme_{direction}_gbs"].sort_values("step")["value"].to_numpy()
+        assert len(busy) == 3 and (busy >= stepwise * 0.999).all()
     assert len(frame[frame.metric == "raw_read_gbs"]) == 1
     [check] = EXPERIMENT.claims(frame)
     assert check.verdict in ("reproduced", "differs") and check.evidence == "measured"
     assert EXPERIMENT.figure(frame, None, tmp_path)[0].exists()
+
+
+def test_claim_needs_the_loss_to_fall_at_every_step():
+    def frame(losses):
+        rows = [{"metric": "model_state_over_memory", "value": 2.5, "tier": "nvme"}]
+        rows += [{"metric": "loss", "value": v, "tier": "nvme", "step": i} for i, v in enumerate(losses)]
+        return pd.DataFrame(rows)
+
+    assert EXPERIMENT.claims(frame([7.7, 6.3, 6.5]))[0].verdict == "differs"  # last < first, but rose at step 2
+    assert EXPERIMENT.claims(frame([7.7, 6.3, float("nan")]))[0].verdict == "differs"
+    assert EXPERIMENT.claims(frame([7.7, 7.0, 6.5]))[0].verdict == "reproduced"
+
+
+def test_io_busy_union():
+    from repro.zero.offload.aio import union_seconds
+
+    assert union_seconds([]) == 0.0
+    assert union_seconds([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0)]) == 3.0  # overlapping intervals counted once
+    assert union_seconds([(0.0, 4.0), (1.0, 2.0)]) == 4.0

@@ -15,6 +15,7 @@ import mmap
 import os
 import tempfile
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -81,6 +82,53 @@ class IORequest:
                 raise err
 
 
+class IOBusy:
+    """When this process's swap-file I/O is in flight, per direction: the intervals (``time.monotonic()``, one
+    clock for every process on the machine) during which at least one ``pread``/``pwrite`` block of any
+    :class:`AsyncFileIO` was executing. Bytes over the union of these intervals is the bandwidth the tier achieved
+    while it was moving data, as opposed to bytes over the step time, which also counts the time it waited for
+    compute. One per process (:data:`IO_BUSY`); ``reset()`` between measurements."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._inflight = {"read": 0, "write": 0}
+            self._since = {"read": 0.0, "write": 0.0}
+            self.intervals: dict[str, list[tuple[float, float]]] = {"read": [], "write": []}
+
+    def begin(self, direction: str) -> None:
+        with self._lock:
+            if self._inflight[direction] == 0:
+                self._since[direction] = time.monotonic()
+            self._inflight[direction] += 1
+
+    def end(self, direction: str) -> None:
+        with self._lock:
+            self._inflight[direction] -= 1
+            if self._inflight[direction] == 0:
+                self.intervals[direction].append((self._since[direction], time.monotonic()))
+
+    def busy_s(self, direction: str) -> float:
+        return union_seconds(self.intervals[direction])
+
+
+def union_seconds(intervals) -> float:
+    """Length of the union of ``(start, end)`` intervals (e.g. several ranks' busy intervals on one drive)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+#: this process's I/O busy intervals (every AsyncFileIO reports here)
+IO_BUSY = IOBusy()
+
+
 class AsyncFileIO:
     """Parallel block reads and writes of aligned buffers to page-padded files."""
 
@@ -145,8 +193,12 @@ class AsyncFileIO:
         def block(start: int, stop: int) -> None:
             view = buffer.memoryview(start, stop)
             done = 0
-            while done < stop - start:
-                done += _pwrite(fd, view[done:], start + done)
+            IO_BUSY.begin("write")
+            try:
+                while done < stop - start:
+                    done += _pwrite(fd, view[done:], start + done)
+            finally:
+                IO_BUSY.end("write")
 
         futures = [self._pool.submit(block, a, b) for a, b in self._blocks(nbytes)]
         return IORequest(futures, path, "writing")
@@ -157,11 +209,15 @@ class AsyncFileIO:
         def block(start: int, stop: int) -> None:
             view = buffer.memoryview(start, stop)
             done = 0
-            while done < stop - start:
-                got = os.preadv(fd, [view[done:]], start + done)
-                if got == 0:
-                    raise OSError(errno.EIO, f"unexpected end of swap file {path!r} at byte {start + done}")
-                done += got
+            IO_BUSY.begin("read")
+            try:
+                while done < stop - start:
+                    got = os.preadv(fd, [view[done:]], start + done)
+                    if got == 0:
+                        raise OSError(errno.EIO, f"unexpected end of swap file {path!r} at byte {start + done}")
+                    done += got
+            finally:
+                IO_BUSY.end("read")
 
         futures = [self._pool.submit(block, a, b) for a, b in self._blocks(nbytes)]
         return IORequest(futures, path, "reading")
