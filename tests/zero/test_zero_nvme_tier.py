@@ -98,3 +98,26 @@ def test_real_full_disk_is_reported_at_reservation(tiny_tmpfs):
         assert torch.equal(tier.fetch("small"), torch.zeros(1000))  # what was swapped before is intact
     finally:
         tier.close()
+
+
+def test_raw_bandwidth_uses_the_tiers_io_shape(tmp_path):
+    """The raw drive reference overwrites a written file with the tier's request size and thread count."""
+    from repro.zero.offload.bandwidth import raw_disk_bandwidth
+
+    tier = NvmeTier(tmp_path)
+    got = raw_disk_bandwidth(str(tmp_path), 8 << 20)
+    assert (got["block_bytes"], got["io_threads"]) == (tier.io.block_bytes, tier.io._pool._max_workers)
+    assert got["bytes"] == 8 << 20 and got["read_gbs"] > 0 and got["write_gbs"] > 0
+    assert not list(tmp_path.iterdir())  # the raw file is removed
+    tier.close()
+
+
+def test_io_busy_counts_the_time_requests_are_in_flight(tmp_path):
+    aio.IO_BUSY.reset()
+    tier = NvmeTier(tmp_path)
+    tier.create("a", torch.randn(1 << 20))
+    tier.flush()
+    tier.fetch("a")
+    tier.close()
+    assert len(aio.IO_BUSY.intervals["write"]) >= 1 and len(aio.IO_BUSY.intervals["read"]) >= 1
+    assert 0 < aio.IO_BUSY.busy_s("write") and 0 < aio.IO_BUSY.busy_s("read")

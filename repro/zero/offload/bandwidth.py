@@ -1,8 +1,15 @@
 """NVMe bandwidth: the tier's own against the raw drive's, measured in the same run (ZeRO-Infinity sec. 6.3 aims
 at near-peak drive bandwidth for the offload engine).
 
-``raw_disk_bandwidth`` is the reference a storage engineer would take: one large sequential file, written then
-read with ``O_DIRECT`` in 8 MiB requests from one thread (no page cache, no Python in the loop beyond the call).
+``raw_disk_bandwidth`` is the drive's reference with the tier's I/O shape and nothing else: one sequential file
+under the same directory, opened with ``O_DIRECT`` (no page cache), written once untimed (a warm-up pass, so that
+the timed pass *overwrites* allocated, already-written blocks, as the tier's timed pass overwrites its
+preallocated swap files), then overwritten and read back, each timed, by ``io_threads`` threads (4, the tier's
+default) issuing ``block_bytes`` requests (1 MiB, the tier's default), every thread keeping one request in flight
+over its share of the blocks, and no ``fsync`` in the timed write (the tier's timed pass has none either; with
+``O_DIRECT`` a completed ``pwrite`` has left the host). Until 2026-11-24 it wrote a *new* file from one thread in
+8 MiB requests and timed an ``fsync``, so the tier, overwriting written files with four threads, appeared to
+out-write the raw drive.
 ``tier_bandwidth`` moves the same number of bytes through :class:`NvmeTier` as the optimizer does: many swap
 files of ``tensor_bytes`` each, all writes issued then flushed, all reads prefetched then fetched.
 """
@@ -19,12 +26,18 @@ from repro.zero.offload.aio import AlignedBuffer, round_up
 from repro.zero.offload.nvme import NvmeTier, check_nvme_path
 
 
-def raw_disk_bandwidth(path: str, nbytes: int = 256 << 20, block_bytes: int = 8 << 20) -> dict[str, float]:
-    """Sequential O_DIRECT write and read of ``nbytes`` under ``path``: {"write_gbs", "read_gbs", "direct"}."""
+def raw_disk_bandwidth(path: str, nbytes: int = 256 << 20, block_bytes: int = 1 << 20,
+                       io_threads: int = 4) -> dict[str, float]:
+    """O_DIRECT overwrite then read of one ``nbytes`` file under ``path`` by ``io_threads`` threads of
+    ``block_bytes`` requests, after an untimed warm-up write: {"write_gbs", "read_gbs", "direct", "bytes",
+    "block_bytes", "io_threads"}."""
+    from concurrent.futures import ThreadPoolExecutor
+
     check_nvme_path(path)
-    nbytes = round_up(nbytes, block_bytes)
-    buffer = AlignedBuffer(block_bytes)
-    buffer.bytes.copy_(torch.randint(0, 255, (block_bytes,), dtype=torch.uint8))
+    nbytes = round_up(nbytes, block_bytes * io_threads)
+    buffers = [AlignedBuffer(block_bytes) for _ in range(io_threads)]
+    for buffer in buffers:
+        buffer.bytes.copy_(torch.randint(0, 255, (block_bytes,), dtype=torch.uint8))
     fd, name = tempfile.mkstemp(prefix=".repro-raw-", dir=path)
     os.close(fd)
     direct = hasattr(os, "O_DIRECT")
@@ -33,21 +46,29 @@ def raw_disk_bandwidth(path: str, nbytes: int = 256 << 20, block_bytes: int = 8 
             fd = os.open(name, os.O_RDWR | (os.O_DIRECT if direct else 0))
         except OSError:
             direct, fd = False, os.open(name, os.O_RDWR)
-        view = buffer.memoryview(0, block_bytes)
-        start = time.perf_counter()
-        for offset in range(0, nbytes, block_bytes):
-            os.pwritev(fd, [view], offset)
-        os.fsync(fd)
-        write_s = time.perf_counter() - start
-        start = time.perf_counter()
-        for offset in range(0, nbytes, block_bytes):
-            os.preadv(fd, [view], offset)
-        read_s = time.perf_counter() - start
+        views = [buffer.memoryview(0, block_bytes) for buffer in buffers]
+        offsets = range(0, nbytes, block_bytes)
+
+        def worker(index: int, op) -> None:  # thread ``index`` takes every io_threads-th block, in order
+            for offset in offsets[index::io_threads]:
+                op(fd, [views[index]], offset)
+
+        with ThreadPoolExecutor(max_workers=io_threads) as pool:
+            def timed(op) -> float:
+                start = time.perf_counter()
+                for future in [pool.submit(worker, i, op) for i in range(io_threads)]:
+                    future.result()
+                return time.perf_counter() - start
+
+            timed(os.pwritev)  # warm-up: allocate and write every block once
+            os.fsync(fd)
+            write_s = timed(os.pwritev)
+            read_s = timed(os.preadv)
         os.close(fd)
     finally:
         os.remove(name)
     return {"write_gbs": nbytes / write_s / 1e9, "read_gbs": nbytes / read_s / 1e9, "direct": direct,
-            "bytes": nbytes}
+            "bytes": nbytes, "block_bytes": block_bytes, "io_threads": io_threads}
 
 
 def tier_bandwidth(
