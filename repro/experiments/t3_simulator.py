@@ -32,7 +32,7 @@ from repro.overlap.t3sim.workloads import MODELS, MODELS_500B, configurations, s
 from repro.paper import paper_value
 
 PAPER = "t3_2024"
-PCT_TOLERANCE, X_TOLERANCE = 5.0, 0.10
+PCT_TOLERANCE, PCT_RELATIVE, X_TOLERANCE = 5.0, 0.25, 0.10
 SCHEDULES = ("ideal", "t3", "t3_mca")
 
 
@@ -159,10 +159,11 @@ def _pct_geomean(values) -> float:
 
 
 def _check(claim_id, value, unit, evidence, note) -> ClaimCheck:
-    """One rule for every row: +-5 points for a percentage, +-10 % for a ratio; and an effect the paper reports
-    (a positive percentage) must be an effect in the model too: 0 against the paper's 3 % is "differs", not a match
-    within five points."""
-    tol = dict(abs=PCT_TOLERANCE) if unit == "%" else dict(rel=X_TOLERANCE)
+    """One rule for every row: a percentage within 5 points or a quarter of the paper's value, whichever is smaller
+    (five points around a 5 % claim would accept anything from 0 to 10), a ratio within 10 %; and an effect the
+    paper reports (a positive percentage) must be an effect in the model too."""
+    tol = (dict(abs=min(PCT_TOLERANCE, PCT_RELATIVE * abs(paper_value(PAPER, claim_id)))) if unit == "%"
+           else dict(rel=X_TOLERANCE))
     check = check_value(PAPER, claim_id, value, evidence=evidence, note=note, **tol)
     if unit == "%" and check.verdict == "reproduced" and paper_value(PAPER, claim_id) > 0 and value <= 0:
         check = replace(check, verdict="differs", tolerance=check.tolerance + " and > 0 where the paper reports an "
