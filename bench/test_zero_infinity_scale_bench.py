@@ -21,9 +21,13 @@ ladder. Reported:
   directory measured in the same run with the tier's request size and thread count
   (``repro.zero.offload.bandwidth.raw_disk_bandwidth``; goal: at least 0.7).
 
-DeepSpeed settings: ``torch_adam`` (no C++ Adam build), ``stage3_param_persistence_threshold: 0``,
-``sub_group_size`` and ``reduce_bucket_size`` equal to repro's bucket (``BUCKET``), parameter swap buffers just
-large enough for the largest parameter, ``pipeline_read``/``pipeline_write`` on (ZeRO-Infinity's overlap). It
+DeepSpeed settings: ``torch_adam`` (no C++ Adam build), its default parameter persistence threshold (1e5: with 0,
+as repro partitions every parameter, each bias and LayerNorm weight occupies one whole parameter swap buffer and
+0.19.8 failed at the 0.10B size with "Not enough buffers 0 for swapping 1"), ``sub_group_size`` and
+``reduce_bucket_size`` equal to repro's bucket (``BUCKET``), ``PARAM_BUFFERS`` (8) parameter swap buffers of the
+largest parameter with prefetch (2 of them) and live parameters (4) bounded to fit, the optimizer swapper's defaults (4 buffers, ``pipeline_read`` and
+``pipeline_write`` off: with them on, 0.19.8's pipelined swapper ran out of its 4 buffers at the first step with
+more than one sub-group, ``assert new_alloc_buffers is not None``). It
 builds its async I/O op on first use (~3 min, cached in ~/.cache/torch_extensions; needs ``libaio-dev``).
 
 Run: ``python -m pytest bench/test_zero_infinity_scale_bench.py --benchmark-only -s
@@ -55,6 +59,7 @@ from repro.zero.offload.bandwidth import raw_disk_bandwidth  # noqa: E402
 
 VOCAB, SEQ, MICRO_BATCH, LR, STEPS, WARMUP = 1000, 32, 1, 1e-5, 4, 1
 BUCKET = 20_000_000
+PARAM_BUFFERS = 8  # DeepSpeed's parameter swap buffers, each of the largest parameter's size
 CAP_S = float(os.environ.get("ZERO_SCALE_BENCH_CAP_S", 300))
 #: (hidden, layers): ~0.10B, ~0.30B, ~1.0B parameters (ZERO_SCALE_BENCH_LADDER="1024x8,2048x6" overrides)
 LADDER = [tuple(int(v) for v in item.split("x")) for item in
@@ -88,9 +93,9 @@ def _largest_param(config: GPTConfig) -> int:
 
 
 def _deepspeed_extra_bytes(config: GPTConfig) -> int:
-    """DeepSpeed's swap buffers per rank beyond repro's working set: 5 parameter buffers of the largest
-    parameter, and the optimizer swapper's 4 buffers of a sub-group's fp32 master, two moments and gradient."""
-    return 5 * 4 * _largest_param(config) + 4 * 4 * 4 * BUCKET // 2
+    """DeepSpeed's swap buffers per rank beyond repro's working set: PARAM_BUFFERS parameter buffers of the
+    largest parameter, and the optimizer swapper's 4 buffers of a sub-group (fp32)."""
+    return PARAM_BUFFERS * 4 * _largest_param(config) + 4 * 4 * BUCKET
 
 
 def _repro_run(rank: int, world_size: int, config: GPTConfig, path: str) -> dict:
@@ -127,12 +132,15 @@ def _deepspeed_run(rank: int, world_size: int, config: GPTConfig, path: str) -> 
     deepspeed.init_distributed(dist_backend="gloo")
     start = time.perf_counter()
     largest = _largest_param(config)
-    zero = {"stage": 3, "stage3_param_persistence_threshold": 0, "sub_group_size": BUCKET,
-            "reduce_bucket_size": BUCKET, "stage3_prefetch_bucket_size": BUCKET,
-            "offload_param": {"device": "nvme", "nvme_path": path, "buffer_size": largest, "buffer_count": 5,
-                              "max_in_cpu": 0},
-            "offload_optimizer": {"device": "nvme", "nvme_path": path, "pipeline_read": True,
-                                  "pipeline_write": True}}
+    zero = {"stage": 3, "sub_group_size": BUCKET, "reduce_bucket_size": BUCKET,
+            # parameters below 1e5 elements stay in memory (DeepSpeed's default persistence threshold): with 0 every
+            # bias and LayerNorm weight takes one whole swap buffer; prefetch and live parameters bounded so that
+            # PARAM_BUFFERS buffers of the largest parameter suffice
+            "stage3_prefetch_bucket_size": 2 * largest, "stage3_max_live_parameters": 4 * largest,
+            "stage3_max_reuse_distance": 0,
+            "offload_param": {"device": "nvme", "nvme_path": path, "buffer_size": largest,
+                              "buffer_count": PARAM_BUFFERS, "max_in_cpu": 0},
+            "offload_optimizer": {"device": "nvme", "nvme_path": path}}
     ds_config = {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": 1,
                  "optimizer": {"type": "AdamW", "params": {"lr": LR, "torch_adam": True}},
                  "zero_optimization": zero, "steps_per_print": 10**9, "zero_force_ds_cpu_optimizer": False}
@@ -250,7 +258,9 @@ def test_zero_infinity_scale_vs_deepspeed(benchmark):
                 else:
                     row[framework] = _try(framework, config, root)
                     if not row[framework]["trained"] or row[framework]["wall_s"] > CAP_S:
-                        stopped[framework] = f"{row['psi'] / 1e9:.2f}B did not train within the cap"
+                        stopped[framework] = f"{row['psi'] / 1e9:.2f}B " + (
+                            "failed" if not row[framework].get("why", "over the").startswith("over the")
+                            else "went over the cap")
                         row[framework]["trained"] = False
                 print(f"\n{row['psi'] / 1e9:.2f}B {framework}: " + (
                     f"step {row[framework]['step_s_median']:.1f} s, train peak RSS "
