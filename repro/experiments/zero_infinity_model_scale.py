@@ -212,7 +212,7 @@ def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
     tiers = [t for t in ("memory", "nvme") if len(rows[(rows["metric"] == "params") & (rows["tier"] == t)])]
     if not tiers:
         return []
-    fig, (ax_size, ax_bw) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_size, ax_bw) = plt.subplots(1, 2, figsize=(11, 4.6))
     x = range(len(tiers))
     measured = [float(rows[(rows["metric"] == "params") & (rows["tier"] == t)]["value"].iloc[-1]) / 1e9
                 for t in tiers]
@@ -225,11 +225,11 @@ def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
     for i, t in enumerate(tiers):
         step = rows[(rows["metric"] == "step_time_s") & (rows["tier"] == t)]["value"]
         ax_size.annotate(f"{measured[i]:.2f}B\n{step.iloc[-1]:.0f} s/step", (i - 0.2, measured[i]), ha="center",
-                         va="bottom", fontsize=8)
+                         va="bottom", fontsize=9)
     ax_size.set_xticks(list(x), [{"memory": "memory only", "nvme": "NVMe (params+opt+grads)"}[t] for t in tiers])
     ax_size.set_ylabel("largest GPT trained (billion parameters)")
     ax_size.set_title("Model scale per tier (cf. ZeRO-Infinity Fig. 1 / 5a)")
-    ax_size.legend(fontsize=8, loc="upper left")
+    ax_size.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     bw = rows[rows["tier"] == "nvme"]
     names = [("nvme_read_gbs", "tier read\n/ step time"), ("nvme_read_busy_gbs", "tier read\n/ I/O time"),
              ("raw_read_gbs", "raw read"), ("nvme_write_gbs", "tier write\n/ step time"),
@@ -240,15 +240,15 @@ def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
         values.append(float(got.iloc[-1]) if len(got) else 0.0)
     colors = ["#55A868", "#8172B2", "#999999"] * 2
     ax_bw.bar(range(len(names)), values, color=colors)
-    ax_bw.set_xticks(range(len(names)), [label for _, label in names], fontsize=7)
+    ax_bw.set_xticks(range(len(names)), [label for _, label in names], fontsize=9)
     for i, value in enumerate(values):
-        ax_bw.text(i, value, f"{value:.2f}", ha="center", va="bottom", fontsize=7)
+        ax_bw.text(i, value, f"{value:.2f}", ha="center", va="bottom", fontsize=9)
     ax_bw.set_ylabel("GB/s (both ranks, last step)")
     ax_bw.set_title("Achieved NVMe bandwidth vs raw O_DIRECT, same run")
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "zero_infinity_model_scale.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend sits under the left axes, never over a bar
     plt.close(fig)
     return [path]
 

@@ -83,10 +83,10 @@ def infinity_efficiency(ctx: FigureContext) -> list[Path]:
 OFFLOAD = "zero_infinity_offload"
 
 
-#: How the two bandwidths are measured (repro/zero/offload/bandwidth.py), and why the tier can write faster than the
-#: "raw" drive. Both use O_DIRECT, so the page cache is not the reason. Re-measured on the CPU machine of the ci run
-#: (128 MiB, 7 interleaved rounds, medians): raw into a new file 1.6 GB/s; raw overwriting a written file 2.2 GB/s
-#: with one thread of 8 MiB requests, 2.9 GB/s with four threads of 1 MiB; the tier 2.8 GB/s.
+#: How the two bandwidths are measured (repro/zero/offload/bandwidth.py): both with O_DIRECT (no page cache), both
+#: overwriting a file already written, four threads of 1 MiB requests. Until 2026-11-24 the raw number wrote a new
+#: file from one thread of 8 MiB requests and timed an fsync (re-measured then: 1.6 GB/s into a new file, 2.9 GB/s
+#: overwriting with the tier's shape, the tier 2.8 GB/s), which made the tier look faster than the drive.
 _WHY_TIER_FASTER = (
     "\nWhy the NVMe tier can measure faster than the raw drive: both now move bytes the same way (O_DIRECT, "
     "overwriting a file already written, four threads of 1 MiB requests, no fsync in the timed pass; until "
