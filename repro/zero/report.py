@@ -25,7 +25,6 @@ them, for DeepSpeed on the same model (rows in the same schema; the library neve
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
