@@ -33,6 +33,11 @@ REPORT_COLUMNS = [
 ]
 
 
+def _check_evidence(evidence: str) -> None:
+    if evidence not in EVIDENCE:
+        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+
+
 def check_value(
     paper: str, claim_id: str, value: float | None, *, evidence: str, rel: float | None = None,
     abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None,
@@ -43,8 +48,7 @@ def check_value(
     ``evidence`` (one of :data:`EVIDENCE`) says what kind of number ``value`` is; the caller, which computed it,
     decides. A ``configuration`` or ``fitted`` value is never counted: its verdict is "not counted" and the note says
     whether it equals the paper's number."""
-    if evidence not in EVIDENCE:
-        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+    _check_evidence(evidence)
     if rel is not None and rel < 0 or abs is not None and abs < 0:
         raise ValueError(f"tolerances must be >= 0, got rel={rel!r} abs={abs!r}")
     target = paper_value(paper, claim_id, claims)
@@ -67,16 +71,14 @@ builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
 
 def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:
     """A mapped claim without a value yet; ``evidence`` is the kind of value its mapping will give."""
-    if evidence not in EVIDENCE:
-        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+    _check_evidence(evidence)
     return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
 
 
 def needs_gpu(paper: str, claim_id: str, note: str = "", tolerance: str = "", *,
               evidence: str = "measured") -> ClaimCheck:
     """A mapped claim that only a GPU run can give a value (a measurement unless said otherwise)."""
-    if evidence not in EVIDENCE:
-        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
+    _check_evidence(evidence)
     return ClaimCheck(paper, claim_id, None, tolerance, "needs GPU", note, evidence)
 
 

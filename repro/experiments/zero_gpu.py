@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from repro.claims import needs_gpu
+from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
 
 PAPER = "zero_2019"
@@ -487,8 +487,6 @@ def _zero100b_sustained(rows) -> list[ClaimCheck]:
     """``zero100B_pflops`` = mean over :data:`ZERO100B_POINTS` of TFLOP/s per GPU x GPUs / 1000 (15 PFLOP/s on 400
     V100s); ``zero100B_pct_peak`` = that mean per GPU over :data:`V100_PEAK_TFLOPS` (over 30 %). Decided on V100s
     only; elsewhere the measured values are in the note."""
-    from repro.claims import check_value
-
     found = [r for r in (_throughput_row(rows, p) for p in ZERO100B_POINTS) if r is not None]
     if len(found) < len(ZERO100B_POINTS):
         why = f"run zero_gpu's {', '.join(ZERO100B_POINTS)} points ({len(found)} of {len(ZERO100B_POINTS)} have rows)"
@@ -514,8 +512,6 @@ def _megatron_baselines(rows) -> list[ClaimCheck]:
                                ("megatron_40B_tflops", "megatron_40B_32gpu", "40B, tp 32 across nodes")):
         row = _throughput_row(rows, point)
         if row is not None and "V100" in str(row.get("gpu")):
-            from repro.claims import check_value
-
             out.append(check_value(PAPER, claim, float(row["value"]), rel=0.15, evidence="measured",
                                    note=f"{what} on {row.get('gpus')} x {row.get('gpu')}, ZeRO stage 0"))
         else:
@@ -525,8 +521,6 @@ def _megatron_baselines(rows) -> list[ClaimCheck]:
 
 def _superlinear_configuration() -> list[ClaimCheck]:
     """Fig. 3's 60B model and its largest GPU count, as the fig3 points declare them (configuration)."""
-    from repro.claims import check_value
-
     fig3 = [p for p in PAPER_POINTS if p.name.startswith("fig3_")]
     size = fig3[0].params["sizes"][0]
     params_b = 12 * size["layers"] * size["hidden"] ** 2 / 1e9

@@ -9,8 +9,8 @@ give are chosen here once, with the reason, and used for every model and sublaye
 * ``gemm_tile``: 128 x 128 output tiles per CU (the usual macro tile of rocBLAS / CUTLASS fp16 kernels).
 * ``element_bytes``: 2 (fp16 activations and partial sums).
 * ``flops_per_cu_cycle``: **not stated** by the sources; it sets how long a GEMM takes against its collective.
-  It is the one constant this model fits (``repro.overlap.t3sim.fit``); :data:`T3_GPU` carries a placeholder
-  that the fit replaces (:func:`with_gemm_rate`).
+  It is one of the three constants this model fits (``repro.overlap.t3sim.fit``); :data:`T3_GPU` carries a
+  placeholder that the fit replaces (:func:`with_gemm_rate`).
 """
 
 from __future__ import annotations
