@@ -11,7 +11,7 @@ from repro.dist.comm import CommGroup
 from repro.models import GPTModel
 from repro.zero import OffloadConfig, ZeroConfig, build_zero_optimizer
 from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
-from zero_cases import LR, TINY, local_batch, mean_over_world
+from zero_cases import LR, TINY, train_steps
 
 STEPS, SAVE_AT = 6, 3
 
@@ -20,18 +20,12 @@ def _train(groups, config, directory, *, resume: bool):
     torch.manual_seed(0)
     model = GPTModel(TINY)
     optimizer = build_zero_optimizer(model, config, dp_group=groups.dp, lr=LR, weight_decay=0.1)
-    losses, first = [], 0
     if resume:
-        first = load_checkpoint(directory, optimizer)["step"]
-    for step in range(first, STEPS):
-        ids, labels = local_batch(step, groups)
-        loss = model.loss(ids, labels).mean()
-        optimizer.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(mean_over_world(loss, groups))
-        if not resume and step + 1 == SAVE_AT:
-            save_checkpoint(directory, optimizer, extra={"step": SAVE_AT})
+        losses = train_steps(model, optimizer, groups, range(load_checkpoint(directory, optimizer)["step"], STEPS))
+    else:
+        losses = train_steps(model, optimizer, groups, range(SAVE_AT))
+        save_checkpoint(directory, optimizer, extra={"step": SAVE_AT})
+        losses += train_steps(model, optimizer, groups, range(SAVE_AT, STEPS))
     optimizer.tier.close()
     if config.stage == 3:
         optimizer.close()

@@ -11,7 +11,7 @@ from repro.zero import ZeroConfig, build_zero_optimizer
 from repro.zero.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from repro.zero.partition import flat_layout
 from repro.zero.reshard import reshard_states
-from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, local_batch, max_rel_diff, mean_over_world
+from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, max_rel_diff, train_steps
 
 # -- the pure function --------------------------------------------------------------------------------------------
 NUMELS = [[5, 3, 4], [7], [2, 9]]  # three buckets; 12, 7 and 11 elements pad differently for 2, 3 and 4 shards
@@ -108,10 +108,6 @@ def _config(stage: int) -> ZeroConfig:
     return ZeroConfig(stage=stage, max_grad_norm=MAX_NORM, bucket_numel=5000)  # several buckets per stage
 
 
-def _global_loss(loss: torch.Tensor, groups) -> float:
-    return loss.item() if groups.world_size == 1 else mean_over_world(loss, groups)
-
-
 def _train(groups, stage: int, directory: str, *, first: int, last: int, save: bool = False,
            resume: bool = False) -> list[float]:
     """Steps [first, last) on the global batch of zero_cases (BATCH rows split over the dp ranks)."""
@@ -120,14 +116,7 @@ def _train(groups, stage: int, directory: str, *, first: int, last: int, save: b
     optimizer = build_zero_optimizer(model, _config(stage), dp_group=groups.dp, lr=LR, weight_decay=WEIGHT_DECAY)
     if resume:
         assert load_checkpoint(directory, optimizer, allow_reshard=True) == {"step": first}
-    losses = []
-    for step in range(first, last):
-        ids, labels = local_batch(step, groups)
-        loss = model.loss(ids, labels).mean()
-        optimizer.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(_global_loss(loss, groups))
+    losses = train_steps(model, optimizer, groups, range(first, last))
     if save:
         save_checkpoint(directory, optimizer, extra={"step": last})
     optimizer.close()

@@ -8,7 +8,7 @@ from repro.dist import init_parallel, spawn
 from repro.dist.comm import CommGroup
 from repro.models import GPTModel
 from repro.zero import ZeroConfig, build_zero_optimizer
-from zero_cases import LR, TINY, batch, local_batch, max_rel_diff, mean_over_world
+from zero_cases import LR, TINY, batch, max_rel_diff, train_steps
 
 STEPS = 4
 
@@ -65,14 +65,7 @@ def _two_ranks(rank, world_size):
         torch.manual_seed(0)
         model = GPTModel(TINY)
         optimizer = build_zero_optimizer(model, config.with_(max_grad_norm=1.0), dp_group=groups.dp, lr=LR)
-        losses = []
-        for step in range(STEPS):
-            ids, labels = local_batch(step, groups)
-            loss = model.loss(ids, labels).mean()
-            optimizer.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(mean_over_world(loss, groups))
+        losses = train_steps(model, optimizer, groups, range(STEPS))
         out[name] = (losses, len(optimizer.buckets), optimizer.gatherer.peak_ahead_numel)
         optimizer.close()
     return out

@@ -49,10 +49,26 @@ def local_batch(step: int, groups: ParallelGroups) -> tuple[torch.Tensor, torch.
 
 
 def mean_over_world(loss: torch.Tensor, groups: ParallelGroups) -> float:
-    """The global-batch loss (test bookkeeping only, outside the ledger)."""
+    """The global-batch loss (test bookkeeping only, outside the ledger); one rank needs no collective."""
+    if groups.world_size == 1:
+        return loss.item()
     value = loss.detach().clone()
     dist.all_reduce(value)
     return value.item() / groups.world_size
+
+
+def train_steps(model: GPTModel, optimizer, groups: ParallelGroups, steps: range) -> list[float]:
+    """Train ``steps`` (global step numbers, for the batches) on this rank's share of each batch; the global-batch
+    loss of each step."""
+    losses = []
+    for step in steps:
+        ids, labels = local_batch(step, groups)
+        loss = model.loss(ids, labels).mean()
+        optimizer.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(mean_over_world(loss, groups))
+    return losses
 
 
 def zero_losses(groups: ParallelGroups, config: ZeroConfig, steps: int = STEPS) -> list[float]:
@@ -60,14 +76,7 @@ def zero_losses(groups: ParallelGroups, config: ZeroConfig, steps: int = STEPS) 
     model = GPTModel(TINY, tp_group=groups.tp)
     optimizer = build_zero_optimizer(model, config, dp_group=groups.dp, tp_group=groups.tp, lr=LR,
                                      weight_decay=WEIGHT_DECAY)
-    losses = []
-    for step in range(steps):
-        ids, labels = local_batch(step, groups)
-        loss = model.loss(ids, labels).mean()
-        optimizer.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(mean_over_world(loss, groups))
+    losses = train_steps(model, optimizer, groups, range(steps))
     optimizer.tier.close()
     if config.stage == 3:
         optimizer.close()
