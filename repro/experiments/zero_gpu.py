@@ -1,27 +1,31 @@
-"""ZeRO and ZeRO-Offload on GPUs: the largest GPT that trains per GPU count, stage and offload tier, and the
-throughput per GPU (ZeRO Figs. 2-3, sec. 10.4 and Table 2's measured sizes; ZeRO-Offload's largest model on one
-GPU; ZeRO-Infinity's largest model on one node per tier).
+"""ZeRO and ZeRO-Offload on GPUs: the largest GPT that trains per GPU count, stage, offload tier and ZeRO-R
+configuration, and the throughput per GPU (ZeRO Figs. 2, 3 and 6, sec. 9, 10.4 and Table 2's measured sizes;
+ZeRO-Offload's largest model on one GPU; ZeRO-Infinity's largest model on one node and on 32 nodes).
 
 A *search* point tries the GPT sizes of a schedule (ZeRO Table 4's configurations) in increasing order for each
-*arm* (a ZeRO stage with its offload tiers): a per-rank memory estimate first (``repro.zero.capacity``; sizes that
-cannot fit the GPU, or the host memory available now, are skipped: a host out-of-memory kills the process), then a
-real try: the model is built on the GPU, its 16-bit parameters trained by ``repro.zero`` with fp32 masters and
-AdamW, one activation checkpoint per layer (``torch.utils.checkpoint`` around each layer), ``warmup + steps``
-steps of ``micro_batch x seq_len`` tokens per rank. A device out-of-memory is caught, the memory freed, and the
-arm stops there. Each arm has a time cap after which it reports the largest size so far. Per size: the estimate,
-the decision, and for a trained size its step time, model TFLOP/s per GPU (``repro.perfmodel.flops``, the 96-formula
-with recomputation), peak GPU memory (``max_memory_allocated``) and peak host RSS. Per arm: the largest size that
-trained with a finite loss and the next size that did not (the bracket the paper's number is checked against).
+*arm* (a ZeRO stage with its offload tiers and its kind of activation checkpoints): a per-rank memory estimate
+first (``repro.zero.capacity``; sizes that cannot fit the GPU, or the host memory available now, are skipped: a host
+out-of-memory kills the process), then a real try: the model is built on the GPU (stage 3: block by block, each
+partitioned at once, ``repro.zero.partitioned_gpt``, so no rank holds the whole model), its 16-bit parameters
+trained by ``repro.zero`` with fp32 masters and AdamW, one activation checkpoint per layer
+(``repro.training.recompute.checkpoint_layers``: Megatron's replicated checkpoint, or ZeRO-R's P_a / P_a+cpu),
+``warmup + steps`` steps of ``micro_batch x seq_len`` tokens per rank (``micro_batches`` of them accumulated).
+A device out-of-memory is caught, the memory freed, and the arm stops there. Each arm has a time cap after which
+it reports the largest size so far. Per size: the estimate, the decision, and for a trained size its step time,
+model TFLOP/s per GPU (``repro.perfmodel.flops``, the 96-formula with recomputation), peak GPU memory
+(``max_memory_allocated``) and peak host RSS. Per arm: the largest size that trained with a finite loss and the
+next size that did not (the bracket the paper's number is checked against).
 
 A *throughput* point trains one size and reports the same measurements (Figs. 2-3).
 
 Scales: ``smoke`` runs the same code on CPU ranks with toy sizes and a fake memory cap (``device_cap_gib``,
-``host_cap_gib``), so the estimate-driven skips, the out-of-memory path (``simulate_oom_above``) and the multi-rank
-agreement are exercised in CI; ``paper`` declares the GPU points (only ``offload_1gpu`` is meant for one GPU).
+``host_cap_gib``), so the estimate-driven skips, the out-of-memory path (``simulate_oom_above``), partitioned
+checkpoints at tp 2 and the multi-rank agreement are exercised in CI; ``paper`` declares the GPU points (only
+``offload_1gpu`` is meant for one GPU).
 
-Known limit: every rank builds its whole (tensor-parallel) model in fp32 on its GPU before ZeRO flattens and
-partitions it (there is no equivalent of DeepSpeed's ``zero.Init``); the estimate counts that build peak, so
-stage-3 searches stop where one GPU can no longer hold the fp32 model, below what stage 3 could train.
+Known limit: stages 0-2 build the whole (tensor-parallel) model in fp32 on the GPU before ZeRO flattens and
+partitions it; the estimate counts that build peak. ZeRO-Infinity's memory-centric tiling (splitting one huge
+linear layer) is not implemented: a module of one tensor-parallel rank must fit the GPU whole.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import time
 from typing import Any
 
 import torch
-from torch import nn
 
 from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
@@ -56,6 +59,14 @@ FIG2_SIZES = [_size(48, 1600, 40), _size(72, 3072), _size(98, 4096), _size(88, 6
               *(_size(layers, 8192) for layers in (100, 125, 150, 175, 212))]
 #: Beyond Table 4, for the node-level offload search: about 0.2T, 0.5T and 1T parameters (12 l h^2).
 HUGE_SIZES = [_size(100, 12800, 100), _size(64, 25600, 160), _size(128, 25600, 160)]
+#: ZeRO-Infinity's 32 DGX-2 search (claim 32T_512gpu): about 1T, 5T, 10T, 20T and 32T; hidden 65536 (512 heads)
+#: keeps the largest module of one tensor-parallel rank (the h -> 4h linear layer / tp) at 2.1B parameters at tp 8.
+TRILLION_SIZES = [HUGE_SIZES[-1], *(_size(layers, 65536, 512) for layers in (97, 194, 388, 621))]
+#: ZeRO Fig. 6 (claims fig6_c*): 20B to 170B at MP 16 (heads of 128: 48 or 64, both divisible by 16).
+FIG6_SIZES = [*(_size(layers, 6144) for layers in (44, 66, 88, 110, 132)),
+              *(_size(layers, 8192) for layers in (100, 125, 150, 175, 187, 212))]
+#: Megatron-LM alone in one DGX-2 (claim megatron_max_efficient, 16-20B): 8.3B, then 16B to 29B at MP 16.
+MEGATRON_NODE_SIZES = [_size(72, 3072, 32), *(_size(layers, 6144) for layers in (36, 40, 44, 48, 56, 64))]
 
 
 def _sizes(*lists: list[dict]) -> list[dict]:
@@ -77,20 +88,6 @@ def _config(size: dict, params: dict):
     return GPTConfig(vocab_size=params["vocab"], hidden_size=size["hidden"], num_layers=size["layers"],
                      num_attention_heads=size["heads"], max_position_embeddings=params["seq_len"],
                      hidden_dropout=params["dropout"], attention_dropout=params["dropout"])
-
-
-class CheckpointedLayer(nn.Module):
-    """One activation checkpoint per transformer layer (ZeRO sec. 3.2, Megatron's setting): the layer's input is
-    kept, its inside recomputed in backward."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(self.layer, x, use_reentrant=False)
 
 
 def _host_available_bytes(ranks_here: int) -> float:
@@ -164,8 +161,11 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     """Build ``size`` on ``device``, train ``warmup + steps`` steps under ``arm``; the measurements (raises on a
     device out-of-memory, with the optimizer's tiers closed)."""
     from repro.models import GPTModel
+    from repro.tensor_parallel import seed_everything
     from repro.timing import time_iterations
+    from repro.training.recompute import checkpoint_layers
     from repro.zero import build_zero_optimizer
+    from repro.zero.partitioned_gpt import build_partitioned_gpt
     from repro.zero.measure import peak_rss_bytes, reset_peak_rss
 
     config = _config(size, params)
@@ -174,14 +174,19 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
-    torch.manual_seed(params["seed"])
+    tracker = seed_everything(params["seed"], tp_rank=groups.tp_rank, device=device.type)
+    zero_config, hparams = _zero_config(arm, params, nvme_path), dict(lr=params["lr"], betas=(0.9, 0.95),
+                                                                       weight_decay=0.01)
     with torch.device(device):  # built where it trains: no host copy of the fp32 model
-        model = GPTModel(config, tp_group=groups.tp)
+        if arm["stage"] == 3:  # block by block, each partitioned at once: no rank holds the whole model
+            model, optimizer = build_partitioned_gpt(config, zero_config, dp_group=groups.dp, tp_group=groups.tp,
+                                                     rng_tracker=tracker, **hparams)
+        else:
+            model = GPTModel(config, tp_group=groups.tp, rng_tracker=tracker)
     if params["checkpointing"]:
-        for index, layer in enumerate(model.layers):
-            model.layers[index] = CheckpointedLayer(layer)
-    optimizer = build_zero_optimizer(model, _zero_config(arm, params, nvme_path), dp_group=groups.dp,
-                                     tp_group=groups.tp, lr=params["lr"], betas=(0.9, 0.95), weight_decay=0.01)
+        checkpoint_layers(model.layers, arm.get("activations", "replicated"), groups.tp, rng_tracker=tracker)
+    if arm["stage"] != 3:
+        optimizer = build_zero_optimizer(model, zero_config, dp_group=groups.dp, tp_group=groups.tp, **hparams)
     try:
         limit, total = arm.get("simulate_oom_above"), _params(config, groups)
         if limit is not None and total > limit:  # smoke scale: the out-of-memory path without a GPU
@@ -256,7 +261,8 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
                                param_tier=arm.get("param", "none"), dp=groups.dp_size, tp=groups.tp_size,
                                micro_batch=params["micro_batch"], seq_len=params["seq_len"],
                                checkpointing=params["checkpointing"], bucket_numel=params["bucket_numel"],
-                               param_bytes=pb, device_overhead_bytes=overhead * 2**30)
+                               param_bytes=pb, device_overhead_bytes=overhead * 2**30,
+                               activation_checkpoints=arm.get("activations", "replicated"), partitioned_build=True)
 
     def params_of(size) -> float:
         return float(_params(_config(size, params), groups))
@@ -276,8 +282,8 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
         return _host_available_bytes(min(ranks_here, groups.world_size))
 
     common = dict(fixed, arm=arm["name"], stage=arm["stage"], optimizer_tier=arm["optimizer"],
-                  param_tier=arm.get("param", "none"), micro_batch=params["micro_batch"], seq_len=params["seq_len"],
-                  device_cap_gib=device_cap / 2**30)
+                  param_tier=arm.get("param", "none"), activations=arm.get("activations", "replicated"),
+                  micro_batch=params["micro_batch"], seq_len=params["seq_len"], device_cap_gib=device_cap / 2**30)
 
     def report(attempt) -> None:
         line = f"[zero_gpu] {arm['name']} {attempt.size['name']} ({attempt.params / 1e9:.2f}B): {attempt.decision}"
@@ -400,10 +406,27 @@ PAPER_POINTS = (
     *(_gpu_point(f"fig2_{size['name']}_400gpu", 400, dict(kind="throughput", tp=8, sizes=[size],
                                                            arms=[_arm("zero2", 2)]), time_min=30, mem_gib=480.0)
       for size in FIG2_SIZES),
-    # ZeRO Fig. 3: the 60B model (75 x 8192) on 64-400 GPUs, per-GPU throughput (super-linear)
-    *(_gpu_point(f"fig3_60B_{gpus}gpu", gpus, dict(kind="throughput", tp=8, sizes=[_size(75, 8192)],
+    # ZeRO Fig. 3: the 60B model (75 x 8192) on 64-400 GPUs, per-GPU throughput (super-linear); 32 sequences per
+    # data-parallel rank (4 x 8 micro-batches), so that 400 GPUs at MP 8 train the paper's largest batch, 1600
+    *(_gpu_point(f"fig3_60B_{gpus}gpu", gpus, dict(kind="throughput", tp=8, micro_batches=8, sizes=[_size(75, 8192)],
                                                     arms=[_arm("zero2", 2)]), time_min=30, mem_gib=480.0)
       for gpus in (64, 128, 256, 400)),
+    # ZeRO Fig. 6 / Table 3: the largest model per ZeRO-R configuration at MP 16 and a fixed batch (32 sequences of
+    # 1024 per GPU, the setting of sec. 6.1's MP-16 checkpoint example; the figure's own batch is in appendix
+    # tables only available as images). C1 P_os, C2 P_os + P_a, C3 P_os+g, C4 P_os+g + P_a, C5 P_os+g + P_a+cpu;
+    # CB (constant-size fused buffers: ``bucket_numel``) and MD (contiguous flat gradient and parameter buffers) in all
+    _gpu_point("fig6_400gpu", 400, dict(tp=16, micro_batch=32, sizes=FIG6_SIZES, arms=[
+        _arm("C1", 1), _arm("C2", 1, activations="partitioned"), _arm("C3", 2),
+        _arm("C4", 2, activations="partitioned"), _arm("C5", 2, activations="partitioned_cpu")]),
+        time_min=300, mem_gib=480.0),
+    # ZeRO sec. 9: Megatron-LM alone (stage 0, MP 16 = one DGX-2 of 16 GPUs; two 8-GPU nodes today), largest model
+    _gpu_point("megatron_max_16gpu", 16, dict(tp=16, sizes=MEGATRON_NODE_SIZES, arms=[_arm("stage0", 0)]),
+               time_min=120, mem_gib=480.0),
+    # ZeRO-Infinity sec. 8 (secondary: 32T on 32 DGX-2 nodes): stage 3, parameters and optimizer states on NVMe,
+    # P_a+cpu checkpoints, MP 8, one sequence per GPU; 16 bytes per parameter on disk: 512 TB at 32T
+    _gpu_point("offload_32node", 512, dict(tp=8, micro_batch=1, sizes=TRILLION_SIZES, arms=[
+        _arm("zero3_nvme", 3, "nvme", "nvme", activations="partitioned_cpu", time_cap_s=6 * 3600.0)]),
+        time_min=480, mem_gib=960.0),
     # ZeRO sec. I/1: Megatron-LM's model parallelism alone (stage 0, no data parallelism) inside a node (8.2B, tp 8)
     # and across nodes (40B, tp 32 = two DGX-2 of 16 GPUs; four 8-GPU nodes on today's clusters)
     _gpu_point("megatron_in_node_8gpu", 8, dict(kind="throughput", tp=8, sizes=[_size(72, 3072)],
@@ -430,6 +453,10 @@ SMOKE_POINTS = (
           world_size=2, memory_gib=1.0),
     Point("throughput_tp2", dict(_SMOKE, kind="throughput", tp=2, sizes=[_TOY[1]], arms=[_arm("zero2_cpu", 2, "cpu")]),
           world_size=2, memory_gib=1.0),
+    # Fig. 6's configurations at toy size: ZeRO-R's partitioned checkpoints (P_a, P_a+cpu) under tp 2
+    Point("zero_r_tp2", dict(_SMOKE, tp=2, sizes=_TOY[:2], device_cap_gib=1.0, host_cap_gib=1.0, arms=[
+        _arm("C1", 1, time_cap_s=120.0), _arm("C2", 1, activations="partitioned", time_cap_s=120.0),
+        _arm("C5", 2, activations="partitioned_cpu", time_cap_s=120.0)]), world_size=2, memory_gib=1.0),
 )
 
 
@@ -446,23 +473,28 @@ def _is_v100_32gb(row: dict) -> bool:
     return "V100" in str(row.get("gpu")) and 30 <= float(row.get("gpu_memory_gib") or 0) <= 33
 
 
-def _bracket_check(paper: str, claim_id: str, row: dict | None, what: str, paper_gb: float = 32.0) -> ClaimCheck:
+def _bracket_check(paper: str, claim_id: str, row: dict | None, what: str, paper_gb: float = 32.0,
+                   billions_per_unit: float = 1.0) -> ClaimCheck:
     """Largest-model claims: reproduced on the paper's GPU when the paper's size lies between the largest size that
-    trained and the next one that did not; on other GPUs "needs GPU", with the measured value and a memory-scaled
-    one in the note (scaling by memory alone ignores activations and workspaces: it is not a verdict)."""
+    trained and the next one that did not (both within 5 %: the schedule's sizes are rounded like the paper's); on
+    other GPUs "needs GPU", with the measured value and a memory-scaled
+    one in the note (scaling by memory alone ignores activations and workspaces: it is not a verdict). The rows are
+    in billions of parameters; ``billions_per_unit`` converts to the claim's unit (1000 for trillions)."""
     from repro.paper import paper_value
 
     if row is None:
         return needs_gpu(paper, claim_id, f"run zero_gpu's {what} point on GPUs")
     value, above = float(row["value"]), row.get("next_params_b")
     above = None if above is None or (isinstance(above, float) and math.isnan(above)) else float(above)
-    target = paper_value(paper, claim_id)
+    target = paper_value(paper, claim_id) * billions_per_unit
     span = f"largest trained {value:.2f}B, next size {'%.2fB' % above if above else 'none'} did not train " \
            f"({row.get('next_decision')})"
     if _is_v100_32gb(row):
-        ok = value <= target * 1.05 and (above is None or target < above)
-        return ClaimCheck(paper, claim_id, round(value, 2), "paper size within [largest trained, next size)",
-                          "reproduced" if ok else "differs", f"{span}, on {row.get('gpu')}", evidence="measured")
+        # the sizes are discrete: a failed size within 5 % of the paper's counts as the paper's size failing
+        ok = value <= target * 1.05 and (above is None or above > target * 1.05)
+        return ClaimCheck(paper, claim_id, round(value / billions_per_unit, 3),
+                          "paper size within [largest trained, next size)", "reproduced" if ok else "differs",
+                          f"{span}, on {row.get('gpu')}", evidence="measured")
     memory = float(row.get("gpu_memory_gib") or 0) or float("nan")
     return needs_gpu(paper, claim_id, f"needs the paper's 32 GB V100; measured on {row.get('gpu')} ({memory:.0f} GiB, "
                      f"{row.get('gpus')} GPU(s)): {span}; x {paper_gb:g}/{memory:.0f} by memory alone = "
@@ -519,15 +551,31 @@ def _megatron_baselines(rows) -> list[ClaimCheck]:
     return out
 
 
+def global_batch(point: Point) -> int:
+    """Sequences per step of a point: micro-batch x micro-batches x data-parallel degree (GPUs / tp)."""
+    params = dict(DEFAULTS, **point.params)
+    return params["micro_batch"] * params["micro_batches"] * point.world_size // params["tp"]
+
+
 def _superlinear_configuration() -> list[ClaimCheck]:
-    """Fig. 3's 60B model and its largest GPU count, as the fig3 points declare them (configuration)."""
+    """Fig. 3's 60B model, its largest GPU count and largest batch, as the fig3 points declare them
+    (configuration)."""
     fig3 = [p for p in PAPER_POINTS if p.name.startswith("fig3_")]
     size = fig3[0].params["sizes"][0]
     params_b = 12 * size["layers"] * size["hidden"] ** 2 / 1e9
+    largest = max(fig3, key=lambda p: p.world_size)
     return [check_value(PAPER, "superlinear_model", params_b, rel=0.05, evidence="configuration",
                         note=f"12 l h^2 of the fig3 points' {size['name']}"),
-            check_value(PAPER, "superlinear_gpus_max", max(p.world_size for p in fig3), evidence="configuration",
-                        note="the largest fig3 point")]
+            check_value(PAPER, "superlinear_gpus_max", largest.world_size, evidence="configuration",
+                        note="the largest fig3 point"),
+            check_value(PAPER, "largest_batch_superlinear", global_batch(largest), evidence="configuration",
+                        note=f"{largest.name}'s micro-batch x micro-batches x data-parallel degree; the same 32 "
+                        "sequences per data-parallel rank at every GPU count (the paper's smaller counts' batches "
+                        "are in appendix tables not read)")]
+
+
+#: ZeRO Fig. 6's configurations (Table 3) and their claims: C3 has no claim of its own (the figure's bar is read).
+FIG6_CLAIMS = {"C1": "fig6_c1", "C2": "fig6_c2", "C4": "fig6_c4", "C5": "fig6_c5"}
 
 
 def claims(rows) -> list[ClaimCheck]:
@@ -543,7 +591,11 @@ def claims(rows) -> list[ClaimCheck]:
       ``zero100B_max_model`` (170B) = whether ``fig2_l212_h8192_400gpu`` trained;
     * ZeRO-Infinity ``finetune_1T_one_dgx2`` = ``offload_1node``'s NVMe arm;
     * ``zero100B_pflops`` / ``zero100B_pct_peak``, ``megatron_in_node_tflops`` / ``megatron_40B_tflops``: see
-      :func:`_zero100b_sustained` and :func:`_megatron_baselines`; Fig. 3's model and GPU count are configuration.
+      :func:`_zero100b_sustained` and :func:`_megatron_baselines`; Fig. 3's model, GPU count and largest batch
+      are configuration;
+    * ``fig6_c1`` ... ``fig6_c5`` = ``fig6_400gpu``'s largest per arm (C1 ... C5, see :data:`FIG6_CLAIMS`);
+      ``megatron_max_efficient`` (16-20B on one DGX-2) = ``megatron_max_16gpu``'s stage-0 largest; ZeRO-Infinity's
+      ``32T_512gpu`` = ``offload_32node``'s NVMe arm, in trillions.
 
     Sizes are decided only on the paper's 32 GB V100 (the paper's size must lie in the bracket the search found);
     TFLOP/s only on V100s; everything measured on other GPUs stays "needs GPU" with the measured value in the note.
@@ -563,6 +615,12 @@ def claims(rows) -> list[ClaimCheck]:
                          "fig2_l125_h8192_400gpu, 100B on 400 GPUs"),
     ]
     checks += _zero100b_sustained(rows) + _megatron_baselines(rows) + _superlinear_configuration()
+    checks += [_bracket_check(PAPER, claim, _summary(rows, "fig6_400gpu", arm), f"fig6_400gpu ({arm})")
+               for arm, claim in FIG6_CLAIMS.items()]
+    checks.append(_bracket_check(PAPER, "megatron_max_efficient", _summary(rows, "megatron_max_16gpu", "stage0"),
+                                 "megatron_max_16gpu"))
+    checks.append(_bracket_check(INFINITY, "32T_512gpu", _summary(rows, "offload_32node", "zero3_nvme"),
+                                 "offload_32node", billions_per_unit=1000.0))
     trained_170 = _throughput_row(rows, "fig2_l212_h8192_400gpu")
     checks.append(needs_gpu(PAPER, "zero100B_max_model", "run zero_gpu's fig2_l212_h8192_400gpu point" if trained_170
                             is None else f"170B trained on {trained_170.get('gpus')} x {trained_170.get('gpu')}; "

@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from repro.dist.comm import CommGroup
 from repro.tensor_parallel import RNGTracker
+from repro.tensor_parallel.partitioned_checkpoint import PartitionedCheckpoint
 
 
 class _Checkpointed(torch.nn.Module):
@@ -46,3 +48,22 @@ class _Checkpointed(torch.nn.Module):
                 tracker._state = later_state
 
         return checkpoint(run, x, use_reentrant=False)
+
+
+#: One activation checkpoint per layer, of three kinds (ZeRO Table 3: C1/C3 replicated, C2/C4 P_a, C5 P_a+cpu).
+ACTIVATION_CHECKPOINTS = ("replicated", "partitioned", "partitioned_cpu")
+
+
+def checkpoint_layers(layers: torch.nn.ModuleList, mode: str, tp_group: CommGroup,
+                      rng_tracker: RNGTracker | None = None) -> None:
+    """Wrap every layer of ``layers`` in place with one activation checkpoint of ``mode``: ``replicated``
+    (Megatron's: every tp rank keeps the whole layer input), ``partitioned`` (ZeRO-R's P_a: a ``1/tp`` slice per
+    rank) or ``partitioned_cpu`` (P_a+cpu: the slice in host memory)."""
+    if mode not in ACTIVATION_CHECKPOINTS:
+        raise ValueError(f"activation checkpoints {mode!r} must be one of {', '.join(ACTIVATION_CHECKPOINTS)}")
+    for index, layer in enumerate(layers):
+        if mode == "replicated":
+            layers[index] = _Checkpointed(layer, rng_tracker)
+        else:
+            layers[index] = PartitionedCheckpoint(layer, tp_group, offload=mode == "partitioned_cpu",
+                                                  rng_tracker=rng_tracker)

@@ -15,14 +15,19 @@ gradients          stage 0: pb psi; 1: pb psi + pb psi/dp (the
                    pb psi/dp + 2 buckets in flight
 master + Adam      12 psi/dp (stage 0: 12 psi) on the device   12 psi/dp with ``cpu``, plus the staging of two
                                                                buckets (16-bit copy + fp32 gradient)
-activations        with one checkpoint per layer: L b s h pb   -
+activations        with one checkpoint per layer: L b s h pb   P_a+cpu: the checkpoint slices, L b s h pb / tp
+                   (P_a, ZeRO-R: L b s h pb / tp; P_a+cpu:
+                   none but the layer input gathered for its
+                   recomputation, b s h pb)
                    + one layer's working set b s h (10 + 24/tp)
                    pb (Korthikanti et al. 2022, attention
                    scores not stored: fused SDPA) + logits
                    b s V/tp x 12 bytes (bf16 logits, fp32
                    softmax and its gradient)
 build              the fp32 model (4 psi) before it is cast
-                   to 16 bits and flattened; the device peak
+                   to 16 bits and flattened (stage 3 built
+                   partitioned: one block, 4 x its numel, beside
+                   the shards already placed); the device peak
                    is the larger of build and training
 =================  ==========================================  ==============================================
 
@@ -48,15 +53,22 @@ LOGIT_BYTES = 12  # per logit element: bf16 logits + fp32 softmax intermediate +
 OPTIMIZER_BYTES = 12  # fp32 master + Adam momentum + variance, per owned element (ZeRO's K = 12)
 
 
-def params_per_rank(config: GPTConfig, tp: int = 1) -> int:
-    """Parameters one tensor-parallel rank holds: the split matrices / tp, the replicated biases, layer norms and
-    position embeddings in full (Megatron's layout, ``repro.tensor_parallel``)."""
+def layer_params_per_rank(config: GPTConfig, tp: int = 1) -> int:
+    """Parameters of one transformer layer on one tensor-parallel rank: the split matrices / tp, the replicated
+    biases and layer norms in full (Megatron's layout, ``repro.tensor_parallel``)."""
     h, f = config.hidden_size, config.ffn_size
     split = 3 * h * h + 3 * h + h * h + h * f + f + f * h  # qkv (+bias), dense, fc1 (+bias), fc2
     replicated = h + h + 4 * h  # row-parallel biases (dense, fc2), two layer norms
-    layer = split // tp + replicated
+    return split // tp + replicated
+
+
+def params_per_rank(config: GPTConfig, tp: int = 1) -> int:
+    """Parameters one tensor-parallel rank holds: its share of every layer, of the word embedding, and the position
+    embeddings and final layer norm in full."""
+    h = config.hidden_size
     vocab = config.padded_vocab_size(tp)
-    return config.num_layers * layer + vocab * h // tp + config.max_position_embeddings * h + 2 * h
+    return config.num_layers * layer_params_per_rank(config, tp) + vocab * h // tp \
+        + config.max_position_embeddings * h + 2 * h
 
 
 def largest_unit_numel(config: GPTConfig, tp: int = 1) -> int:
@@ -86,8 +98,15 @@ def estimate_memory(
     config: GPTConfig, *, stage: int, optimizer_tier: str = "none", param_tier: str = "none", dp: int = 1,
     tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, checkpointing: bool = True,
     bucket_numel: int = 500_000, param_bytes: int = 2, device_overhead_bytes: float = 0.0,
+    activation_checkpoints: str = "replicated", partitioned_build: bool = False,
 ) -> MemoryEstimate:
-    """The per-rank estimate of the table above for ``config`` trained with ZeRO ``stage``."""
+    """The per-rank estimate of the table above for ``config`` trained with ZeRO ``stage``;
+    ``activation_checkpoints`` is ``replicated``, ``partitioned`` (P_a) or ``partitioned_cpu`` (P_a+cpu);
+    ``partitioned_build``: a stage-3 model is built partitioned (:mod:`repro.zero.partitioned_gpt`), so the build
+    peak is one block in fp32, not the model."""
+    if activation_checkpoints not in ("replicated", "partitioned", "partitioned_cpu"):
+        raise ValueError(f"activation_checkpoints={activation_checkpoints!r} must be 'replicated', 'partitioned' "
+                         "or 'partitioned_cpu'")
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage={stage!r} must be 0, 1, 2 or 3")
     for name, tier in (("optimizer_tier", optimizer_tier), ("param_tier", param_tier)):
@@ -126,10 +145,22 @@ def estimate_memory(
     b, s, h = micro_batch, seq_len or config.max_position_embeddings, config.hidden_size
     working = b * s * h * (10 + 24 / tp) * pb
     logits = b * s * config.padded_vocab_size(tp) / tp * LOGIT_BYTES
-    stored = config.num_layers * b * s * h * pb if checkpointing else config.num_layers * working
+    checkpoints = config.num_layers * b * s * h * pb
+    if not checkpointing:
+        stored = config.num_layers * working
+    elif activation_checkpoints == "replicated":
+        stored = checkpoints
+    elif activation_checkpoints == "partitioned":
+        stored = checkpoints / tp
+    else:
+        stored = b * s * h * pb  # the gathered input of the layer being recomputed
+        host["activation_checkpoints"] = checkpoints / tp
     device["activations"] = stored + working + logits
     training = sum(v for k, v in device.items() if k != "overhead")
-    build = 4.0 * psi  # fp32 model on the device before the cast (the flat buffers replace it bucket by bucket)
+    if stage == 3 and partitioned_build:  # built block by block, each partitioned at once (zero.Init's idea)
+        build = 4.0 * max(unit, layer_params_per_rank(config, tp)) + device.get("params", 0.0)
+    else:  # the fp32 model on the device before the cast (the flat buffers replace it bucket by bucket)
+        build = 4.0 * psi
     if build > training:
         device["build_excess"] = build - training
     return MemoryEstimate(device, host)

@@ -14,15 +14,6 @@ from repro.results import REPO_ROOT
 
 UNMAPPED = "no experiment maps this claim yet"
 
-#: ZeRO's cluster-scale claims (up to 400 V100s: throughput of 40B-170B models, super-linear scaling, Fig. 6's
-#: largest models per configuration) and ZeRO-Infinity's 32T on 512 GPUs. A GPU cluster can measure them, so they are
-#: not out of reach; zero_gpu's multi-node points do not map them yet (issue 11 stays open for them). This set may
-#: only shrink: the test fails when one of them gets mapped and is still listed here.
-KNOWN_UNMAPPED = {
-    "megatron_max_efficient", "largest_batch_superlinear", "fig6_c1", "fig6_c2", "fig6_c4", "fig6_c5", "32T_512gpu",
-}
-
-
 def _report_from_committed_rows() -> pd.DataFrame:
     """The report ``repro claims`` writes, rebuilt from the committed result rows (as CI has them)."""
     from repro.experiments.reproduce import _check_scale, _rows
@@ -42,8 +33,7 @@ def test_no_needs_gpu_claim_is_unmapped():
     report = _report_from_committed_rows()
     gpu = report[report["verdict"] == "needs GPU"]
     unmapped = set(gpu[gpu["note"].fillna("").str.contains(UNMAPPED)]["claim_id"])
-    assert unmapped <= KNOWN_UNMAPPED, f"unmapped needs-GPU claims: {sorted(unmapped - KNOWN_UNMAPPED)}"
-    assert KNOWN_UNMAPPED <= unmapped, f"mapped now, remove from KNOWN_UNMAPPED: {sorted(KNOWN_UNMAPPED - unmapped)}"
+    assert not unmapped, f"unmapped needs-GPU claims: {sorted(unmapped)}"
     out = gpu[gpu["note"].fillna("").str.startswith(ONLY_PAPER_HARDWARE)]
     assert len(out) and (out["experiment"] == "").all()
 
@@ -58,4 +48,4 @@ def test_out_of_reach_never_hides_a_mapped_claim():
 def test_committed_report_has_no_unmapped_gpu_claim():
     report = pd.read_csv(REPO_ROOT / "results" / "claims.csv")
     gpu = report[report["verdict"] == "needs GPU"]
-    assert set(gpu[gpu["note"].fillna("").str.contains(UNMAPPED)]["claim_id"]) <= KNOWN_UNMAPPED
+    assert not set(gpu[gpu["note"].fillna("").str.contains(UNMAPPED)]["claim_id"])

@@ -206,6 +206,13 @@ def test_smoke_multi_rank_points(smoke_rows):
     for arm in ("zero3_cpu", "stage1"):
         row = _largest(smoke_rows, "search_dp2", arm)
         assert (row.largest_size, row.stopped, row.gpus) == ("l2_h96", "exhausted", 2)
+    for arm in ("C1", "C2", "C5"):  # ZeRO-R's checkpoint kinds at tp 2 train every toy size
+        row = _largest(smoke_rows, "zero_r_tp2", arm)
+        assert (row.largest_size, row.stopped, row.tp) == ("l2_h64", "exhausted", 2)
+    losses = smoke_rows[(smoke_rows.point == "zero_r_tp2") & (smoke_rows.metric == "loss")]
+    by_arm = losses.groupby("arm").value.apply(list)
+    # the same model, data and seed: P_a and P_a+cpu change where checkpoints live, not what is computed
+    assert by_arm["C2"] == pytest.approx(by_arm["C1"], rel=1e-3) and by_arm["C5"] == pytest.approx(by_arm["C1"], rel=1e-3)
     throughput = smoke_rows[smoke_rows.point == "throughput_tp2"].set_index("metric")
     assert throughput.loc["tflops_per_gpu", "tp"] == 2 and throughput.loc["step_time_s", "value"] > 0
     assert set(smoke_rows.metric) <= set(zero_gpu.EXPERIMENT.metrics)
@@ -215,9 +222,50 @@ def test_claims_on_empty_rows_need_a_gpu():
     known = set(zip(load_claims()["paper"], load_claims()["claim_id"]))
     checks = zero_gpu.claims(pd.DataFrame())
     assert checks and all((c.paper, c.claim_id) in known for c in checks)
-    # every measurement waits for a GPU; only Fig. 3's declared model and GPU count are shown (configuration)
+    # every measurement waits for a GPU; only Fig. 3's declared model, GPU count and batch are shown (configuration)
     assert all(c.verdict == "needs GPU" and c.evidence == "measured" for c in checks if c.evidence != "configuration")
-    assert {c.claim_id for c in checks if c.evidence == "configuration"} == {"superlinear_model", "superlinear_gpus_max"}
+    configuration = {c.claim_id: c for c in checks if c.evidence == "configuration"}
+    assert set(configuration) == {"superlinear_model", "superlinear_gpus_max", "largest_batch_superlinear"}
+    assert configuration["largest_batch_superlinear"].reproduced_value == 1600  # 4 x 8 micro-batches x 400 / tp 8
+    mapped = {c.claim_id for c in checks}
+    assert {"fig6_c1", "fig6_c2", "fig6_c4", "fig6_c5", "megatron_max_efficient", "32T_512gpu"} <= mapped
+
+
+def test_fig6_and_32_node_claims_read_their_points_arms():
+    def summary(point, arm, value, above, gpu="Tesla V100-SXM3-32GB", memory=31.7):
+        return {"metric": "largest_trained_params_b", "value": value, "point": point, "arm": arm, "gpu": gpu,
+                "gpu_memory_gib": memory, "gpus": 400, "next_params_b": above, "next_decision": "failed"}
+
+    frame = pd.DataFrame([summary("fig6_400gpu", "C1", 39.8, 49.8), summary("fig6_400gpu", "C2", 49.8, 59.6),
+                          summary("offload_32node", "zero3_nvme", 20100.0, 32003.0),
+                          summary("megatron_max_16gpu", "stage0", 19.9, 21.7, gpu="NVIDIA H100 80GB HBM3",
+                                  memory=79.1)])
+    checks = {c.claim_id: c for c in zero_gpu.claims(frame)}
+    assert checks["fig6_c1"].verdict == "reproduced"  # 40B in [39.8, 49.8)
+    assert checks["fig6_c2"].verdict == "differs"  # 60B is not below the next size that failed, 59.6B
+    assert checks["fig6_c4"].verdict == "needs GPU" and "fig6_400gpu (C4)" in checks["fig6_c4"].note
+    assert checks["32T_512gpu"].reproduced_value == pytest.approx(20.1)  # trillions
+    assert checks["32T_512gpu"].verdict == "differs"  # 32T: the 32.003T size failed
+    assert checks["megatron_max_efficient"].verdict == "needs GPU" and "19.90B" in checks["megatron_max_efficient"].note
+
+
+def test_partitioned_checkpoints_shrink_the_estimate_by_tp():
+    config = GPTConfig(vocab_size=50257, hidden_size=6144, num_layers=88, num_attention_heads=48,
+                       max_position_embeddings=1024)
+    common = dict(stage=1, tp=16, dp=25, micro_batch=32)
+    replicated = estimate_memory(config, **common)
+    pa = estimate_memory(config, activation_checkpoints="partitioned", **common)
+    pa_cpu = estimate_memory(config, activation_checkpoints="partitioned_cpu", **common)
+    checkpoints = 88 * 32 * 1024 * 6144 * 2
+    assert replicated.device["activations"] - pa.device["activations"] == pytest.approx(checkpoints * 15 / 16)
+    assert pa_cpu.host["activation_checkpoints"] == pytest.approx(checkpoints / 16)
+    assert pa_cpu.device["activations"] < pa.device["activations"]
+    with pytest.raises(ValueError, match="activation_checkpoints='sparse'"):
+        estimate_memory(config, activation_checkpoints="sparse", **common)
+    # a stage-3 model built partitioned peaks at one block in fp32, not the model
+    whole = estimate_memory(config, stage=3, dp=64, tp=16)
+    partitioned = estimate_memory(config, stage=3, dp=64, tp=16, partitioned_build=True)
+    assert "build_excess" in whole.device and "build_excess" not in partitioned.device
 
 
 def test_size_claims_decided_only_on_the_papers_gpu():
