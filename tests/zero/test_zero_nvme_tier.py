@@ -121,3 +121,47 @@ def test_io_busy_counts_the_time_requests_are_in_flight(tmp_path):
     tier.close()
     assert len(aio.IO_BUSY.intervals["write"]) >= 1 and len(aio.IO_BUSY.intervals["read"]) >= 1
     assert 0 < aio.IO_BUSY.busy_s("write") and 0 < aio.IO_BUSY.busy_s("read")
+
+
+def test_buffers_are_reused_in_a_steady_state(tmp_path, monkeypatch):
+    """Once a fetch / update / writeback pass has run, the next passes map no new buffer."""
+    made = []
+    original = aio.AlignedBuffer.__init__
+
+    def counting(self, nbytes):
+        made.append(nbytes)
+        original(self, nbytes)
+
+    monkeypatch.setattr(aio.AlignedBuffer, "__init__", counting)
+    tier = NvmeTier(tmp_path, io_block_bytes=1 << 16, max_inflight_writes=2)
+    sizes = {"big": 8192, "mid": 6000, "small": 100}
+    for key, numel in sizes.items():
+        tier.create(key, torch.full((numel,), 1.0))
+    for step in range(3):
+        before = len(made)
+        for key in sizes:
+            tier.prefetch(key)
+        for key in sizes:
+            value = tier.fetch(key)
+            value.add_(1.0)
+            tier.writeback(key, value)
+        tier.flush()
+        if step > 0:
+            assert len(made) == before, made[before:]
+    for key, numel in sizes.items():  # every value went through every pass
+        assert torch.equal(tier.fetch(key), torch.full((numel,), 4.0))
+        tier.release(key)
+    tier.close()
+
+
+def test_a_request_takes_the_smallest_free_buffer_within_twice_its_size(tmp_path):
+    """A 24 KB request reuses a free 32 KB buffer rather than a 64 KB one; a 4 KB request never pins a 32 KB buffer
+    (it gets a new one), so small tensors cannot starve large ones of buffers."""
+    tier = NvmeTier(tmp_path)
+    for nbytes in (64 << 10, 32 << 10):
+        tier._recycle(aio.AlignedBuffer(nbytes))
+    assert tier._buffer(24 << 10).nbytes == 32 << 10
+    assert tier._buffer(4 << 10).nbytes == 4 << 10
+    assert [b.nbytes for b in tier._free] == [64 << 10]
+    assert tier._buffer(40 << 10).nbytes == 64 << 10 and not tier._free
+    tier.close()

@@ -55,7 +55,7 @@ class NvmeTier:
     def __init__(
         self, nvme_path: str | os.PathLike, *, prefix: str = "zero", io_threads: int = 4,
         io_block_bytes: int = 1 << 20, direct: bool = True, max_inflight_writes: int = 8,
-        buffer_cache_bytes: int = 64 << 20,
+        buffer_cache_bytes: int = 1 << 30,
     ) -> None:
         self.nvme_path = check_nvme_path(nvme_path)
         self.prefix = prefix
@@ -73,11 +73,20 @@ class NvmeTier:
 
     # -- buffers ---------------------------------------------------------------------------------------------
     def _buffer(self, nbytes: int) -> AlignedBuffer:
+        """The smallest free buffer that holds ``nbytes`` without wasting more than half of itself, else a new one.
+
+        A new buffer is mapped, zero-filled by the kernel and later unmapped: with 33 MB shards and buffers kept
+        only on an exact size match, under a 64 MB cache, that cost ~1 s per rank and step at 0.30B (two ranks on
+        two cores). Reusing a free buffer costs nothing; a buffer is only made when no free one fits, so once
+        every step makes the same requests nothing is mapped, and the pool stays at the buffers in use at the
+        busiest moment (which the stage bounds). The factor of two keeps a small tensor from holding a large
+        buffer that a large tensor then lacks."""
         need = round_up(nbytes)
+        best = None
         for i, buffer in enumerate(self._free):
-            if buffer.nbytes == need:
-                return self._free.pop(i)
-        return AlignedBuffer(need)
+            if need <= buffer.nbytes <= 2 * need and (best is None or buffer.nbytes < self._free[best].nbytes):
+                best = i
+        return self._free.pop(best) if best is not None else AlignedBuffer(need)
 
     def _note_peak(self) -> None:
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.resident_bytes()["nvme_buffers"])
