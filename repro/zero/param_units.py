@@ -11,7 +11,8 @@ On a GPU the copies from the parameter tier and the all-gathers are issued on a 
 for the compute stream (the step may just have written the shards); the compute stream waits for a unit's event
 before using it, and every gathered buffer is marked as used by the compute stream (``record_stream``) so that the
 caching allocator does not hand its memory to the side stream again before the computation that reads it is done.
-On the CPU there are no streams and the same calls run in order.
+On the CPU there are no streams and the same calls run in order, and a released full buffer is reused by the next
+gather of its size (``gather_buffers.py``) instead of being unmapped and faulted in again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import nn
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.zero.buckets import Bucket
+from repro.zero.gather_buffers import GatherBufferPool
 from repro.zero.ledger import TransientTracker, tensor_bytes
 from repro.zero.offload.tiers import Tier
 
@@ -75,6 +77,8 @@ class UnitGatherer:
         self.max_ahead_numel = max_ahead_numel
         self.ahead: dict[int, int] = {}
         self.peak_ahead_numel = 0
+        # on the CPU released full buffers are reused by the next gather of the same size (gather_buffers.py)
+        self.pool = GatherBufferPool(dtype=dtype, device=self.device) if self.device.type == "cpu" else None
 
     @property
     def ahead_numel(self) -> int:
@@ -125,7 +129,10 @@ class UnitGatherer:
             for bucket in unit.buckets:
                 stored = self.param_tier.fetch(param_key(bucket))
                 shard = stored.to(self.device, non_blocking=stored.device.type == "cpu" and stored.is_pinned())
-                full = torch.empty(bucket.layout.padded_numel, dtype=self.dtype, device=self.device)
+                if self.pool is not None:
+                    full = self.pool.take(bucket.layout.padded_numel)
+                else:
+                    full = torch.empty(bucket.layout.padded_numel, dtype=self.dtype, device=self.device)
                 self.transient.add("working_params", tensor_bytes(full))
                 work = comm.all_gather_into_tensor(full, shard, self.dp_group, async_op=True)
                 unit.inflight.append((bucket, full, shard, work))
@@ -161,11 +168,13 @@ class UnitGatherer:
             self.wait(unit)
         self.ahead.pop(unit.index, None)
         for bucket in unit.buckets:
-            if bucket.flat_param is not None:
-                self.transient.remove("working_params", tensor_bytes(bucket.flat_param))
-                bucket.flat_param = None
             for param in bucket.params:
                 param.data = released_placeholder(param)
+            if bucket.flat_param is not None:
+                full, bucket.flat_param = bucket.flat_param, None
+                self.transient.remove("working_params", tensor_bytes(full))
+                if self.pool is not None:
+                    self.pool.give(full)  # kept only if no view of it is left
         unit.gathered = False
         unit.refcount = 0
         unit.in_backward = False

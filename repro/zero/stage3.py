@@ -199,11 +199,13 @@ class ZeroStage3(ZeroStage2):
             self.gatherer.release(unit)
 
     def release_all(self) -> None:
-        """Free every gathered unit (end of a step; also after an evaluation pass)."""
+        """Free every gathered unit (end of a step; also after an evaluation pass), and the spare gather buffers."""
         for unit in self.units:
             if unit.gathered or unit.inflight:
                 self.gatherer.release(unit)
             unit.reduced.clear()
+        if self.gatherer.pool is not None:
+            self.gatherer.pool.clear()
 
     def _reduce_gradients(self) -> list[torch.Tensor]:
         shards = super()._reduce_gradients()
