@@ -6,7 +6,9 @@ parameter), the bucket is reduce-scattered into its owners' shards and its full 
 states fall to 2 psi + (2 + K) psi / N_d; the traffic is unchanged at 2 psi (sec. 7.2.1), and the reduce-scatter
 of one bucket overlaps with the backward of the next.
 
-Gradient accumulation over micro-batches adds each backward's reduced shard to the previous ones.
+Gradient accumulation over micro-batches adds each backward's reduced shard to the previous ones. On the CPU the flat
+buffers (and shards a subclass hands back) are reused within a backward (``gather_buffers.py``): a fresh one would
+cost a page fault and a kernel zero-fill per page.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 
 from repro.dist import comm
 from repro.zero.buckets import Bucket
+from repro.zero.gather_buffers import GatherBufferPool
 from repro.zero.ledger import Item, tensor_bytes
 from repro.zero.stage0 import MAX_BUCKETS_IN_FLIGHT
 from repro.zero.stage1 import ZeroStage1
@@ -28,7 +31,21 @@ class ZeroStage2(ZeroStage1):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._inflight: list[tuple[Bucket, torch.Tensor, torch.Tensor, Any]] = []
+        self.grad_pool: GatherBufferPool | None = None  # CPU only, made on first use
         super().__init__(*args, **kwargs)
+
+    def _grad_buffer(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialised gradient buffer: on the CPU a released one of that size if any (gather_buffers.py)."""
+        if device.type != "cpu":
+            return torch.empty(numel, dtype=dtype, device=device)
+        if self.grad_pool is None or self.grad_pool.dtype != dtype:
+            self.grad_pool = GatherBufferPool(dtype=dtype, device=device, max_per_size=MAX_BUCKETS_IN_FLIGHT + 2)
+        return self.grad_pool.take(numel)
+
+    def _give_back(self, buffer: torch.Tensor) -> None:
+        """``buffer`` is no longer used: the next gradient buffer of its size may reuse it."""
+        if self.grad_pool is not None and buffer.device.type == "cpu" and buffer.dtype == self.grad_pool.dtype:
+            self.grad_pool.give(buffer)
 
     def _init_grads(self, bucket: Bucket) -> None:
         for index, param in enumerate(bucket.params):
@@ -40,7 +57,8 @@ class ZeroStage2(ZeroStage1):
     def _on_grad(self, param: nn.Parameter) -> None:
         bucket, index = self._slots[id(param)]
         if bucket.flat_grad is None:
-            bucket.flat_grad = torch.zeros(bucket.layout.padded_numel, dtype=param.grad.dtype, device=param.grad.device)
+            bucket.flat_grad = self._grad_buffer(bucket.layout.padded_numel, param.grad.dtype, param.grad.device)
+            bucket.flat_grad.zero_()
             self.transient.add("comm_buffers", tensor_bytes(bucket.flat_grad))
         bucket.param_view(bucket.flat_grad, index).add_(param.grad)
         param.grad = None
@@ -51,7 +69,7 @@ class ZeroStage2(ZeroStage1):
     def _reduce_bucket(self, bucket: Bucket) -> None:
         flat, bucket.flat_grad = bucket.flat_grad, None
         bucket.arrived.clear()
-        shard = torch.empty(bucket.layout.shard_numel, dtype=flat.dtype, device=flat.device)
+        shard = self._grad_buffer(bucket.layout.shard_numel, flat.dtype, flat.device)
         self.transient.add("comm_buffers", tensor_bytes(shard))
         work = comm.reduce_scatter_tensor(shard, flat, self.dp_group, async_op=True)
         self._inflight.append((bucket, flat, shard, work))
@@ -67,6 +85,8 @@ class ZeroStage2(ZeroStage1):
             bucket.grad_shard = shard
         else:
             bucket.grad_shard.add_(shard)
+            self._give_back(shard)
+        self._give_back(flat)
         self._bucket_reduced(bucket)
 
     def _bucket_reduced(self, bucket: Bucket) -> None:
@@ -79,6 +99,8 @@ class ZeroStage2(ZeroStage1):
                 self._reduce_bucket(bucket)
         while self._inflight:
             self._complete_oldest()
+        if self.grad_pool is not None:
+            self.grad_pool.clear()  # nothing held between backward passes
 
     def _reduce_gradients(self) -> list[torch.Tensor]:
         self.finish_backward()

@@ -55,6 +55,7 @@ class ZeroInfinityStage3(ZeroStage3):
             self.grad_tier.create(key, shard)
             self._grad_files.add(bucket.index)
         self._grads_stored.add(bucket.index)
+        self._give_back(shard)  # the tier copied it: the next reduce-scatter may write into it
 
     def _stored_grads(self) -> Iterator[torch.Tensor]:
         """Every bucket's gradient shard, read one at a time (for the clipping norm and the fp16 overflow check)."""

@@ -1,6 +1,7 @@
 """Stage 3's CPU pool of gathered-parameter buffers: a released buffer is reused by the next gather of its size
 only when nothing can still see it, and training is unchanged by it (against the same run without the pool)."""
 
+import pytest
 import torch
 
 from repro.dist.comm import CommGroup
@@ -62,3 +63,32 @@ def _train(use_pool: bool, steps: int = 4):
 
 def test_stage3_with_the_pool_trains_exactly_as_without():
     assert _train(True) == _train(False)  # bit for bit: every step's loss depends on every earlier update
+
+
+def _train_gradients(stage: int, use_pool: bool, steps: int = 4, micro: int = 2):
+    torch.manual_seed(0)
+    model = GPTModel(TINY)
+    optimizer = build_zero_optimizer(model, ZeroConfig(stage=stage, bucket_numel=2000),
+                                     dp_group=CommGroup.single("dp"), lr=LR, weight_decay=0.1)
+    if not use_pool:  # the obvious reference: a fresh gradient buffer every time
+        optimizer._grad_buffer = lambda numel, dtype, device: torch.empty(numel, dtype=dtype, device=device)
+    losses = []
+    for step in range(steps):
+        ids, labels = batch(step)
+        for part in torch.arange(ids.shape[0]).chunk(micro):  # accumulation: shards added to earlier ones
+            loss = model.loss(ids[part], labels[part]).mean() / micro
+            optimizer.backward(loss)
+            losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+    reused = optimizer.grad_pool.reused if use_pool else 0
+    optimizer.close()
+    return losses, reused
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_reused_gradient_buffers_train_exactly_as_fresh_ones(stage):
+    """Stage 2's flat gradients and reduce-scatter shards come from a pool on the CPU (zeroed where they must be)."""
+    pooled, reused = _train_gradients(stage, True)
+    fresh, _ = _train_gradients(stage, False)
+    assert reused > 0 and pooled == fresh
