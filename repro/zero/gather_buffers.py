@@ -1,18 +1,19 @@
-"""Reusing stage 3's gathered-parameter buffers on the CPU, so that an all-gather writes into memory it has used
-before (ZeRO sec. 5.3 gathers every module twice a step; ZeRO-Infinity sec. 6.2 keeps those gathers off the
-critical path).
+"""Reusing the large CPU buffers of stages 2 and 3: gathered parameters, flat gradients and reduce-scatter shards
+(ZeRO sec. 5.3 gathers every module twice a step and reduce-scatters its gradients once; ZeRO-Infinity sec. 6.2
+keeps that traffic off the critical path).
 
 Without a pool every gather allocates a fresh full buffer (67 MB for a 2048 x 8192 layer) and every release frees
-it. On the CPU glibc maps blocks that large straight from the kernel and unmaps them on free, so each gather first
-takes a page fault per 4 KB page and has the kernel zero the page: measured on this machine with gloo and two
-ranks, an all-gather of 67 MB took 0.14 s into a fresh buffer and 0.10 s into a reused one. A GPU needs none of
-this (torch's caching allocator already reuses device memory, and a side stream would make reuse unsafe without
-``record_stream`` bookkeeping), so the pool is used on the CPU only.
+it; so does every bucket's flat gradient and its shard. On the CPU glibc maps blocks that large straight from the
+kernel and unmaps them on free, so each use first takes a page fault per 4 KB page and has the kernel zero the
+page: measured on this machine with gloo and two ranks, an all-gather of 67 MB took 0.14 s into a fresh buffer and
+0.10 s into a reused one. A GPU needs none of this (torch's caching allocator already reuses device memory, and a
+side stream would make reuse unsafe without ``record_stream`` bookkeeping), so the pools are used on the CPU only.
 
 A buffer is taken back only when nothing else can still see it: its storage has no other tensor (no parameter
 view, no tensor autograd saved; ``saved_params.py`` already stores references instead of views) -- otherwise it
-is simply left to be freed. The pool holds at most ``max_per_size`` buffers of each size and is emptied by
-``clear()`` (end of a backward), so between steps it holds nothing.
+is simply left to be freed. A pool holds at most ``max_per_size`` buffers of each size and is emptied by
+``clear()`` (stage 3's gathers at the step, the gradients' at the end of a backward), so between steps it holds
+nothing. A reused buffer is not zeroed: a flat gradient is zeroed by its user (stage2.py).
 """
 
 from __future__ import annotations
