@@ -142,3 +142,7 @@ class PartitionedCheckpoint(nn.Module):
             return self.layer(x)
         anchor = self._anchor.detach().requires_grad_(True)
         return _PartitionedCheckpointFunction.apply(self, anchor, x)
+
+
+#: One activation checkpoint per layer, of three kinds (ZeRO Table 3: C1/C3 replicated, C2/C4 P_a, C5 P_a+cpu).
+ACTIVATION_CHECKPOINTS = ("replicated", "partitioned", "partitioned_cpu")

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from repro.dist.comm import CommGroup
 from repro.tensor_parallel import RNGTracker
-from repro.tensor_parallel.partitioned_checkpoint import PartitionedCheckpoint
+from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS, PartitionedCheckpoint
 
 
 class _Checkpointed(torch.nn.Module):
@@ -48,10 +48,6 @@ class _Checkpointed(torch.nn.Module):
                 tracker._state = later_state
 
         return checkpoint(run, x, use_reentrant=False)
-
-
-#: One activation checkpoint per layer, of three kinds (ZeRO Table 3: C1/C3 replicated, C2/C4 P_a, C5 P_a+cpu).
-ACTIVATION_CHECKPOINTS = ("replicated", "partitioned", "partitioned_cpu")
 
 
 def checkpoint_layers(layers: torch.nn.ModuleList, mode: str, tp_group: CommGroup,

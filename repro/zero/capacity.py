@@ -45,6 +45,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 import torch
 
 from repro.models import GPTConfig
+from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS
 
 T = TypeVar("T")
 
@@ -104,7 +105,7 @@ def estimate_memory(
     ``activation_checkpoints`` is ``replicated``, ``partitioned`` (P_a) or ``partitioned_cpu`` (P_a+cpu);
     ``partitioned_build``: a stage-3 model is built partitioned (:mod:`repro.zero.partitioned_gpt`), so the build
     peak is one block in fp32, not the model."""
-    if activation_checkpoints not in ("replicated", "partitioned", "partitioned_cpu"):
+    if activation_checkpoints not in ACTIVATION_CHECKPOINTS:
         raise ValueError(f"activation_checkpoints={activation_checkpoints!r} must be 'replicated', 'partitioned' "
                          "or 'partitioned_cpu'")
     if stage not in (0, 1, 2, 3):
