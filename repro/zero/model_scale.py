@@ -125,6 +125,7 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
     reset_peak_rss()
     losses, step_s, backward_s, update_s, read, written = [], [], [], [], [], []
     busy: dict[str, list] = {"read": [], "write": []}  # per step: this rank's I/O-in-flight intervals
+    blocks: dict[str, list] = {"read": [], "write": []}  # per step: this rank's requests (start, end, bytes)
     for step in range(steps):
         read0, written0 = _moved(tiers)
         IO_BUSY.reset()
@@ -150,6 +151,7 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
         written.append(written1 - written0)
         for direction in busy:
             busy[direction].append(list(IO_BUSY.intervals[direction]))
+            blocks[direction].append(list(IO_BUSY.blocks[direction]))
         say(f"step {step}: loss {losses[-1]:.6f}, {end - start:.1f}s (forward+backward {middle - start:.1f}s, "
             f"step {end - middle:.1f}s), read {read[-1] / 1e9:.2f} GB in {IO_BUSY.busy_s('read'):.1f}s of I/O, "
             f"wrote {written[-1] / 1e9:.2f} GB in {IO_BUSY.busy_s('write'):.1f}s of I/O, peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
@@ -166,6 +168,7 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
         "losses": losses, "step_s": step_s, "backward_s": backward_s, "update_s": update_s,
         "bytes_read": read, "bytes_written": written, "lr": lr,
         "read_busy_intervals": busy["read"], "write_busy_intervals": busy["write"],
+        "read_blocks": blocks["read"], "write_blocks": blocks["write"],
         "nvme_peak_buffer_bytes": sum(t.peak_buffer_bytes for t in tiers),
     }
     optimizer.close()

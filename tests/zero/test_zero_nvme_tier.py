@@ -108,7 +108,8 @@ def test_raw_bandwidth_uses_the_tiers_io_shape(tmp_path):
     got = raw_disk_bandwidth(str(tmp_path), 8 << 20)
     assert (got["block_bytes"], got["io_threads"]) == (tier.io.block_bytes, tier.io._pool._max_workers)
     assert got["bytes"] == 8 << 20 and got["read_gbs"] > 0 and got["write_gbs"] > 0
-    assert not list(tmp_path.iterdir())  # the raw file is removed
+    assert got["mixed_read_gbs"] > 0 and got["mixed_write_gbs"] > 0  # both directions at once
+    assert not list(tmp_path.iterdir())  # the raw files are removed
     tier.close()
 
 
@@ -121,6 +122,11 @@ def test_io_busy_counts_the_time_requests_are_in_flight(tmp_path):
     tier.close()
     assert len(aio.IO_BUSY.intervals["write"]) >= 1 and len(aio.IO_BUSY.intervals["read"]) >= 1
     assert 0 < aio.IO_BUSY.busy_s("write") and 0 < aio.IO_BUSY.busy_s("read")
+    # every request is kept with its bytes: the 4 MiB tensor went out and came back in 1 MiB requests
+    for direction in ("write", "read"):
+        blocks = aio.IO_BUSY.blocks[direction]
+        assert sum(nbytes for _, _, nbytes in blocks) == 4 << 20 and len(blocks) == 4
+        assert all(start <= end for start, end, _ in blocks)
 
 
 def test_buffers_are_reused_in_a_steady_state(tmp_path, monkeypatch):

@@ -87,7 +87,11 @@ class IOBusy:
     clock for every process on the machine) during which at least one ``pread``/``pwrite`` block of any
     :class:`AsyncFileIO` was executing. Bytes over the union of these intervals is the bandwidth the tier achieved
     while it was moving data, as opposed to bytes over the step time, which also counts the time it waited for
-    compute. One per process (:data:`IO_BUSY`); ``reset()`` between measurements."""
+    compute. One per process (:data:`IO_BUSY`); ``reset()`` between measurements.
+
+    ``blocks`` keeps every request, per direction, as ``(start, end, nbytes)``: two directions in flight at once on
+    one drive share it, so :mod:`repro.zero.offload.io_regimes` splits the busy time into reads alone, writes alone
+    and both, and credits each request's bytes to the regimes its duration spans."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -98,18 +102,25 @@ class IOBusy:
             self._inflight = {"read": 0, "write": 0}
             self._since = {"read": 0.0, "write": 0.0}
             self.intervals: dict[str, list[tuple[float, float]]] = {"read": [], "write": []}
+            self.blocks: dict[str, list[tuple[float, float, int]]] = {"read": [], "write": []}
 
-    def begin(self, direction: str) -> None:
+    def begin(self, direction: str) -> float:
+        """Note a request of ``direction`` starting; returns its start time, for :meth:`end`."""
         with self._lock:
+            now = time.monotonic()
             if self._inflight[direction] == 0:
-                self._since[direction] = time.monotonic()
+                self._since[direction] = now
             self._inflight[direction] += 1
+            return now
 
-    def end(self, direction: str) -> None:
+    def end(self, direction: str, started: float | None = None, nbytes: int = 0) -> None:
         with self._lock:
+            now = time.monotonic()
             self._inflight[direction] -= 1
             if self._inflight[direction] == 0:
-                self.intervals[direction].append((self._since[direction], time.monotonic()))
+                self.intervals[direction].append((self._since[direction], now))
+            if started is not None:
+                self.blocks[direction].append((started, now, nbytes))
 
     def busy_s(self, direction: str) -> float:
         return union_seconds(self.intervals[direction])
@@ -193,12 +204,12 @@ class AsyncFileIO:
         def block(start: int, stop: int) -> None:
             view = buffer.memoryview(start, stop)
             done = 0
-            IO_BUSY.begin("write")
+            started = IO_BUSY.begin("write")
             try:
                 while done < stop - start:
                     done += _pwrite(fd, view[done:], start + done)
             finally:
-                IO_BUSY.end("write")
+                IO_BUSY.end("write", started, done)
 
         futures = [self._pool.submit(block, a, b) for a, b in self._blocks(nbytes)]
         return IORequest(futures, path, "writing")
@@ -209,7 +220,7 @@ class AsyncFileIO:
         def block(start: int, stop: int) -> None:
             view = buffer.memoryview(start, stop)
             done = 0
-            IO_BUSY.begin("read")
+            started = IO_BUSY.begin("read")
             try:
                 while done < stop - start:
                     got = os.preadv(fd, [view[done:]], start + done)
@@ -217,7 +228,7 @@ class AsyncFileIO:
                         raise OSError(errno.EIO, f"unexpected end of swap file {path!r} at byte {start + done}")
                     done += got
             finally:
-                IO_BUSY.end("read")
+                IO_BUSY.end("read", started, done)
 
         futures = [self._pool.submit(block, a, b) for a, b in self._blocks(nbytes)]
         return IORequest(futures, path, "reading")
