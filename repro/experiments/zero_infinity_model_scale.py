@@ -10,6 +10,9 @@ achieved disk bandwidth two ways, both ranks' bytes over the step time (``nvme_*
 I/O waiting for compute included) and over the time the tier's I/O was in flight (``nvme_*_busy_gbs``: the union
 over both ranks of the intervals in which at least one read, resp. write, request was executing), beside the raw
 O_DIRECT bandwidth of the same directory with the tier's request size and thread count, measured in the same run.
+As reads and writes share the drive, the busy time is also split into reads alone, writes alone and both at once
+(``nvme_regime_*``, ``repro.zero.offload.io_regimes``), each against the raw drive in that regime (``raw_mixed_*``:
+readers and writers in flight together).
 The learning rate is a training setting of each scale (``lr``), chosen once: at the paper scale 1e-5, the largest
 of 1e-4, 3e-5, 1e-5 under which a 2-layer model of the same width (h 4096, vocabulary 1000, sequence 32, batch 2)
 fell at every one of 5 steps on the repeated batch with AdamW (1e-4: 7.80, 0.019, 0.0012, 0.041 rising; 3e-5: flat
@@ -42,7 +45,8 @@ METRICS = ("candidate_host_bytes_per_rank", "candidate_disk_bytes", "params", "m
            "train_peak_rss_bytes", "swap_used_bytes", "loss", "step_time_s", "update_time_s", "nvme_read_bytes",
            "nvme_written_bytes", "nvme_read_gbs", "nvme_write_gbs", "nvme_read_busy_s", "nvme_write_busy_s",
            "nvme_read_busy_gbs", "nvme_write_busy_gbs", "nvme_read_busy_over_raw", "nvme_write_busy_over_raw",
-           "raw_read_gbs", "raw_write_gbs",
+           "raw_read_gbs", "raw_write_gbs", "raw_mixed_read_gbs", "raw_mixed_write_gbs",
+           "nvme_regime_s", "nvme_regime_gbs", "nvme_regime_over_raw",
            "paper_params_scaled", "machine_memory_bytes")
 
 
@@ -76,6 +80,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.zero.model_scale import largest_fitting, placement, scale_run
     from repro.zero.offload.aio import union_seconds
     from repro.zero.offload.bandwidth import raw_disk_bandwidth
+    from repro.zero.offload.io_regimes import REGIMES, regime_bandwidths, split_regimes
 
     groups = init_parallel()
     torch.set_num_threads(1)
@@ -169,6 +174,21 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                 rows += [{"metric": f"nvme_{d}_busy_over_raw", "unit": "fraction", **step_common,
                           "value": (b / busy[d] / 1e9) / raw[f"{d}_gbs"] if busy[d] else None}
                          for d, b in (("read", read), ("write", written))]
+            # the busy time split into reads alone, writes alone and both at once (io_regimes), each direction's
+            # bandwidth in a regime against the raw drive in the same regime
+            regimes = regime_bandwidths(split_regimes([b for r in per_rank for b in r["read_blocks"][step]],
+                                                      [b for r in per_rank for b in r["write_blocks"][step]]))
+            for regime in REGIMES:
+                rows.append({"metric": "nvme_regime_s", "value": regimes[f"{regime}_s"], "unit": "s",
+                             "regime": regime, **step_common})
+            for key, reference in (("read_alone", "read_gbs"), ("write_alone", "write_gbs"),
+                                   ("read_both", "mixed_read_gbs"), ("write_both", "mixed_write_gbs")):
+                got_gbs = regimes[f"{key}_gbs"]
+                rows.append({"metric": "nvme_regime_gbs", "value": got_gbs, "unit": "GB/s", "regime": key,
+                             **step_common})
+                if raw is not None:
+                    rows.append({"metric": "nvme_regime_over_raw", "unit": "fraction", "regime": key,
+                                 "value": None if got_gbs is None else got_gbs / raw[reference], **step_common})
     if raw is not None:
         rows += [{"metric": "raw_read_gbs", "value": raw["read_gbs"], "unit": "GB/s", **common,
                   "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
@@ -176,6 +196,10 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                  {"metric": "raw_write_gbs", "value": raw["write_gbs"], "unit": "GB/s", **common,
                   "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
                   "io_threads": raw["io_threads"]}]
+        rows += [{"metric": f"raw_mixed_{d}_gbs", "value": raw[f"mixed_{d}_gbs"], "unit": "GB/s", **common,
+                  "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
+                  "io_threads": raw["io_threads"], "note": "readers and writers in flight at once"}
+                 for d in ("read", "write")]
     return rows
 
 

@@ -4,6 +4,7 @@ a model the memory tier cannot on the same budgets, and the loss falls."""
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from repro.experiments.runner import execute_point
@@ -47,7 +48,13 @@ def test_ci_scale_nvme_trains_larger_than_memory(tmp_path):
         busy = frame[frame.metric == f"nvme_{direction}_busy_gbs"].sort_values("step")["value"].to_numpy()
         stepwise = frame[frame.metric == f"nvme_{direction}_gbs"].sort_values("step")["value"].to_numpy()
         assert len(busy) == 3 and (busy >= stepwise * 0.999).all()
-    assert len(frame[frame.metric == "raw_read_gbs"]) == 1
+    assert len(frame[frame.metric == "raw_read_gbs"]) == 1 and len(frame[frame.metric == "raw_mixed_write_gbs"]) == 1
+    # the regimes split each step's busy time: their seconds add up to the union of read and write busy time
+    regime_s = frame[frame.metric == "nvme_regime_s"].groupby("step")["value"].sum().to_numpy()
+    read_s = frame[frame.metric == "nvme_read_busy_s"].sort_values("step")["value"].to_numpy()
+    write_s = frame[frame.metric == "nvme_write_busy_s"].sort_values("step")["value"].to_numpy()
+    assert len(regime_s) == 3 and (regime_s >= np.maximum(read_s, write_s) * 0.999).all()
+    assert (regime_s <= (read_s + write_s) * 1.001).all()
     [check] = EXPERIMENT.claims(frame)
     assert check.verdict in ("reproduced", "differs") and check.evidence == "measured"
     assert EXPERIMENT.figure(frame, None, tmp_path)[0].exists()
