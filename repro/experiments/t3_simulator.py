@@ -15,8 +15,10 @@ those rows are ``fitted``. Rows a fitted constant enters are ``predicted``; data
 ``configuration``. Tolerances, one rule for all: 5 percentage points for a quantity in %, 10 % for one in x (T3's
 own simulator is within 6 % of hardware; the secondary sources print whole percents).
 
-The ``cpu`` point predicts this machine's measurement of the overlapped sublayers (``t3_overlap``) from a fresh
-calibration (``t3sim.cpu``) and records the newest measurement beside each prediction.
+The ``cpu`` point predicts this machine's measurement of the overlapped sublayers (``t3_overlap``) from components
+measured now the way ``t3_overlap`` times its modes (``t3sim.cpu_components``: GEMMs, element-wise work,
+collectives, and one chunk's GEMM beside its collective; no schedule is measured or fitted), composes the
+schedules (``t3sim.cpu``) and records the newest measurement beside each prediction.
 """
 
 from __future__ import annotations
@@ -92,9 +94,10 @@ def _layer_rows(gpu, fitted, *, gemm_speed: float = 1.0) -> list[dict]:
 
 
 def _cpu_rows() -> list[dict]:
-    """Predict the newest ``t3_overlap`` ci timing point from a fresh calibration of this machine."""
+    """Predict the newest ``t3_overlap`` ci timing point from components of this machine measured now
+    (``t3sim.cpu``: each component alone, timed as ``t3_overlap`` times its modes; no schedule is fitted)."""
     from repro.experiments.t3_overlap import EXPERIMENT as OVERLAP
-    from repro.overlap.t3sim.cpu import CpuSublayer, best_calibration, predict
+    from repro.overlap.t3sim.cpu import CpuSublayer, predict_all
     from repro.overlap.timing import transformer_sublayers
     from repro.results import load_rows
 
@@ -104,20 +107,22 @@ def _cpu_rows() -> list[dict]:
     subs = [CpuSublayer(name, specs[name].parallel, specs[name].in_features, specs[name].out_features,
                         int(params["tokens"]), tp, int(chunks)) for name in params["sublayers"]
             for chunks in params["chunks"]]
-    calibration = best_calibration(shapes=sorted({s for sub in subs for s in sub.all_shapes()}), world_size=tp)
+    predicted, components = predict_all(subs, world_size=tp)
     measured = load_rows(experiments=["t3_overlap"], scale="ci")
     measured = measured[measured["point"] == point.name] if len(measured) else measured
     rows = []
     for sub in subs:
-        for mode, seconds in predict(sub, calibration).items():
+        common = dict(sublayer=sub.name, tp=tp, num_chunks=sub.num_chunks, tokens=sub.tokens)
+        rows += [dict(metric="cpu_component_ms", value=seconds * 1e3, unit="ms", component=name,
+                      rounds=components.rounds, **common)
+                 for name, seconds in components.of(sub.name, sub.num_chunks).items()]
+        for mode, seconds in predicted[sub.name].items():
             hit = (measured[(measured["metric"] == f"{mode}_ms") & (measured["sublayer"] == sub.name)
                             & (measured["num_chunks"] == sub.num_chunks)]["value"] if len(measured) else [])
             value = float(hit.iloc[-1]) if len(hit) else None
             rows.append(dict(metric="cpu_predicted_ms", value=seconds * 1e3, unit="ms", schedule=mode,
-                             sublayer=sub.name, tp=tp, num_chunks=sub.num_chunks, tokens=sub.tokens,
                              measured_ms=value, measured_run=str(measured["run_id"].iloc[-1]) if len(hit) else None,
-                             ratio=seconds * 1e3 / value if value else None,
-                             alpha_s=calibration.allreduce_latency_s, beta_bytes_s=calibration.allreduce_bandwidth))
+                             ratio=seconds * 1e3 / value if value else None, **common))
     return rows
 
 
@@ -401,7 +406,7 @@ METRICS = (
     "fitted_constant", "time_us", "speedup_pct", "nmc_rs_speedup_pct", "nmc_ideal_gain_pct", "rs_reads_ratio",
     "gemm_reads_ratio", "writes_reduction_pct", "data_movement_reduction_pct", "cu_split_speedup",
     "cu_split_ar_slowdown_pct", "cu_split_gemm_slowdown_pct", "cu_split_ideal", "comm_share_pct", "e2e_speedup_pct",
-    "cpu_predicted_ms",
+    "cpu_predicted_ms", "cpu_component_ms",
 )
 
 EXPERIMENT = Experiment(

@@ -256,6 +256,25 @@ def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, s
     }
 
 
+def time_cases(cases: dict[str, tuple[Callable[[], None] | None, Callable[[], None]]], group: CommGroup, *,
+               rounds: int, warmup: int, device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    """Seconds of each case's ``run`` per round, ``[cases, rounds]`` in the order of ``cases``, each the slowest
+    rank's (all ranks must call it with the same cases). A round runs every case once, in order, each after its
+    ``prepare`` and a barrier (so drift in a shared machine's load hits all cases alike); ``warmup`` rounds are
+    run first and dropped. :func:`time_sublayer` times its modes with it, and so does the calibration that
+    measures the modes' components the same way (``repro.overlap.t3sim.cpu_components``)."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    with torch.enable_grad():
+        for round_index in range(warmup + rounds):
+            for name, (prepare, run) in cases.items():
+                elapsed = _timed(run, group, prepare, device)
+                if round_index >= warmup:
+                    samples[name].append(elapsed)
+    per_round = torch.tensor([samples[name] for name in cases], dtype=torch.float64).to(device)  # nccl: on device
+    comm.all_reduce(per_round, group, op=torch.distributed.ReduceOp.MAX)  # each round: the slowest rank
+    return per_round.cpu()
+
+
 def time_sublayer(
     spec: SublayerSpec, group: CommGroup, *, tokens: int, num_chunks: int, rounds: int = 10, warmup: int = 2,
     seed: int = 0, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
@@ -272,18 +291,8 @@ def time_sublayer(
     group = dataclasses.replace(group, ledger=CollectiveLedger())
     device = torch.device(device)
     modes = _modes(spec, group, tokens, num_chunks, seed, device, dtype)
-    samples: dict[str, list[float]] = {mode: [] for mode in MODES}
-    with torch.enable_grad():
-        for round_index in range(warmup + rounds):
-            for mode in MODES:
-                prepare, run = modes[mode]
-                elapsed = _timed(run, group, prepare, device)
-                if round_index >= warmup:
-                    samples[mode].append(elapsed)
-    per_round = torch.tensor([samples[mode] for mode in MODES], dtype=torch.float64)  # [modes, rounds]
-    per_round = per_round.to(device)  # nccl reduces device tensors only
-    comm.all_reduce(per_round, group, op=torch.distributed.ReduceOp.MAX)  # each round: the slowest rank
-    per_round = per_round.cpu()
+    per_round = time_cases({mode: modes[mode] for mode in MODES}, group, rounds=rounds, warmup=warmup,
+                           device=device)  # [modes, rounds]
     fastest = per_round.min(dim=1).values.tolist()
     medians = tuple(statistics.median(row) for row in per_round.tolist())
     paired = statistics.median((per_round[MODES.index("sequential")] / per_round[MODES.index("overlapped")]).tolist())

@@ -93,3 +93,45 @@ def test_claim_classes_and_predictions(simulated_rows):
 
 def test_claims_without_rows():
     assert {c.verdict for c in claims(pd.DataFrame())} == {"not run"}
+
+
+# --- the CPU model (t3sim.cpu): closed forms on made-up components, and the component cases' shapes -------------
+
+from repro.dist.comm import CommGroup  # noqa: E402
+from repro.overlap.t3sim.cpu import CpuSublayer, predict_components  # noqa: E402
+from repro.overlap.t3sim.cpu_components import CASES  # noqa: E402
+
+_COMPONENTS = dict(gemm_full=4.0, gemm_chunk=1.1, linear_full=4.5, bias=0.3, collective_full=2.0,
+                   collective_chunk=0.6, collective_train=2.6, collective_async=2.5, gemm_then_collective=2.0,
+                   gemm_with_collective=1.7)
+
+
+def test_cpu_model_forward_closed_forms():
+    sub = CpuSublayer("OP", "row", 256, 256, 2048, 2, 4)
+    p = predict_components(sub, _COMPONENTS)
+    assert p["gemm"] == 4.0 and p["comm"] == 2.0
+    # behind compute a chunk's collective costs 2.0 - 1.1 = 0.9, i.e. 0.3 more than after a barrier
+    assert p["sequential"] == pytest.approx(4.5 + 2.0 + 0.3 + 0.3)
+    assert p["chunked"] == pytest.approx(4 * 2.0)
+    assert p["overlapped"] == pytest.approx(1.1 + 3 * 1.7 + 0.9 + 0.3)
+
+
+def test_cpu_model_backward_trails_the_weight_gradient():
+    sub = CpuSublayer("IP", "column", 256, 768, 2048, 2, 4)
+    c = dict(_COMPONENTS, weight_grad=3.0)
+    p = predict_components(sub, c)
+    assert p["gemm"] == pytest.approx(7.0)
+    assert p["chunked"] == pytest.approx(4 * 2.0 + 3.0)
+    # the last chunk's all-reduce is in flight during dW: dW plus what a concurrent collective adds (1.7 - 1.1)
+    assert p["overlapped"] == pytest.approx(1.1 + 3 * 1.7 + 3.0 + 0.6 + 0.3)
+    assert sub.message_bytes == 2048 * 256 * 4
+
+
+@pytest.mark.parametrize("parallel", ["row", "column", "row_sp"])
+def test_component_cases_run_on_one_rank(parallel):
+    cases = CASES[parallel](64, 128, CommGroup.single(), 32, 4)
+    needed = set(_COMPONENTS) | ({"weight_grad"} if parallel == "column" else set())
+    assert set(cases) == needed
+    for prepare, run in cases.values():
+        assert prepare is None
+        run()

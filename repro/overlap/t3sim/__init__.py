@@ -5,7 +5,8 @@ One concept per file: ``hardware`` (the GPU as data), ``gemm`` (tiles, waves, HB
 ``ring`` (ring reduce-scatter / all-gather: link, DRAM, CU throughput), ``schedules`` (sequential, ideal, T3,
 T3-MCA, CU-split), ``workloads`` (T3's models, TP degrees, sublayers, tokens), ``endtoend`` (a whole layer from
 the performance model's op list), ``fit`` (the three fitted constants and the claims they are fitted on),
-``cpu`` (the same schedules predicting this machine's CPU measurement of the overlapped layers).
+``cpu`` (the same schedules predicting this machine's CPU measurement of the overlapped layers, from components
+measured by ``cpu_components``).
 """
 
 from .fit import Fit, fit, geomean

@@ -1,0 +1,193 @@
+"""Calibrate this CPU the way ``t3_overlap`` runs its sublayers: each component alone, one call after a barrier.
+
+``t3_overlap`` times a sublayer's modes as single calls released by a barrier on both ranks at once, one compute
+thread per rank, round after round, keeping each mode's fastest round of the slowest rank
+(``repro.overlap.timing``). A calibration that repeats a kernel in a tight loop on warm caches
+(``repro.perfmodel.cpu``) measures another regime: there the 2048-token GEMMs ran 1.3-2.4x faster than in
+``t3_overlap``, and its all-reduce latency came from a GEMM / all-reduce pattern whose cost includes rank skew.
+So the components here are measured with the very same timer (:func:`repro.overlap.timing.time_cases`: barrier,
+one call, slowest rank, fastest of ``rounds`` after ``warmup``), the modes' own tensors and layouts, fresh outputs
+where the layers allocate them, and every collective blocking:
+
+* each GEMM of a sublayer, whole and chunk-sized, into a preallocated output (``gemm_full``, ``gemm_chunk``) and
+  as the layer runs it with a fresh output (``linear_full``; backward: ``weight_grad``, the dW GEMM);
+* its element-wise work: the bias add of a forward sublayer, the bias-gradient sum of a backward one;
+* its collective alone, whole and chunk-sized (``collective_full``, ``collective_chunk``), and ``num_chunks``
+  chunk-sized collectives back to back (``collective_train``), blocking and asynchronous (``collective_async``:
+  all launched, then all waited for);
+* two probes of how a collective and a GEMM share the cores (``cpu.py``'s mechanism), on one chunk's GEMM and
+  a collective of one chunk's size: the GEMM then its blocking collective (``gemm_then_collective``), and the GEMM
+  while the collective (on a spare buffer) is in flight, waited for after it (``gemm_with_collective``).
+
+None of these is a mode of ``t3_overlap`` (no sublayer's sequential, chunked or overlapped schedule is timed);
+``gemm_full`` and ``collective_full`` are the same calls as its ``gemm`` and ``comm`` modes, measured again here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from repro.dist import comm
+from repro.dist.comm import CommGroup
+from repro.overlap.chunking import row_chunks, sequence_chunk_shape
+from repro.overlap.row_parallel import wait_all
+from repro.overlap.sequence_parallel import chunk_rows
+
+Case = tuple[Callable[[], None] | None, Callable[[], None]]
+
+
+@dataclass(frozen=True)
+class ComponentTimes:
+    """Measured seconds of each component of each sublayer: ``seconds[(sublayer, num_chunks)][component]``
+    (fastest round of the slowest rank, as ``t3_overlap`` summarises its modes)."""
+
+    seconds: tuple[tuple[tuple[str, int], tuple[tuple[str, float], ...]], ...]
+    rounds: int
+    warmup: int
+
+    def of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
+        return dict(dict(self.seconds)[(sublayer, num_chunks)])
+
+
+def _collective(parallel: str, group: CommGroup) -> Callable[[torch.Tensor, torch.Tensor], object]:
+    """``(output, input, async_op) -> handle``: all-reduce in place, or reduce-scatter (``row_sp``)."""
+    if parallel == "row_sp":
+        return lambda out, full, async_op=False: comm.reduce_scatter_tensor(out, full, group, async_op=async_op)
+    return lambda out, full, async_op=False: comm.all_reduce(full, group, async_op=async_op)
+
+
+def _collective_cases(parallel: str, group: CommGroup, full: torch.Tensor, chunks: list[torch.Tensor],
+                      outs: list[torch.Tensor]) -> dict[str, Case]:
+    """The sublayer's collective over ``full`` and over each chunk of it (``outs``: reduce-scatter outputs)."""
+    run = _collective(parallel, group)
+    whole_out = torch.empty(full.shape[0] // group.size, *full.shape[1:]) if parallel == "row_sp" else full
+
+    def train() -> None:
+        for chunk, out in zip(chunks, outs):
+            run(out, chunk)
+
+    def launched() -> None:
+        wait_all([run(out, chunk, async_op=True) for chunk, out in zip(chunks, outs)])
+
+    return {"collective_full": (None, lambda: run(whole_out, full)),
+            "collective_chunk": (None, lambda: run(outs[0], chunks[0])),
+            "collective_train": (None, train), "collective_async": (None, launched)}
+
+
+def _probe_cases(parallel: str, group: CommGroup, gemm: Callable[[], None], chunk: torch.Tensor,
+                 out: torch.Tensor) -> dict[str, Case]:
+    """A chunk's GEMM then its blocking collective, and the GEMM while a collective of the same size (on a
+    separate buffer) is in flight."""
+    run = _collective(parallel, group)
+    spare, spare_out = chunk.clone(), out.clone()
+
+    def then() -> None:
+        gemm()
+        run(out, chunk)
+
+    def concurrent() -> None:
+        handle = run(spare_out, spare, async_op=True)
+        gemm()
+        wait_all([handle])
+
+    return {"gemm_then_collective": (None, then), "gemm_with_collective": (None, concurrent)}
+
+
+def row_cases(in_features: int, out_features: int, group: CommGroup, tokens: int, num_chunks: int) -> dict[str, Case]:
+    """OP / FC-2: ``[T, in/p] @ [in/p, out]`` (weight stored ``[out, in/p]``), then an all-reduce of ``[T, out]``."""
+    tp = group.size
+    x, weight = torch.randn(tokens, in_features // tp), torch.randn(out_features, in_features // tp)
+    bias = torch.randn(out_features)
+    out = torch.empty(tokens, out_features)
+    blocks = row_chunks(tokens, num_chunks)
+    first = blocks[0]
+    cases = {
+        "gemm_full": (None, lambda: torch.matmul(x, weight.t(), out=out)),
+        "gemm_chunk": (None, lambda: torch.matmul(x[first], weight.t(), out=out[first])),
+        "linear_full": (None, lambda: F.linear(x, weight)),
+        "bias": (None, lambda: out + bias),
+    }
+    chunks = [out[block] for block in blocks]
+    cases.update(_collective_cases("row", group, out, chunks, chunks))
+    cases.update(_probe_cases("row", group, cases["gemm_chunk"][1], chunks[0], chunks[0]))
+    return cases
+
+
+def column_cases(in_features: int, out_features: int, group: CommGroup, tokens: int,
+                 num_chunks: int) -> dict[str, Case]:
+    """IP / FC-1 backward: ``dX = dY [T, out/p] @ W [out/p, in]`` (all-reduced), ``dW = dY^T @ X``, ``db``."""
+    tp = group.size
+    grad, weight = torch.randn(tokens, out_features // tp), torch.randn(out_features // tp, in_features)
+    x, grad_x = torch.randn(tokens, in_features), torch.empty(tokens, in_features)
+    blocks = row_chunks(tokens, num_chunks)
+    first = blocks[0]
+    cases = {
+        "gemm_full": (None, lambda: torch.matmul(grad, weight, out=grad_x)),
+        "gemm_chunk": (None, lambda: torch.matmul(grad[first], weight, out=grad_x[first])),
+        "linear_full": (None, lambda: grad @ weight),
+        "weight_grad": (None, lambda: grad.t() @ x),
+        "bias": (None, lambda: grad.sum(0)),
+    }
+    chunks = [grad_x[block] for block in blocks]
+    cases.update(_collective_cases("column", group, grad_x, chunks, chunks))
+    cases.update(_probe_cases("column", group, cases["gemm_chunk"][1], chunks[0], chunks[0]))
+    return cases
+
+
+def row_sp_cases(in_features: int, out_features: int, group: CommGroup, tokens: int,
+                 num_chunks: int) -> dict[str, Case]:
+    """FC-2/RS: the row GEMM, then a reduce-scatter along the sequence; chunk ``c`` gathers its rows of every
+    rank's shard (``chunk_rows``: a copy) before its GEMM."""
+    tp = group.size
+    x, weight = torch.randn(1, tokens, in_features // tp), torch.randn(out_features, in_features // tp)
+    bias = torch.randn(out_features)
+    full = torch.empty(tokens, out_features)
+    _, n, length = sequence_chunk_shape(tokens, tp, num_chunks)
+    x5 = x.view(1, tp, n, length, -1)
+    partial = chunk_rows(x5, 0) @ weight.t()  # [tp * L, out]
+    chunks = [partial.clone() for _ in range(n)]
+    outs = [torch.empty(length, out_features) for _ in range(n)]
+    cases = {
+        "gemm_full": (None, lambda: torch.matmul(x[0], weight.t(), out=full)),
+        "gemm_chunk": (None, lambda: chunk_rows(x5, 0) @ weight.t()),
+        "linear_full": (None, lambda: F.linear(x[0], weight)),
+        "bias": (None, lambda: outs[0] + bias),
+    }
+    cases.update(_collective_cases("row_sp", group, full, chunks, outs))
+    cases.update(_probe_cases("row_sp", group, cases["gemm_chunk"][1], chunks[0], outs[0]))
+    return cases
+
+
+CASES = {"row": row_cases, "column": column_cases, "row_sp": row_sp_cases}
+
+
+def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: int) -> ComponentTimes:
+    """On every rank: all components of all sublayers, interleaved round by round as ``t3_overlap`` does."""
+    from repro.dist import init_parallel
+    from repro.overlap.timing import time_cases
+
+    group = init_parallel(tp=world_size).tp
+    torch.manual_seed(0)
+    cases: dict[str, Case] = {}
+    for sub in subs:
+        built = CASES[sub.parallel](sub.in_features, sub.out_features, group, sub.tokens, sub.num_chunks)
+        cases.update({f"{sub.name}|{sub.num_chunks}|{name}": case for name, case in built.items()})
+    per_round = time_cases(cases, group, rounds=rounds, warmup=warmup)
+    fastest = per_round.min(dim=1).values.tolist()
+    seconds: dict[tuple[str, int], dict[str, float]] = {}
+    for key, value in zip(cases, fastest):
+        name, chunks, component = key.split("|")
+        seconds.setdefault((name, int(chunks)), {})[component] = value
+    return ComponentTimes(tuple((k, tuple(v.items())) for k, v in seconds.items()), rounds, warmup)
+
+
+def calibrate_components(subs, *, world_size: int, rounds: int = 9, warmup: int = 2) -> ComponentTimes:
+    """Measure every component of ``subs`` (``cpu.CpuSublayer``) on ``world_size`` local gloo ranks, one compute
+    thread each (as ``repro run`` spawns ``t3_overlap``'s ranks)."""
+    from repro.dist.spawn import spawn
+
+    return spawn(_measure_rank, world_size, tuple(subs), rounds, warmup, backend="gloo", timeout_s=600)[0]
