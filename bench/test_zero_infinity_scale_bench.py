@@ -244,7 +244,9 @@ def _try(framework: str, config: GPTConfig, root: str) -> dict:
     except SpawnError as err:
         text = str(err)
         got = {"framework": framework, "trained": False,
-               "why": f"over the {CAP_S:.0f} s cap" if "timed out" in text else text[-2000:]}
+               # the first line names a rank the OOM killer took (spawn puts it first), the tail the traceback
+               "why": f"over the {CAP_S:.0f} s cap" if "timed out" in text
+               else text.splitlines()[0][:500] + "\n...\n" + text[-1500:]}
     finally:
         shutil.rmtree(path, ignore_errors=True)
     got["elapsed_s"] = time.perf_counter() - begin

@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import signal
 import socket
 import sys
 import time
@@ -22,6 +23,36 @@ import torch
 
 class SpawnError(RuntimeError):
     """A rank failed (or the job timed out); carries the rank's traceback."""
+
+
+def _killed_first(procs, rank: int, world_size: int, error: str) -> str:
+    """The message for rank ``rank``'s error, naming first any other rank that a signal killed: when the kernel's
+    OOM killer (SIGKILL) takes one rank, the others fail next with "connection closed by peer", and that error,
+    which arrives first, says nothing about memory."""
+    # a peer's closed socket: the killed rank may not have been reaped yet, so look for up to 2 s; else once
+    peer_gone = "closed by peer" in error or "reset by peer" in error
+    deadline = time.monotonic() + (2.0 if peer_gone else 0.0)
+    while True:
+        killed = [r for r, p in enumerate(procs) if r != rank and p.exitcode is not None and p.exitcode < 0]
+        if killed or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    text = f"rank {rank} of {world_size} failed:\n{error}"
+    if not killed:
+        return text
+    return "; ".join(f"rank {r} {_death(procs[r].exitcode)}" for r in killed) + "; then " + text
+
+
+def _death(exitcode: int) -> str:
+    """How a rank ended, in words: a negative exit code is the signal that killed it."""
+    if exitcode >= 0:
+        return f"exited with code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    hint = " (the kernel's OOM killer sends it when memory runs out)" if name == "SIGKILL" else ""
+    return f"was killed by {name}{hint}"
 
 
 def free_port() -> int:
@@ -108,12 +139,12 @@ def spawn(
                         status, rank, value = results.get(timeout=2.0)
                     except queue.Empty:
                         raise SpawnError(
-                            f"rank {dead[0]} exited with code {procs[dead[0]].exitcode} without a report"
+                            f"rank {dead[0]} {_death(procs[dead[0]].exitcode)} without a report"
                         ) from None
                 else:
                     continue
             if status == "error":
-                raise SpawnError(f"rank {rank} of {world_size} failed:\n{value}")
+                raise SpawnError(_killed_first(procs, rank, world_size, value))
             values[rank] = pickle.loads(value)
         for proc in procs:
             proc.join(timeout=30)

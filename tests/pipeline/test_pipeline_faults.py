@@ -65,6 +65,26 @@ def test_dying_rank_fails_spawn_job():
     assert time.monotonic() - start < 60
 
 
+def _killed_by_the_kernel(rank, world_size):
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    if rank == 0:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does: no traceback, no report
+    time.sleep(0.5)
+    dist.all_reduce(torch.ones(4))  # the survivor fails on the closed socket
+
+
+def test_a_rank_killed_by_a_signal_is_named_before_the_survivors_error():
+    """The OOM killer's SIGKILL leaves no traceback; the survivor's "connection closed by peer" arrives first and
+    says nothing of memory, so the message names the killed rank and the signal before it."""
+    with pytest.raises(SpawnError, match=r"^rank 0 was killed by SIGKILL \(the kernel's OOM killer"):
+        spawn(_killed_by_the_kernel, 2, timeout_s=60)
+
+
 @pytest.mark.parametrize("mode", ["exit", "raise", "hang"])
 def test_dying_rank_fails_job_without_a_parent(mode, tmp_path):
     """pp=2; rank 1 (the last stage) fails at its 6th action (step 1); both processes must end non-zero.
