@@ -8,16 +8,23 @@ sequential, chunked or overlapped schedule of a sublayer is measured or fitted; 
 
 A CPU has no DMA engine and no near-memory reduction: gloo's threads (a worker that runs the collective's
 algorithm and reduction, a loop that reads the sockets) copy and reduce the data on the cores the GEMMs use (two
-ranks, one compute thread each, on two cores). A collective is a ping-pong with the peer rank, so each of its steps
-waits until both ranks' gloo threads are running. Two things follow that T3's GPU does not have:
+ranks, one compute thread each, on two cores). Probes on generic GEMMs (2026-11-24, quiet machine, fastest of 9
+rounds, slowest rank) show what follows, and why ``t3_overlap`` measures overlapped >= sequential here:
 
-* a collective that starts behind a GEMM costs more than one released by a barrier (the ranks leave the GEMM
-  apart, and the early one's threads sleep and are woken again): ``gemm_then_collective - gemm_chunk`` per chunk,
-  not ``collective_chunk``;
-* a collective in flight during a GEMM does not run beside it: its threads take turns with the GEMM's thread on a
-  busy core, and the scheduler lets the running GEMM finish its time slice before a woken gloo thread runs, so the
-  collective's steps progress one slice at a time and its copies add to the GEMM: ``gemm_with_collective``, not
-  ``max(gemm, collective)``.
+* overlap hides nothing: a ~1.5 ms GEMM with a 512 KB all-reduce in flight took 2.05 ms, the GEMM (1.55 ms) plus
+  the all-reduce alone (0.51 ms); with 2 MB, 3.99 ms against 3.04 + 1.17 ms. The collective is CPU work (its
+  threads' run time is about its wall time) that takes turns with the GEMM on a busy core, so
+  ``gemm_with_collective`` is measured, not ``max(gemm, collective)``;
+* chunking adds collectives, each with its fixed cost: four 512 KB all-reduces cost more than one of 2 MB (0.51 ms
+  each against 1.17 ms), and every one is a ping-pong whose thread hand-offs wait on a run queue (schedstat: ms of
+  run delay per collective while six threads share two cores);
+* a collective's time is heavy-tailed (four back-to-back 512 KB all-reduces: fastest round 2.6 ms, median 13 ms),
+  so the fastest round of a schedule with ``n`` collectives lies further above the sum of its parts' fastest
+  rounds than a schedule with one. This model sums fastest rounds and does not model that bias (it under-predicts
+  ``chunked`` most);
+* starting behind compute costs little in the fastest round (GEMM then a blocking 512 KB all-reduce: 1.91 ms
+  against 1.55 + 0.51 ms; after 2 ms of sleep instead of compute: +0.8 ms, the idle core's wake-up), and is taken
+  from the chunk probe (``gemm_then_collective``) rather than assumed.
 
 The schedules, from those components (``n`` chunks; ``dW`` the trailing weight-gradient GEMM of a backward
 sublayer; ``extra`` what a concurrent collective adds to a GEMM, ``gemm_with_collective - gemm_chunk``):
