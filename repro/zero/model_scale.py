@@ -128,7 +128,7 @@ def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, st
     blocks: dict[str, list] = {"read": [], "write": []}  # per step: this rank's requests (start, end, bytes)
     for step in range(steps):
         read0, written0 = _moved(tiers)
-        IO_BUSY.reset()
+        IO_BUSY.reset(keep_blocks=True)  # every request's timing, for the split by regime (io_regimes)
         start = time.perf_counter()
         loss = model.loss(ids, labels).mean()
         optimizer.backward(loss)

@@ -114,7 +114,7 @@ def test_raw_bandwidth_uses_the_tiers_io_shape(tmp_path):
 
 
 def test_io_busy_counts_the_time_requests_are_in_flight(tmp_path):
-    aio.IO_BUSY.reset()
+    aio.IO_BUSY.reset(keep_blocks=True)
     tier = NvmeTier(tmp_path)
     tier.create("a", torch.randn(1 << 20))
     tier.flush()
@@ -127,6 +127,11 @@ def test_io_busy_counts_the_time_requests_are_in_flight(tmp_path):
         blocks = aio.IO_BUSY.blocks[direction]
         assert sum(nbytes for _, _, nbytes in blocks) == 4 << 20 and len(blocks) == 4
         assert all(start <= end for start, end, _ in blocks)
+    aio.IO_BUSY.reset()  # off by default: requests are timed but not kept
+    tier = NvmeTier(tmp_path)
+    tier.create("b", torch.randn(1 << 20))
+    tier.close()
+    assert aio.IO_BUSY.blocks["write"] == [] and aio.IO_BUSY.busy_s("write") > 0
 
 
 def test_buffers_are_reused_in_a_steady_state(tmp_path, monkeypatch):
