@@ -211,16 +211,10 @@ def _summary(per_rank: list[dict]) -> dict:
             "write_gbs_io_time": statistics.median(b / t / 1e9 for b, t in zip(written, busy_write) if t),
             "bytes_read_per_step": statistics.median(read), "bytes_written_per_step": statistics.median(written),
         })
-        # the same bytes split by regime (reads alone, writes alone, both at once) over both ranks' requests;
-        # the timed steps pooled (sums of seconds and bytes)
-        split = {regime: {"seconds": 0.0, "read_bytes": 0.0, "write_bytes": 0.0} for regime in REGIMES}
-        for step in timed:
-            parts = split_regimes([b for r in per_rank for b in r["read_blocks"][step]],
-                                  [b for r in per_rank for b in r["write_blocks"][step]])
-            for regime, part in parts.items():
-                for key, value in part.items():
-                    split[regime][key] += value
-        out["regimes"] = regime_bandwidths(split)
+        # the same bytes split by regime (reads alone, writes alone, both at once) over both ranks' requests of
+        # every timed step at once: no request is in flight across a step boundary (each step ends with a flush)
+        out["regimes"] = regime_bandwidths(split_regimes(
+            *([b for r in per_rank for step in timed for b in r[f"{d}_blocks"][step]] for d in ("read", "write"))))
     else:
         read = [sum(r["step_read_bytes"][s] for r in per_rank) for s in timed]
         written = [sum(r["step_write_bytes"][s] for r in per_rank) for s in timed]
