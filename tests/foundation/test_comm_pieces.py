@@ -1,0 +1,53 @@
+"""Collectives issued in pieces over gloo (``repro.dist.comm.GLOO_CHUNK_BYTES``) give what one call gives, bit for
+bit: an all-gather always, a reduce-scatter over two ranks (more ranks keep one call, as gloo's summation order
+depends on the message size)."""
+
+import pytest
+import torch
+
+from repro.dist import comm, init_parallel, spawn
+
+
+def _pieces_vs_one_call(rank: int, world_size: int, piece_bytes: int) -> dict:
+    group = init_parallel().dp
+    torch.manual_seed(rank)
+    n = 3 * piece_bytes // 4 + 17  # three whole pieces and a ragged one
+    # values of very different magnitudes, so that a changed summation order would show in the last bits
+    full = torch.randn(world_size * n) * 10.0 ** torch.randint(-4, 5, (world_size * n,)).float()
+    shard, rows = torch.randn(n), torch.randn(n // 4, 4)
+    got = {}
+    for name, chunk in (("one call", 0), ("pieces", piece_bytes)):
+        comm.GLOO_CHUNK_BYTES = chunk
+        reduced, gathered = torch.empty(n), torch.empty(world_size * n)
+        comm.reduce_scatter_tensor(reduced, full, group, async_op=True).wait()
+        comm.all_gather_into_tensor(gathered, shard, group, async_op=True).wait()
+        blocking = torch.empty(world_size * (n // 4), 4)  # 2-D (rows stacked), a blocking call
+        assert comm.all_gather_into_tensor(blocking, rows, group) is None
+        got[name] = (reduced, gathered, blocking.reshape(-1))
+    pieces = len(comm._piece_bounds(group, shard))
+    comm.GLOO_CHUNK_BYTES = 0
+    one, cut = got["one call"], got["pieces"]
+    return {"pieces": pieces, "reduce_equal": torch.equal(one[0], cut[0]),
+            "gather_equal": torch.equal(one[1], cut[1]) and torch.equal(one[2], cut[2]),
+            "own_shard_in_place": torch.equal(cut[1][rank * n:(rank + 1) * n], shard)}
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_pieces_equal_one_call(world_size):
+    for result in spawn(_pieces_vs_one_call, world_size, 1 << 16):
+        assert result == {"pieces": 4, "reduce_equal": True, "gather_equal": True, "own_shard_in_place": True}
+
+
+def test_piece_bounds_cover_the_shard_in_order():
+    def rank_fn(rank, world_size):
+        groups = init_parallel()
+        comm.GLOO_CHUNK_BYTES = 40
+        bounds = comm._piece_bounds(groups.dp, torch.empty(25))  # 100 bytes: pieces of 10 elements
+        small = comm._piece_bounds(groups.dp, torch.empty(10))
+        comm.GLOO_CHUNK_BYTES = 0
+        off = comm._piece_bounds(groups.dp, torch.empty(25))
+        return bounds, small, off
+
+    for bounds, small, off in spawn(rank_fn, 2):
+        assert bounds == [(0, 10), (10, 20), (20, 25)]
+        assert small is None and off is None
