@@ -15,6 +15,8 @@ Reported:
 * the largest size each trained (within the cap, on this machine);
 * step time (median of the 3 timed steps, the slower rank) at every size both trained, and the ratio
   repro / DeepSpeed at the largest common size (goal: at most 1.0), separate runs, run back to back;
+* the same step time for repro with gloo collectives in one call (``REPRO_GLOO_CHUNK_BYTES=0``): repro issues
+  them in pieces of 4 MiB per rank, which this machine's gloo moves ~2x faster; DeepSpeed issues whole ones;
 * peak RSS per rank, over the whole run (construction included) and over the training steps (goal: repro's no
   larger than DeepSpeed's);
 * the disk traffic of each framework from ``/proc/self/io`` (bytes that reached the block layer, both ranks)
@@ -56,7 +58,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 deepspeed = pytest.importorskip("deepspeed")
 
-from repro.dist import init_parallel, spawn  # noqa: E402
+from repro.dist import comm, init_parallel, spawn  # noqa: E402
 from repro.dist.spawn import SpawnError  # noqa: E402
 from repro.models import GPTConfig, GPTModel  # noqa: E402
 from repro.zero.measure import nvme_dir, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
@@ -69,6 +71,9 @@ VOCAB, SEQ, MICRO_BATCH, LR, STEPS, WARMUP = 1000, 32, 1, 1e-5, 4, 1
 BUCKET = 20_000_000
 PARAM_BUFFERS = 8  # DeepSpeed's parameter swap buffers, each of the largest parameter's size
 CAP_S = float(os.environ.get("ZERO_SCALE_BENCH_CAP_S", 2700))
+#: also run repro at the largest common size with gloo collectives in one call (``repro.dist.comm``'s pieces off),
+#: to show how much of the step-time ratio comes from issuing them in pieces, which DeepSpeed does not do
+ABLATION = os.environ.get("ZERO_SCALE_BENCH_ABLATION", "1") != "0"
 #: (hidden, layers): ~0.10B, ~0.30B, ~1.0B, ~2.0B, ~4.0B parameters (ZERO_SCALE_BENCH_LADDER="1024x8,2048x6"
 #: overrides); 4.0B is the size the issue asks repro to train (model states 64 GB, 2.7x this machine's memory)
 LADDER = [tuple(int(v) for v in item.split("x")) for item in
@@ -107,9 +112,12 @@ def _deepspeed_extra_bytes(config: GPTConfig) -> int:
     return PARAM_BUFFERS * 4 * _largest_param(config) + 4 * 4 * BUCKET
 
 
-def _repro_run(rank: int, world_size: int, config: GPTConfig, path: str) -> dict:
+def _repro_run(rank: int, world_size: int, config: GPTConfig, path: str,
+               gloo_chunk_bytes: int | None = None) -> dict:
     groups = init_parallel()
     torch.set_num_threads(1)
+    if gloo_chunk_bytes is not None:  # the ablation: collectives in one call (0) instead of pieces
+        comm.GLOO_CHUNK_BYTES = gloo_chunk_bytes
     start = time.perf_counter()
     io0 = _io_bytes()
     got = scale_run(config, placement("nvme", path, BUCKET), groups, steps=STEPS, micro_batch=MICRO_BATCH,
@@ -226,13 +234,13 @@ def _summary(per_rank: list[dict]) -> dict:
     return out
 
 
-def _try(framework: str, config: GPTConfig, root: str) -> dict:
+def _try(framework: str, config: GPTConfig, root: str, *extra) -> dict:
     """One size for one framework in fresh processes: its summary, or why it did not train."""
     path = tempfile.mkdtemp(prefix=f"{framework}-", dir=root)
     fn = _repro_run if framework == "repro" else _deepspeed_run
     begin = time.perf_counter()
     try:
-        per_rank = spawn(fn, 2, config, path, timeout_s=CAP_S)
+        per_rank = spawn(fn, 2, config, path, *extra, timeout_s=CAP_S)
         got = _summary(per_rank)
         got["trained"] = True
     except SpawnError as err:
@@ -284,10 +292,18 @@ def test_zero_infinity_scale_vs_deepspeed(benchmark):
                     f"{[round(v, 4) for v in row[framework]['losses']]}" if row[framework].get("trained")
                     else row[framework]["why"][-300:]), flush=True)
             ladder.append(row)
+        common = [r for r in ladder if r["repro"].get("trained") and r["deepspeed"].get("trained")]
+        ablation = None
+        if common and ABLATION:
+            top = common[-1]
+            ablation = _try("repro", _config(top["hidden"], top["layers"]), root, 0)
+            print(f"\n{top['psi'] / 1e9:.2f}B repro, gloo collectives in one call: " + (
+                f"step {ablation['step_s_median']:.1f} s" if ablation.get("trained") else ablation["why"][-300:]),
+                flush=True)
         raw_after = raw_disk_bandwidth(root, 1 << 30)
-        return ladder, raw_before, raw_after
+        return ladder, ablation, raw_before, raw_after
 
-    ladder, raw_before, raw_after = benchmark.pedantic(run, rounds=1, iterations=1)
+    ladder, ablation, raw_before, raw_after = benchmark.pedantic(run, rounds=1, iterations=1)
     raw = {d: statistics.mean([raw_before[f"{d}_gbs"], raw_after[f"{d}_gbs"]])
            for d in ("read", "write", "mixed_read", "mixed_write")}
     largest = {f: max([r["psi"] for r in ladder if r[f].get("trained")], default=0) for f in ("repro", "deepspeed")}
@@ -318,6 +334,10 @@ def test_zero_infinity_scale_vs_deepspeed(benchmark):
             info[f"repro_{d}_over_raw_io_time"] = ours[f"{d}_gbs_io_time"] / raw[d]
         # per regime, against the raw drive in the same regime: alone against one direction's raw pass, both
         # against the pass that runs reads and writes at once
+        if ablation is not None and ablation.get("trained"):
+            info["repro_one_call_collectives_step_s"] = ablation["step_s_median"]
+            info["repro_one_call_collectives_ratio"] = ablation["step_s_median"] / theirs["step_s_median"]
+            info["repro_one_call_collectives"] = ablation
         regimes = ours["regimes"]
         info["repro_regimes"] = regimes
         for key, reference in (("read_alone", "read"), ("write_alone", "write"), ("read_both", "mixed_read"),
