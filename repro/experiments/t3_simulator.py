@@ -100,7 +100,7 @@ def _layer_rows(gpu, fitted, *, gemm_speed: float = 1.0) -> list[dict]:
 def _cpu_rows() -> list[dict]:
     """Predict the newest ``t3_overlap`` ci timing point from components of this machine measured now
     (``t3sim.cpu``: each component alone, timed as ``t3_overlap`` times its modes; no schedule is fitted)."""
-    from repro.experiments.t3_overlap import EXPERIMENT as OVERLAP
+    from repro.experiments.t3_overlap import EXPERIMENT as OVERLAP, WARMUP_ROUNDS
     from repro.overlap.t3sim.cpu import CpuSublayer, predict_all
     from repro.overlap.timing import transformer_sublayers
     from repro.results import load_rows
@@ -111,7 +111,9 @@ def _cpu_rows() -> list[dict]:
     subs = [CpuSublayer(name, specs[name].parallel, specs[name].in_features, specs[name].out_features,
                         int(params["tokens"]), tp, int(chunks)) for name in params["sublayers"]
             for chunks in params["chunks"]]
-    predicted, components = predict_all(subs, world_size=tp)
+    # as many rounds as t3_overlap keeps its fastest of: the fastest of more rounds lies lower, so components
+    # summarised over more rounds than the measurement would under-predict it by that alone
+    predicted, components = predict_all(subs, world_size=tp, rounds=int(params["rounds"]), warmup=WARMUP_ROUNDS)
     measured = load_rows(experiments=["t3_overlap"], scale="ci")
     measured = measured[measured["point"] == point.name] if len(measured) else measured
     rows = []
