@@ -168,7 +168,7 @@ def _timed(fn: Callable[[], None], group: CommGroup, prepare: Callable[[], None]
     return time.perf_counter() - start
 
 
-def _modes(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, seed: int,
+def mode_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, seed: int,
            device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32):
     """``{mode: (prepare, run)}`` closures for one sublayer on this rank. Layers are built on the CPU from ``seed``
     (the same weights whatever the device) and moved to ``device`` and ``dtype`` before their twins share them."""
@@ -290,7 +290,7 @@ def time_sublayer(
         raise ValueError(f"tokens={tokens} must be >= 1")
     group = dataclasses.replace(group, ledger=CollectiveLedger())
     device = torch.device(device)
-    modes = _modes(spec, group, tokens, num_chunks, seed, device, dtype)
+    modes = mode_cases(spec, group, tokens, num_chunks, seed, device, dtype)
     per_round = time_cases({mode: modes[mode] for mode in MODES}, group, rounds=rounds, warmup=warmup,
                            device=device)  # [modes, rounds]
     fastest = per_round.min(dim=1).values.tolist()

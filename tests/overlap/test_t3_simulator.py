@@ -135,3 +135,19 @@ def test_component_cases_run_on_one_rank(parallel):
     for prepare, run in cases.values():
         assert prepare is None
         run()
+
+
+def test_paired_calibration_times_the_modes_in_the_same_rounds():
+    """``paired=True``: t3_overlap's own modes are timed beside the components; ``of`` keeps only the components
+    (what the prediction uses), ``modes_of`` the modes."""
+    from repro.overlap.t3sim.cpu_components import calibrate_components
+    from repro.overlap.timing import MODES
+
+    subs = [CpuSublayer("OP", "row", 64, 64, 32, 2, 2), CpuSublayer("IP", "column", 64, 192, 32, 2, 2)]
+    paired = calibrate_components(subs, world_size=2, rounds=1, warmup=0, paired=True)
+    plain = calibrate_components(subs, world_size=2, rounds=1, warmup=0)
+    for sub in subs:
+        assert set(paired.of(sub.name, 2)) == set(plain.of(sub.name, 2))
+        assert set(paired.modes_of(sub.name, 2)) == set(MODES)
+        assert all(v > 0 for v in paired.modes_of(sub.name, 2).values())
+        assert plain.modes_of(sub.name, 2) == {}

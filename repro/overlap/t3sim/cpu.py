@@ -95,8 +95,9 @@ def predict_components(sub: CpuSublayer, c: dict[str, float]) -> dict[str, float
             "chunked": chunked, "overlapped": pipeline + tail + elementwise}
 
 
-def predict_all(subs, *, world_size: int, rounds: int = 9,
-                warmup: int = 2) -> tuple[dict[str, dict[str, float]], ComponentTimes]:
-    """Calibrate the components of every sublayer at once (interleaved round by round), then predict each."""
-    times = calibrate_components(subs, world_size=world_size, rounds=rounds, warmup=warmup)
+def predict_all(subs, *, world_size: int, rounds: int = 9, warmup: int = 2,
+                paired: bool = False) -> tuple[dict[str, dict[str, float]], ComponentTimes]:
+    """Calibrate the components of every sublayer at once (interleaved round by round), then predict each;
+    ``paired`` also times ``t3_overlap``'s modes in the same rounds (``ComponentTimes.modes_of``)."""
+    times = calibrate_components(subs, world_size=world_size, rounds=rounds, warmup=warmup, paired=paired)
     return {sub.name: predict_components(sub, times.of(sub.name, sub.num_chunks)) for sub in subs}, times

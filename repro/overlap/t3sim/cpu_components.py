@@ -21,6 +21,12 @@ where the layers allocate them, and every collective blocking:
 
 None of these is a mode of ``t3_overlap`` (no sublayer's sequential, chunked or overlapped schedule is timed);
 ``gemm_full`` and ``collective_full`` are the same calls as its ``gemm`` and ``comm`` modes, measured again here.
+
+``paired=True`` also times ``t3_overlap``'s own modes (``repro.overlap.timing.mode_cases``, the same closures) in
+the same rounds, right after each sublayer's components: a measurement to compare the prediction with, taken
+under the same load. This machine's timing floor drifts: in one process, the same OP GEMM call's fastest of 20
+rounds was 1.85 ms, then 3.0 ms a minute later (2026-11-24), so a prediction compared with a measurement taken at
+another time inherits that drift. The modes are never used by the prediction.
 """
 
 from __future__ import annotations
@@ -50,6 +56,15 @@ class ComponentTimes:
     warmup: int
 
     def of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
+        """The components (without the paired modes)."""
+        return {k: v for k, v in self.all_of(sublayer, num_chunks).items() if not k.startswith(MODE_PREFIX)}
+
+    def modes_of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
+        """``t3_overlap``'s modes timed in the same rounds (``paired``; empty otherwise)."""
+        return {k[len(MODE_PREFIX):]: v for k, v in self.all_of(sublayer, num_chunks).items()
+                if k.startswith(MODE_PREFIX)}
+
+    def all_of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
         return dict(dict(self.seconds)[(sublayer, num_chunks)])
 
 
@@ -165,10 +180,17 @@ def row_sp_cases(in_features: int, out_features: int, group: CommGroup, tokens: 
 CASES = {"row": row_cases, "column": column_cases, "row_sp": row_sp_cases}
 
 
-def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: int) -> ComponentTimes:
-    """On every rank: all components of all sublayers, interleaved round by round as ``t3_overlap`` does."""
+#: prefix of ``t3_overlap``'s own modes when they are timed in the same rounds as the components (``paired``)
+MODE_PREFIX = "mode:"
+
+
+def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: int,
+                  paired: bool = False) -> ComponentTimes:
+    """On every rank: all components of all sublayers, interleaved round by round as ``t3_overlap`` does.
+    ``paired``: ``t3_overlap``'s modes of each sublayer (``repro.overlap.timing``'s very closures) are timed in
+    the same rounds, right after the sublayer's components, under the keys ``mode:<mode>``."""
     from repro.dist import init_parallel
-    from repro.overlap.timing import time_cases
+    from repro.overlap.timing import MODES, SublayerSpec, mode_cases, time_cases
 
     group = init_parallel(tp=world_size).tp
     torch.manual_seed(0)
@@ -176,6 +198,10 @@ def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: 
     for sub in subs:
         built = CASES[sub.parallel](sub.in_features, sub.out_features, group, sub.tokens, sub.num_chunks)
         cases.update({f"{sub.name}|{sub.num_chunks}|{name}": case for name, case in built.items()})
+        if paired:
+            spec = SublayerSpec(sub.name, sub.parallel, sub.in_features, sub.out_features)
+            modes = mode_cases(spec, group, sub.tokens, sub.num_chunks, seed=0)
+            cases.update({f"{sub.name}|{sub.num_chunks}|{MODE_PREFIX}{mode}": modes[mode] for mode in MODES})
     per_round = time_cases(cases, group, rounds=rounds, warmup=warmup)
     fastest = per_round.min(dim=1).values.tolist()
     seconds: dict[tuple[str, int], dict[str, float]] = {}
@@ -185,9 +211,12 @@ def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: 
     return ComponentTimes(tuple((k, tuple(v.items())) for k, v in seconds.items()), rounds, warmup)
 
 
-def calibrate_components(subs, *, world_size: int, rounds: int = 9, warmup: int = 2) -> ComponentTimes:
+def calibrate_components(subs, *, world_size: int, rounds: int = 9, warmup: int = 2,
+                         paired: bool = False) -> ComponentTimes:
     """Measure every component of ``subs`` (``cpu.CpuSublayer``) on ``world_size`` local gloo ranks, one compute
-    thread each (as ``repro run`` spawns ``t3_overlap``'s ranks)."""
+    thread each (as ``repro run`` spawns ``t3_overlap``'s ranks); ``paired`` also times ``t3_overlap``'s modes in
+    the same rounds (``mode:*`` keys)."""
     from repro.dist.spawn import spawn
 
-    return spawn(_measure_rank, world_size, tuple(subs), rounds, warmup, backend="gloo", timeout_s=600)[0]
+    return spawn(_measure_rank, world_size, tuple(subs), rounds, warmup, paired, backend="gloo",
+                 timeout_s=600)[0]
