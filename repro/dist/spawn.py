@@ -63,7 +63,7 @@ def free_port() -> int:
 
 def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, args, kwargs):  # pragma: no cover
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     try:

@@ -17,7 +17,6 @@ reproductions of its V100 numbers (those are in ``megatron_weak_scaling``, from 
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
@@ -25,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from repro.dist import comm, init_parallel
+from repro.dist.affinity import one_core_per_rank
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.models import GPTConfig, GPTModel
 from repro.perfmodel.flops import gpt_flops_per_iteration
@@ -103,21 +103,13 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     GEMM shape, RNG, GELU, bandwidth, op overhead) and the all-reduce measured on all ranks at once, plus the
     per-layer and per-step time they do not explain, fitted to 1- and 3-layer versions of the model; the swept
     model's own steps are never used by the prediction. All three models are timed interleaved."""
-    threads, cores = torch.get_num_threads(), _cores()
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    if cores and ctx.world_size <= len(cores):  # pin rank r to a core of its own, as srun --cpu-bind does
-        os.sched_setaffinity(0, {cores[ctx.rank]})
     try:
-        return _run_point(point, ctx)
+        with one_core_per_rank(ctx.rank, ctx.world_size):  # as srun --cpu-bind does
+            return _run_point(point, ctx)
     finally:
         torch.set_num_threads(threads)
-        if cores:
-            os.sched_setaffinity(0, set(cores))
-
-
-def _cores() -> list[int]:
-    """The cores this process may run on (empty where the OS cannot pin processes)."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def _run_point(point: Point, ctx: RunContext) -> list[dict]:

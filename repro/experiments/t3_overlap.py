@@ -7,7 +7,8 @@ next chunk computes. Two kinds of points:
 * ``exactness``: each overlapped sublayer, and a whole transformer layer with all four swapped, against the plain
   Megatron layers: worst relative error of output and gradients, and the bytes each puts on the wire.
 * ``timing``: each sublayer timed as GEMM alone, collective alone, sequential (the plain layer), chunked without
-  overlap, and overlapped (``repro.overlap.timing``), on gloo ranks sharing this machine's cores.
+  overlap, and overlapped (``repro.overlap.timing``), on gloo ranks sharing this machine's cores, each rank's
+  compute thread pinned to a core of its own where there are enough (``repro.dist.affinity``; gloo's threads float).
 
 What does not: every T3 speedup and data-movement number comes from an Accel-Sim model of an 80-CU GPU whose
 collectives run on DMA engines with near-memory reduction (NMC) and memory-controller arbitration (MCA). Neither
@@ -26,6 +27,7 @@ import torch
 
 from repro.claims import not_run
 from repro.dist import init_parallel
+from repro.dist.affinity import one_core_per_rank
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig
 from repro.models.transformer import TransformerLayer
@@ -105,17 +107,19 @@ def _timing_rows(point: Point, ctx: RunContext) -> list[dict]:
     params = point.params
     specs = transformer_sublayers(int(params["hidden"]))
     rows = []
-    for name in params["sublayers"]:
-        for num_chunks in params["chunks"]:
-            timing = time_sublayer(specs[name], groups.tp, tokens=int(params["tokens"]), num_chunks=int(num_chunks),
-                                   rounds=int(params["rounds"]), warmup=WARMUP_ROUNDS)
-            common = {"sublayer": name, "pass": timing.timed_pass, "tp": timing.tp_size, "num_chunks": num_chunks,
-                      "hidden": int(params["hidden"]), "tokens": timing.tokens, "rounds": timing.rounds,
-                      "loadavg_1min": os.getloadavg()[0], "backend": "gloo", "cpu_count": os.cpu_count()}
-            for metric, (field, scale, unit) in TIMING_METRICS.items():
-                value = getattr(timing, field) * scale
-                rows.append({"metric": metric, "value": None if math.isnan(value) else value, "unit": unit,
-                             **common})
+    with one_core_per_rank(ctx.rank, ctx.world_size) as core:  # each rank's compute thread on a core of its own
+        for name in params["sublayers"]:
+            for num_chunks in params["chunks"]:
+                timing = time_sublayer(specs[name], groups.tp, tokens=int(params["tokens"]),
+                                       num_chunks=int(num_chunks), rounds=int(params["rounds"]), warmup=WARMUP_ROUNDS)
+                common = {"sublayer": name, "pass": timing.timed_pass, "tp": timing.tp_size, "num_chunks": num_chunks,
+                          "hidden": int(params["hidden"]), "tokens": timing.tokens, "rounds": timing.rounds,
+                          "loadavg_1min": os.getloadavg()[0], "backend": "gloo", "cpu_count": os.cpu_count(),
+                          "pinned": core is not None}
+                for metric, (field, scale, unit) in TIMING_METRICS.items():
+                    value = getattr(timing, field) * scale
+                    rows.append({"metric": metric, "value": None if math.isnan(value) else value, "unit": unit,
+                                 **common})
     return rows
 
 

@@ -127,6 +127,23 @@ def test_cpu_model_backward_trails_the_weight_gradient():
     assert sub.message_bytes == 2048 * 256 * 4
 
 
+def test_cpu_model_sums_each_round_and_keeps_the_fastest_sum():
+    """Parts whose fastest rounds differ: the schedule is the fastest per-round sum, not the sum of fastest rounds
+    (which assumes every part was lucky in the same round)."""
+    sub = CpuSublayer("OP", "row", 256, 256, 2048, 2, 4)
+    rounds = {k: (v, v) for k, v in _COMPONENTS.items()}
+    rounds["linear_full"] = (4.5, 6.0)      # fastest in round 1
+    rounds["collective_full"] = (3.0, 2.0)  # fastest in round 2
+    p = predict_components(sub, rounds)
+    # round 1: 4.5 + 3.0, round 2: 6.0 + 2.0 (+ penalty 0.3 and bias 0.3 in both); fastest rounds summed: 6.5 + 0.6
+    assert p["sequential"] == pytest.approx(4.5 + 3.0 + 0.3 + 0.3)
+    assert p["comm"] == 2.0
+    same = predict_components(sub, {k: (v, v) for k, v in _COMPONENTS.items()})
+    assert same == pytest.approx(predict_components(sub, _COMPONENTS))  # identical rounds: the closed forms
+    with pytest.raises(ValueError, match="round counts"):
+        predict_components(sub, dict(rounds, bias=(0.3,)))
+
+
 @pytest.mark.parametrize("parallel", ["row", "column", "row_sp"])
 def test_component_cases_run_on_one_rank(parallel):
     cases = CASES[parallel](64, 128, CommGroup.single(), 32, 4)
@@ -151,3 +168,6 @@ def test_paired_calibration_times_the_modes_in_the_same_rounds():
         assert set(paired.modes_of(sub.name, 2)) == set(MODES)
         assert all(v > 0 for v in paired.modes_of(sub.name, 2).values())
         assert plain.modes_of(sub.name, 2) == {}
+        every = paired.rounds_of(sub.name, 2)  # every round kept, the modes left out
+        assert set(every) == set(plain.of(sub.name, 2)) and all(len(v) == 1 for v in every.values())
+        assert paired.of(sub.name, 2) == {k: min(v) for k, v in every.items()}

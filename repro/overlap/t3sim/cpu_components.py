@@ -6,12 +6,15 @@ thread per rank, round after round, keeping each mode's fastest round of the slo
 (``repro.perfmodel.cpu``) measures another regime: there the 2048-token GEMMs ran 1.3-2.4x faster than in
 ``t3_overlap``, and its all-reduce latency came from a GEMM / all-reduce pattern whose cost includes rank skew.
 So the components here are measured with the very same timer (:func:`repro.overlap.timing.time_cases`: barrier,
-one call, slowest rank, fastest of ``rounds`` after ``warmup``), the modes' own tensors and layouts, fresh outputs
-where the layers allocate them, and every collective blocking:
+one call, slowest rank, ``rounds`` rounds after ``warmup``, every round kept for ``cpu``'s round-by-round sums),
+on ranks run as ``t3_overlap`` runs them (one compute thread each, pinned to a core of its own where there are
+enough: ``repro.dist.affinity``), the modes' own tensors and layouts, fresh outputs where the layers allocate them,
+and every collective blocking:
 
 * each GEMM of a sublayer, whole and chunk-sized, into a preallocated output (``gemm_full``, ``gemm_chunk``) and
   as the layer runs it with a fresh output (``linear_full``; backward: ``weight_grad``, the dW GEMM);
-* its element-wise work: the bias add of a forward sublayer, the bias-gradient sum of a backward one;
+* its element-wise work: the bias add of a forward sublayer (on the whole output, or this rank's shard of it
+  with sequence parallelism), the bias-gradient sum of a backward one;
 * its collective alone, whole and chunk-sized (``collective_full``, ``collective_chunk``), and ``num_chunks``
   chunk-sized collectives back to back (``collective_train``), blocking and asynchronous (``collective_async``:
   all launched, then all waited for);
@@ -38,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from repro.dist import comm
+from repro.dist.affinity import one_core_per_rank
 from repro.dist.comm import CommGroup
 from repro.overlap.chunking import row_chunks, sequence_chunk_shape
 from repro.overlap.row_parallel import wait_all
@@ -48,23 +52,27 @@ Case = tuple[Callable[[], None] | None, Callable[[], None]]
 
 @dataclass(frozen=True)
 class ComponentTimes:
-    """Measured seconds of each component of each sublayer: ``seconds[(sublayer, num_chunks)][component]``
-    (fastest round of the slowest rank, as ``t3_overlap`` summarises its modes)."""
+    """Measured seconds of each component of each sublayer, every round kept (each round's time the slowest
+    rank's): ``seconds[(sublayer, num_chunks)][component]`` is a tuple of ``rounds`` values, in round order."""
 
-    seconds: tuple[tuple[tuple[str, int], tuple[tuple[str, float], ...]], ...]
+    seconds: tuple[tuple[tuple[str, int], tuple[tuple[str, tuple[float, ...]], ...]], ...]
     rounds: int
     warmup: int
 
     def of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
-        """The components (without the paired modes)."""
-        return {k: v for k, v in self.all_of(sublayer, num_chunks).items() if not k.startswith(MODE_PREFIX)}
+        """Each component's fastest round (as ``t3_overlap`` summarises its modes), without the paired modes."""
+        return {k: min(v) for k, v in self.rounds_of(sublayer, num_chunks).items()}
+
+    def rounds_of(self, sublayer: str, num_chunks: int) -> dict[str, tuple[float, ...]]:
+        """Each component's seconds in every round (what the prediction composes), without the paired modes."""
+        return {k: v for k, v in self._all(sublayer, num_chunks).items() if not k.startswith(MODE_PREFIX)}
 
     def modes_of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
-        """``t3_overlap``'s modes timed in the same rounds (``paired``; empty otherwise)."""
-        return {k[len(MODE_PREFIX):]: v for k, v in self.all_of(sublayer, num_chunks).items()
+        """``t3_overlap``'s modes timed in the same rounds, fastest round each (``paired``; empty otherwise)."""
+        return {k[len(MODE_PREFIX):]: min(v) for k, v in self._all(sublayer, num_chunks).items()
                 if k.startswith(MODE_PREFIX)}
 
-    def all_of(self, sublayer: str, num_chunks: int) -> dict[str, float]:
+    def _all(self, sublayer: str, num_chunks: int) -> dict[str, tuple[float, ...]]:
         return dict(dict(self.seconds)[(sublayer, num_chunks)])
 
 
@@ -166,11 +174,12 @@ def row_sp_cases(in_features: int, out_features: int, group: CommGroup, tokens: 
     partial = chunk_rows(x5, 0) @ weight.t()  # [tp * L, out]
     chunks = [partial.clone() for _ in range(n)]
     outs = [torch.empty(length, out_features) for _ in range(n)]
+    shard = torch.empty(tokens // tp, out_features)
     cases = {
         "gemm_full": (None, lambda: torch.matmul(x[0], weight.t(), out=full)),
         "gemm_chunk": (None, lambda: chunk_rows(x5, 0) @ weight.t()),
         "linear_full": (None, lambda: F.linear(x[0], weight)),
-        "bias": (None, lambda: outs[0] + bias),
+        "bias": (None, lambda: shard + bias),  # the layer adds its bias to this rank's whole shard
     }
     cases.update(_collective_cases("row_sp", group, full, chunks, outs))
     cases.update(_probe_cases("row_sp", group, cases["gemm_chunk"][1], chunks[0], outs[0]))
@@ -190,9 +199,15 @@ def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: 
     ``paired``: ``t3_overlap``'s modes of each sublayer (``repro.overlap.timing``'s very closures) are timed in
     the same rounds, right after the sublayer's components, under the keys ``mode:<mode>``."""
     from repro.dist import init_parallel
-    from repro.overlap.timing import MODES, SublayerSpec, mode_cases, time_cases
 
     group = init_parallel(tp=world_size).tp
+    with one_core_per_rank(rank, world_size):  # as t3_overlap's timing point runs its ranks
+        return _measure(group, subs, rounds, warmup, paired)
+
+
+def _measure(group: CommGroup, subs: tuple, rounds: int, warmup: int, paired: bool) -> ComponentTimes:
+    from repro.overlap.timing import MODES, SublayerSpec, mode_cases, time_cases
+
     torch.manual_seed(0)
     cases: dict[str, Case] = {}
     for sub in subs:
@@ -202,12 +217,11 @@ def _measure_rank(rank: int, world_size: int, subs: tuple, rounds: int, warmup: 
             spec = SublayerSpec(sub.name, sub.parallel, sub.in_features, sub.out_features)
             modes = mode_cases(spec, group, sub.tokens, sub.num_chunks, seed=0)
             cases.update({f"{sub.name}|{sub.num_chunks}|{MODE_PREFIX}{mode}": modes[mode] for mode in MODES})
-    per_round = time_cases(cases, group, rounds=rounds, warmup=warmup)
-    fastest = per_round.min(dim=1).values.tolist()
-    seconds: dict[tuple[str, int], dict[str, float]] = {}
-    for key, value in zip(cases, fastest):
+    per_round = time_cases(cases, group, rounds=rounds, warmup=warmup).tolist()  # [cases, rounds]
+    seconds: dict[tuple[str, int], dict[str, tuple[float, ...]]] = {}
+    for key, values in zip(cases, per_round):
         name, chunks, component = key.split("|")
-        seconds.setdefault((name, int(chunks)), {})[component] = value
+        seconds.setdefault((name, int(chunks)), {})[component] = tuple(values)
     return ComponentTimes(tuple((k, tuple(v.items())) for k, v in seconds.items()), rounds, warmup)
 
 
