@@ -22,10 +22,15 @@ collectives, and one chunk's GEMM beside its collective; no schedule is measured
 two measurements of ``t3_overlap``'s modes: ``paired_measured_ms``, the modes' own closures timed in the
 calibration's rounds (same load), and ``measured_ms``, the newest ``t3_overlap`` run. The second inherits this
 machine's drift: the same OP GEMM call's fastest of 20 rounds was 1.85 ms, then 3.0 ms a minute later, in one
-process. Two paired runs on 2026-11-24, predicted/paired, sequential OP, FC-2, IP, FC-1, FC-2/RS: 0.75, 0.80,
-0.95, 0.87, 1.02 and 0.85, 0.65, 0.88, 0.86, 0.88; overlapped: 0.90, 1.09, 0.91, 1.02, 0.85 and 0.94, 0.94, 0.87,
-0.93, 1.01. 9 of 10 within 20 % in each, a different sequential schedule missing (OP, then FC-2): the model
-under-predicts the sequential layers by 0-35 % (against the newest t3_overlap run: 6 of 10, then 3 of 10).
+process. Since 2026-11-24 (d5b831f) each schedule is summed round by round and each rank's compute thread is pinned
+to its own core (``t3sim.cpu`` says why, and on which development runs that was chosen). The committed run at
+d5b831f (clean tree), predicted/paired, sequential OP, FC-2, IP, FC-1, FC-2/RS: 1.08, 0.79, 1.01, 0.96, 1.00;
+overlapped: 1.19, 0.93, 0.98, 0.93, 1.05: 9 of 10 within 20 %, FC-2 sequential 1 % outside; against the newest
+``t3_overlap`` run (pinned, 13 s before): 7 of 10. In 8 development runs (4 with the probe that preceded this code at 20
+rounds, 4 with this code at 40) the same ten ratios were all within 20 % in 6 runs, 9 of 10 in 2; each schedule's
+ratio moves by up to +-15 % from run to run (FC-2 sequential 0.87 to 1.20), the measurement's own spread, so which
+one lands outside changes. Before (fastest rounds summed, unpinned), two runs: 9 of 10 each, the sequential layers under-predicted by
+0-35 %.
 """
 
 from __future__ import annotations
