@@ -26,11 +26,11 @@ process. Since 2026-11-24 (d5b831f) each schedule is summed round by round and e
 to its own core (``t3sim.cpu`` says why, and on which development runs that was chosen). The committed run at
 d5b831f (clean tree), predicted/paired, sequential OP, FC-2, IP, FC-1, FC-2/RS: 1.08, 0.79, 1.01, 0.96, 1.00;
 overlapped: 1.19, 0.93, 0.98, 0.93, 1.05: 9 of 10 within 20 %, FC-2 sequential 1 % outside; against the newest
-``t3_overlap`` run (pinned, 13 s before): 7 of 10. In 8 development runs (4 with the probe that preceded this code at 20
-rounds, 4 with this code at 40) the same ten ratios were all within 20 % in 6 runs, 9 of 10 in 2; each schedule's
-ratio moves by up to +-15 % from run to run (FC-2 sequential 0.87 to 1.20), the measurement's own spread, so which
-one lands outside changes. Before (fastest rounds summed, unpinned), two runs: 9 of 10 each, the sequential layers under-predicted by
-0-35 %.
+``t3_overlap`` run (pinned, 13 s before): 7 of 10. In 8 development runs (4 with the probe that preceded this code
+at 20 rounds, 4 with this code at 40) the same ten ratios were all within 20 % in 6 runs, 9 of 10 in 2; each
+schedule's ratio moves by up to +-15 % from run to run (FC-2 sequential 0.87 to 1.20), the measurement's own spread,
+so which one lands outside changes. Before (fastest rounds summed, unpinned), two runs: 9 of 10 each, the sequential
+layers under-predicted by 0-35 %.
 """
 
 from __future__ import annotations

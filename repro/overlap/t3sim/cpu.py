@@ -1,11 +1,11 @@
 """The same schedules on this machine: predict ``t3_overlap``'s CPU measurement of the overlapped sublayers.
 
-This CPU is described by components measured the way ``t3_overlap`` runs them (``cpu_components``: one call
-after a barrier on both ranks, one compute thread each pinned to its own core, the slowest rank's time, every round
-kept): the sublayer's GEMMs
-whole and chunk-sized, its element-wise work, its collective whole and chunk-sized, and two probes of one chunk:
-its GEMM followed by its blocking collective, and its GEMM while a collective of its size is in flight. No
-sequential, chunked or overlapped schedule of a sublayer is measured or fitted; the schedules are composed here.
+This CPU is described by components measured the way ``t3_overlap`` runs them (``cpu_components``: one call after a
+barrier on both ranks, one compute thread each pinned to its own core, the slowest rank's time, every round kept):
+the sublayer's GEMMs whole and chunk-sized, its element-wise work, its collective whole and chunk-sized, and two
+probes of one chunk: its GEMM followed by its blocking collective, and its GEMM while a collective of its size is in
+flight. No sequential, chunked or overlapped schedule of a sublayer is measured or fitted; the schedules are
+composed here.
 
 A CPU has no DMA engine and no near-memory reduction: gloo's threads (a worker that runs the collective's
 algorithm and reduction, a loop that reads the sockets) copy and reduce the data on the cores the GEMMs use (two
