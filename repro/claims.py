@@ -9,7 +9,8 @@
   by its unit and wording: FLOP/s, runtimes, efficiencies, trained-model scores);
 * ``not run``: an experiment maps it but has no rows yet, or no experiment maps it.
 
-Experiments build their :class:`ClaimCheck` rows with :func:`check_value`, :func:`not_run` and :func:`needs_gpu`.
+Experiments build their :class:`ClaimCheck` rows with :func:`check_value` (:func:`check_range` for a claim the
+paper gives as a range), :func:`not_run` and :func:`needs_gpu`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
 from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
-from repro.paper import PAPER_TITLES, load_claims, paper_value
+from repro.paper import PAPER_TITLES, load_claims, paper_range, paper_value
 
 REPORT_COLUMNS = [
     "paper", "claim_id", "quantity", "setting", "unit", "paper_value", "reproduced_value", "tolerance", "verdict",
@@ -67,6 +68,28 @@ def check_value(
 
 
 builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
+
+
+def check_range(
+    paper: str, claim_id: str, value: float | None, *, evidence: str, abs: float = 0.0, note: str = "",
+    claims: pd.DataFrame | None = None,
+) -> ClaimCheck:
+    """Compare ``value`` with a claim the paper gives as a range (``'40-45'``): reproduced when
+    ``low - abs <= value <= high + abs``; otherwise as :func:`check_value` (``not run`` for None, never counted
+    for a configuration or fitted value)."""
+    _check_evidence(evidence)
+    if abs < 0:
+        raise ValueError(f"tolerances must be >= 0, got abs={abs!r}")
+    low, high = paper_range(paper, claim_id, claims)
+    tolerance = f"in [{low:g}, {high:g}]" + (f" ±{abs:g}" if abs else "")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
+    close = low - abs <= float(value) <= high + abs
+    if evidence in NOT_COUNTED_EVIDENCE:
+        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
+        note = f"{what}; {'within' if close else 'outside'} the paper's range" + (f"; {note}" if note else "")
+        return ClaimCheck(paper, claim_id, float(value), tolerance, "not counted", note, evidence)
+    return ClaimCheck(paper, claim_id, float(value), tolerance, "reproduced" if close else "differs", note, evidence)
 
 
 def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:

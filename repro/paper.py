@@ -42,6 +42,18 @@ def parse_value(text: object) -> float:
         return float("nan")
 
 
+_RANGE = re.compile(r"^\s*(-?[0-9.]+)\s*-\s*([0-9.]+)\s*$")
+
+
+def parse_range(text: object) -> tuple[float, float] | None:
+    """The bounds of a range cell (``'40-45'`` -> ``(40.0, 45.0)``), None for anything else."""
+    match = _RANGE.match(str(text)) if isinstance(text, str) else None
+    if match is None:
+        return None
+    low, high = float(match.group(1)), float(match.group(2))
+    return (low, high) if low <= high else None
+
+
 def table_key(source: object) -> str:
     """``'MEG-A: Table 1'`` -> ``table_1``; ``'MEG-A: Figure 5 bar labels'`` -> ``figure_5``; prose -> ``text``."""
     source = "" if source is None or (isinstance(source, float) and pd.isna(source)) else str(source)
@@ -97,6 +109,18 @@ def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -
     if pd.isna(value):
         raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {hit['value'].iloc[0]!r}")
     return value
+
+
+def paper_range(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> tuple[float, float]:
+    """The bounds of a claim the paper gives as a range (``'40-45'``); ValueError for anything else."""
+    claims = load_claims() if claims is None else claims
+    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+    if hit.empty:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    bounds = parse_range(hit["value"].iloc[0])
+    if bounds is None:
+        raise ValueError(f"claim {paper}/{claim_id} has value {hit['value'].iloc[0]!r}, not a range 'low-high'")
+    return bounds
 
 
 def half_last_digit(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> float:

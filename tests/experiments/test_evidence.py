@@ -46,6 +46,24 @@ def test_configuration_and_fitted_values_are_never_counted(evidence):
         assert C.check_value("zero_2019", "K_adam", 12.0, evidence=counted).verdict == "reproduced"
 
 
+def test_range_claims_are_checked_against_their_bounds():
+    from repro.paper import parse_range
+
+    assert parse_range("40-45") == (40.0, 45.0) and parse_range("1.5 - 2") == (1.5, 2.0)
+    assert parse_range("45-40") is None and parse_range("12") is None and parse_range(12.0) is None
+    check = lambda value, **kw: C.check_range("t3_2024", "nonsliced_attn_share", value, **kw)  # noqa: E731
+    assert check(42.0, evidence="predicted").verdict == "reproduced"
+    assert check(39.0, evidence="predicted").verdict == "differs"
+    assert check(39.0, evidence="predicted", abs=1.0).verdict == "reproduced"
+    assert check(50.5, evidence="predicted", abs=5.0).verdict == "differs"
+    assert check(42.0, evidence="fitted").verdict == "not counted"
+    assert check(None, evidence="predicted").verdict == "not run"
+    with pytest.raises(ValueError, match="not a range"):
+        C.check_range("zero_2019", "K_adam", 12.0, evidence="predicted")
+    with pytest.raises(ValueError, match="abs=-1"):
+        check(42.0, evidence="predicted", abs=-1)
+
+
 def test_collector_refuses_rows_without_a_class_or_counted_echoes():
     rows = pd.DataFrame(columns=["experiment", "scale", "point", "run_id", "metric", "value", "unit"])
     exp = Experiment(name="mapper", paper="zero_2019", title="t", points={"ci": (Point("a"),), "paper": (Point("a"),)},

@@ -10,6 +10,12 @@ model's (embedding, logits and optimizer are left out).
 T3 changes only its sublayers: the layer under a schedule takes ``baseline - sum(sequential - schedule)`` over the
 sublayers of the passes that run. Heads that do not divide by the TP degree (T-NLG's 28, PaLM's 48) are rounded up
 to a multiple of it: the busiest rank holds ``ceil(heads / tp)`` heads and sets the step time.
+
+T3 projects end to end with a share of time in "non-sliced attention ops" that it takes from MLPerf v1.1's BERT
+(40-45 % per T3-SEC1; the primary text is not available here, so what T3 counts as non-sliced is not known). This
+model's counterpart (:func:`attention_core_share`) is the share of a layer's kernel time in the attention kernels
+between the QKV and output projections, the ones no T3 sublayer holds, on the same op list (fused softmax and
+dropout, as for every model here) and GPU, for BERT-large at MLPerf's shape (``workloads.MLPERF_BERT``).
 """
 
 from __future__ import annotations
@@ -54,18 +60,42 @@ def _op_s(gpu: T3Gpu, op) -> float:
     return op.bytes / gpu.hbm_bandwidth
 
 
-def layer_times(gpu: T3Gpu, model: Model, tp: int, *, mode: str, contention: float,
-                results: dict[str, SublayerResult] | None = None) -> LayerTimes:
-    """One layer of ``model`` at ``tp`` in ``mode`` ("training" or "inference") under every schedule."""
+def _forward_ops(gpu: T3Gpu, model: Model, tp: int, mode: str) -> list:
     if mode not in ("training", "inference"):
         raise ValueError(f"mode={mode!r} must be 'training' or 'inference'")
     heads = math.ceil(model.num_heads / tp) * tp
     shape = LayerShape(micro_batch_size=model.tokens // model.seq_length, seq_length=model.seq_length,
                        hidden_size=model.hidden_size, num_heads=heads, tp_size=tp, dtype_bytes=gpu.element_bytes,
                        fused_attention=True, dropout=True)
-    forward = layer_forward_ops(shape)
-    ops = forward + (backward_ops(forward) if mode == "training" else [])
-    compute = sum(_op_s(gpu, op) for op in ops)
+    return layer_forward_ops(shape)
+
+
+def _passes(forward: list, mode: str) -> list:
+    """The kernels that run: the forward ones, and in training their backward ones too."""
+    return forward + (backward_ops(forward) if mode == "training" else [])
+
+
+def attention_core(forward: list) -> list:
+    """The forward kernels between the QKV projection and the output projection (split q/k/v, scores, softmax
+    with dropout, context, transpose): the attention ops no T3 sublayer holds, "non-sliced" in T3's terms."""
+    names = [op.name for op in forward]
+    first = next(i for i, name in enumerate(names) if name.startswith("qkv"))
+    last = next(i for i, name in enumerate(names) if name.startswith("projection"))
+    return forward[first + 1:last]
+
+
+def attention_core_share(gpu: T3Gpu, model: Model, tp: int = 1, *, mode: str = "training") -> float:
+    """Share of one layer's kernel time (no communication) in :func:`attention_core`'s kernels, forward and, in
+    training, backward; the same op list and GPU as :func:`layer_times`."""
+    forward = _forward_ops(gpu, model, tp, mode)
+    total = sum(_op_s(gpu, op) for op in _passes(forward, mode))
+    return sum(_op_s(gpu, op) for op in _passes(attention_core(forward), mode)) / total
+
+
+def layer_times(gpu: T3Gpu, model: Model, tp: int, *, mode: str, contention: float,
+                results: dict[str, SublayerResult] | None = None) -> LayerTimes:
+    """One layer of ``model`` at ``tp`` in ``mode`` ("training" or "inference") under every schedule."""
+    compute = sum(_op_s(gpu, op) for op in _passes(_forward_ops(gpu, model, tp, mode), mode))
     names = SUBLAYERS if mode == "training" else FORWARD
     if results is None:
         results = {name: simulate_sublayer(gpu, sublayer(model, name, tp), contention=contention) for name in names}

@@ -39,7 +39,7 @@ class Model:
     num_heads: int
     seq_length: int
     tp_sizes: tuple[int, ...]
-    group: str  # "small" (TP 8/16, the geomeans of T3's abstract) or "large" (TP 32)
+    group: str  # "small" (TP 8/16, the geomeans of T3's abstract), "large" (TP 32) or "reference" (not T3's)
 
     @property
     def tokens(self) -> int:
@@ -55,6 +55,11 @@ MODELS = {
 }
 #: The ~500B models of T3's abstract.
 MODELS_500B = ("PaLM", "MT-NLG")
+
+#: BERT-large as MLPerf Training v1.1 runs it (24 layers, hidden 1024, 16 heads, sequence 512), the implementation
+#: T3 takes its share of non-sliced attention time from (``nonsliced_attn_share``). MLPerf's BERT trains data-
+#: parallel, one whole layer per GPU, so it is evaluated at TP 1; micro-batch as for every model here.
+MLPERF_BERT = Model("BERT-large (MLPerf v1.1)", 24, 1024, 16, 512, (1,), "reference")
 
 _INNER = {"OP": 1, "FC-2": 4, "IP": 3, "FC-1": 4}  # the producer GEMM's inner dimension, in units of h / p
 
