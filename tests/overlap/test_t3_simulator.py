@@ -202,3 +202,16 @@ def test_paired_calibration_times_the_modes_in_the_same_rounds():
         every = paired.rounds_of(sub.name, 2)  # every round kept, the modes left out
         assert set(every) == set(plain.of(sub.name, 2)) and all(len(v) == 1 for v in every.values())
         assert paired.of(sub.name, 2) == {k: min(v) for k, v in every.items()}
+
+
+def test_median_ratio_over_repeats():
+    from repro.overlap.t3sim.cpu import median_ratio
+
+    # each repeat's prediction over its own paired measurement; the ratio, not the times, is the median's
+    assert median_ratio([1.0, 2.0, 3.3], [1.0, 2.5, 3.0]) == pytest.approx(1.0)
+    assert median_ratio([1.0, 1.0], [1.0, 2.0]) == pytest.approx(0.5)  # the lower median for an even count
+    assert median_ratio([2.0], [1.0]) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="got 2 and 1"):
+        median_ratio([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="got 0 and 0"):
+        median_ratio([], [])

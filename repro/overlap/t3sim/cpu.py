@@ -119,6 +119,15 @@ def predict_components(sub: CpuSublayer, c: Mapping[str, float | Sequence[float]
     return {name: float(per_round.min()) for name, per_round in schedules.items()}
 
 
+def median_ratio(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """The median over repeats of ``predicted / measured``, each repeat's pair taken in the same rounds (the
+    load of those rounds cancels in the ratio); the lower median for an even count."""
+    if len(predicted) != len(measured) or not len(predicted):
+        raise ValueError(f"need as many predictions as measurements (>= 1), got {len(predicted)} and {len(measured)}")
+    ratios = sorted(p / m for p, m in zip(predicted, measured))
+    return ratios[(len(ratios) - 1) // 2]
+
+
 def predict_all(subs, *, world_size: int, rounds: int = 9, warmup: int = 2,
                 paired: bool = False) -> tuple[dict[str, dict[str, float]], ComponentTimes]:
     """Calibrate the components of every sublayer at once (interleaved round by round), then predict each;
