@@ -35,7 +35,13 @@ wide as the 20 % it is held to, so a single repeat's verdict on ten ratios was a
 (one repeat) had 9 of 10 within 20 % (sequential OP, FC-2, IP, FC-1, FC-2/RS 1.08, 0.79, 1.01, 0.96, 1.00;
 overlapped 1.19, 0.93, 0.98, 0.93, 1.05). The repeats were added after that run, and their count chosen before
 any run of them; three development runs of this code (2026-11-24, 64-77 s each) then gave 30 of 30 medians within
-20 % (0.91 to 1.05), 146 of the 150 single repeats.
+20 % (0.91 to 1.05), 146 of the 150 single repeats. The committed run at 66969c2 (clean tree), median
+predicted/paired, sequential OP, FC-2, IP, FC-1, FC-2/RS: 1.03, 0.95, 0.95, 1.00, 0.94; overlapped: 0.99, 0.97,
+0.92, 0.96, 1.03: 10 of 10 within 20 % (50 single repeats: 0.91 to 1.09). Against the newest ``t3_overlap`` run
+(its own process, 11 s before): 0.70 to 0.94, 5 of 10 within 20 %. That run's first three sublayers came out
+slower than the same closures timed anywhere else that minute (OP sequential 4.62 ms; 3.21 ms paired; 3.32, 3.58,
+4.63 ms in three further ``t3_overlap`` runs; 2.94 and 3.44 ms timed twice in one process, so not a start-up
+effect): a separate run's fastest of 20 rounds moves by up to ~40 %, which is why the verdict statistic is paired.
 """
 
 from __future__ import annotations
