@@ -59,15 +59,22 @@ def check_value(
         return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     allowed = max(abs or 0.0, (rel or 0.0) * builtin_abs(target))
     close = builtin_abs(float(value) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
-    if evidence in NOT_COUNTED_EVIDENCE:
-        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
-        agree = "equals the paper's value" if close else "differs from the paper's value"
-        note = f"{what}; {agree}" + (f"; {note}" if note else "")
-        return ClaimCheck(paper, claim_id, float(value), tolerance, "not counted", note, evidence)
-    return ClaimCheck(paper, claim_id, float(value), tolerance, "reproduced" if close else "differs", note, evidence)
+    agree = "equals the paper's value" if close else "differs from the paper's value"
+    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence)
 
 
 builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
+
+
+def _decided(paper: str, claim_id: str, value: float, tolerance: str, close: bool, agree: str, note: str,
+             evidence: str) -> ClaimCheck:
+    """The verdict of a compared value: ``reproduced``/``differs``, or ``not counted`` (saying whether it agrees)
+    for a configuration or fitted value."""
+    if evidence in NOT_COUNTED_EVIDENCE:
+        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
+        note = f"{what}; {agree}" + (f"; {note}" if note else "")
+        return ClaimCheck(paper, claim_id, value, tolerance, "not counted", note, evidence)
+    return ClaimCheck(paper, claim_id, value, tolerance, "reproduced" if close else "differs", note, evidence)
 
 
 def check_range(
@@ -85,11 +92,8 @@ def check_range(
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     close = low - abs <= float(value) <= high + abs
-    if evidence in NOT_COUNTED_EVIDENCE:
-        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
-        note = f"{what}; {'within' if close else 'outside'} the paper's range" + (f"; {note}" if note else "")
-        return ClaimCheck(paper, claim_id, float(value), tolerance, "not counted", note, evidence)
-    return ClaimCheck(paper, claim_id, float(value), tolerance, "reproduced" if close else "differs", note, evidence)
+    agree = "within the paper's range" if close else "outside the paper's range"
+    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence)
 
 
 def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:

@@ -170,10 +170,10 @@ def _cpu_rows(repeats: int) -> list[dict]:
                                  ratio=seconds * 1e3 / value if value else None, **common))
                 pairs.setdefault((sub.name, sub.num_chunks, mode), []).append((seconds, paired[mode]))
     for (name, chunks, mode), both in pairs.items():
-        predicted_s, paired_s = [p for p, _ in both], [m for _, m in both]
-        rows.append(dict(metric="cpu_prediction_ratio", value=median_ratio(predicted_s, paired_s), unit="x",
-                         schedule=mode, sublayer=name, tp=tp, num_chunks=chunks, tokens=int(params["tokens"]),
-                         repeats=len(both), within_20pct=abs(median_ratio(predicted_s, paired_s) - 1) <= 0.2))
+        ratio = median_ratio([p for p, _ in both], [m for _, m in both])
+        rows.append(dict(metric="cpu_prediction_ratio", value=ratio, unit="x", schedule=mode, sublayer=name, tp=tp,
+                         num_chunks=chunks, tokens=int(params["tokens"]), repeats=len(both),
+                         within_20pct=abs(ratio - 1) <= 0.2))
     return rows
 
 

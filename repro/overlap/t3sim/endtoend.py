@@ -60,9 +60,7 @@ def _op_s(gpu: T3Gpu, op) -> float:
     return op.bytes / gpu.hbm_bandwidth
 
 
-def _forward_ops(gpu: T3Gpu, model: Model, tp: int, mode: str) -> list:
-    if mode not in ("training", "inference"):
-        raise ValueError(f"mode={mode!r} must be 'training' or 'inference'")
+def _forward_ops(gpu: T3Gpu, model: Model, tp: int) -> list:
     heads = math.ceil(model.num_heads / tp) * tp
     shape = LayerShape(micro_batch_size=model.tokens // model.seq_length, seq_length=model.seq_length,
                        hidden_size=model.hidden_size, num_heads=heads, tp_size=tp, dtype_bytes=gpu.element_bytes,
@@ -72,6 +70,8 @@ def _forward_ops(gpu: T3Gpu, model: Model, tp: int, mode: str) -> list:
 
 def _passes(forward: list, mode: str) -> list:
     """The kernels that run: the forward ones, and in training their backward ones too."""
+    if mode not in ("training", "inference"):
+        raise ValueError(f"mode={mode!r} must be 'training' or 'inference'")
     return forward + (backward_ops(forward) if mode == "training" else [])
 
 
@@ -87,7 +87,7 @@ def attention_core(forward: list) -> list:
 def attention_core_share(gpu: T3Gpu, model: Model, tp: int = 1, *, mode: str = "training") -> float:
     """Share of one layer's kernel time (no communication) in :func:`attention_core`'s kernels, forward and, in
     training, backward; the same op list and GPU as :func:`layer_times`."""
-    forward = _forward_ops(gpu, model, tp, mode)
+    forward = _forward_ops(gpu, model, tp)
     total = sum(_op_s(gpu, op) for op in _passes(forward, mode))
     return sum(_op_s(gpu, op) for op in _passes(attention_core(forward), mode)) / total
 
@@ -95,7 +95,7 @@ def attention_core_share(gpu: T3Gpu, model: Model, tp: int = 1, *, mode: str = "
 def layer_times(gpu: T3Gpu, model: Model, tp: int, *, mode: str, contention: float,
                 results: dict[str, SublayerResult] | None = None) -> LayerTimes:
     """One layer of ``model`` at ``tp`` in ``mode`` ("training" or "inference") under every schedule."""
-    compute = sum(_op_s(gpu, op) for op in _passes(_forward_ops(gpu, model, tp, mode), mode))
+    compute = sum(_op_s(gpu, op) for op in _passes(_forward_ops(gpu, model, tp), mode))
     names = SUBLAYERS if mode == "training" else FORWARD
     if results is None:
         results = {name: simulate_sublayer(gpu, sublayer(model, name, tp), contention=contention) for name in names}
