@@ -8,8 +8,6 @@ A layer therefore costs exactly 2 all-reduces forward and 2 backward.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,10 +16,6 @@ from repro.dist.comm import CommGroup
 from repro.models.config import TransformerConfig
 from repro.tensor_parallel import ColumnParallelLinear, RNGTracker, RowParallelLinear
 from repro.tensor_parallel.layers import normal_init, scaled_normal_init
-
-
-def _region(rng_tracker: RNGTracker | None):
-    return rng_tracker.fork() if rng_tracker is not None else contextlib.nullcontext()
 
 
 class ParallelSelfAttention(nn.Module):
@@ -47,16 +41,23 @@ class ParallelSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
-        qkv = self.qkv(x).view(batch, seq, self.heads_per_rank, 3, self.head_dim)
+        dropout_p = self.dropout_p if self.training else 0.0
+        # Dropout on split heads draws a different mask on every tp rank: the tracker's generator is swapped in
+        # around attention (sec. 3). ``enter`` is ordered before the QKV matmul through the bias it copies, and
+        # ``leave`` after attention through its output, so a compiled layer keeps the swap in its one graph.
+        tracker = self.rng_tracker if dropout_p > 0 else None
+        if tracker is not None and self.qkv.bias is None:
+            x = tracker.enter(x)
+        bias_through = tracker.enter if tracker is not None and self.qkv.bias is not None else None
+        qkv = self.qkv(x, bias_through=bias_through).view(batch, seq, self.heads_per_rank, 3, self.head_dim)
         q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # [b, heads/tp, s, d]
         mask = None
         if attention_mask is not None:  # [b, s] with 1 = attend; broadcast over heads and queries
             mask = attention_mask[:, None, None, :].to(torch.bool)
-        with _region(self.rng_tracker):  # dropout on split heads: a different mask on every tp rank
-            context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
-                is_causal=self.causal and mask is None,
-            )
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                 is_causal=self.causal and mask is None)
+        if tracker is not None:
+            tracker.leave(context)
         context = context.transpose(1, 2).reshape(batch, seq, self.heads_per_rank * self.head_dim)
         return self.dense(context)
 

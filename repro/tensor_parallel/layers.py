@@ -83,9 +83,13 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(init_shard((out_features, in_features), rows, 0, init_method, dtype))
         self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype)) if bias else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, bias_through: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                ) -> torch.Tensor:
+        """``bias_through`` (optional) maps the bias to the tensor actually added, the same values: a caller that
+        must order this matmul after an operation passes that operation's copy (``RNGTracker.enter``)."""
         x = copy_to_tensor_parallel(x, self.group)  # f
-        y = F.linear(x, self.weight, self.bias)  # [..., out/tp]
+        bias = self.bias if bias_through is None or self.bias is None else bias_through(self.bias)
+        y = F.linear(x, self.weight, bias)  # [..., out/tp]
         return gather_from_tensor_parallel(y, self.group) if self.gather_output else y
 
     def extra_repr(self) -> str:

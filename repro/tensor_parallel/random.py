@@ -4,6 +4,10 @@ Outside tensor-parallel regions activations are replicated, so dropout must draw
 the default generator is seeded identically there. Inside regions (e.g. attention probabilities, whose heads are
 split across ranks) each rank holds different data and must draw *different* masks: :meth:`RNGTracker.fork`
 swaps in a per-tp-rank generator state for the duration of the block.
+
+Compiled layers use :meth:`RNGTracker.enter` and :meth:`RNGTracker.leave` instead: the same swap as two custom ops
+(:mod:`repro.tensor_parallel.rng_ops`) that dynamo traces into the layer's one graph, where a Python
+``get_rng_state``/``set_rng_state`` would break it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
+
+from repro.tensor_parallel import rng_ops
 
 TENSOR_PARALLEL_SEED_OFFSET = 2718  # any constant works; Megatron uses this one
 
@@ -24,18 +30,17 @@ class RNGTracker:
     tp_rank: int
     device: str = "cpu"
     _state: torch.Tensor | None = field(default=None, repr=False)
+    #: Where :meth:`enter` keeps the replicated generator's state until :meth:`leave` (a buffer the ops write).
+    _outside: torch.Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.reset()
 
     def _get(self) -> torch.Tensor:
-        return torch.cuda.get_rng_state() if self.device == "cuda" else torch.get_rng_state()
+        return rng_ops.get_state(self.device)
 
     def _set(self, state: torch.Tensor) -> None:
-        if self.device == "cuda":
-            torch.cuda.set_rng_state(state)
-        else:
-            torch.set_rng_state(state)
+        rng_ops.set_state(self.device, state)
 
     def reset(self) -> None:
         outside = self._get()
@@ -45,7 +50,18 @@ class RNGTracker:
         else:
             torch.manual_seed(region_seed)
         self._state = self._get()
+        self._outside = torch.empty_like(self._state)
         self._set(outside)
+
+    def enter(self, anchor: torch.Tensor) -> torch.Tensor:
+        """Swap in the region's generator; return ``anchor`` plus a zero that only exists after the swap, so that
+        the region's random op runs after it when it consumes the result (pass a small tensor it depends on, such
+        as a projection's bias: the same values, gradients pass through). Pair with :meth:`leave`. Traceable."""
+        return anchor + torch.ops.repro.rng_enter(anchor.detach(), self._state, self._outside, self.device)
+
+    def leave(self, after: torch.Tensor) -> None:
+        """Once ``after`` (the region's output) exists, keep the region's state and restore the replicated one."""
+        torch.ops.repro.rng_leave(after.detach(), self._outside, self._state, self.device)
 
     @contextlib.contextmanager
     def fork(self):
