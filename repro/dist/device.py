@@ -118,3 +118,46 @@ def rank_device(requested: str, rank: int) -> torch.device:
     device = select_device("cuda", local_rank=local_rank_from_env() if launched else rank)
     torch.cuda.set_device(device)
     return device
+
+
+def gpu_identity(device: torch.device | None = None) -> tuple[str, str]:
+    """(host, GPU) naming the physical GPU this rank computes on: the device's UUID where torch reports one, else its
+    PCI bus id, else the index (which ``CUDA_VISIBLE_DEVICES`` may renumber, so two ranks may then look distinct)."""
+    import socket
+
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        return socket.gethostname(), f"GPU-{uuid}"
+    bus = getattr(props, "pci_bus_id", None)
+    return socket.gethostname(), f"pci:{bus}" if bus is not None else f"cuda:{device.index}"
+
+
+def shared_gpus(identities: list[tuple[str, str]]) -> list[tuple[int, int, str, str]]:
+    """(first rank, second rank, host, GPU) for every rank that uses a GPU an earlier rank already uses."""
+    seen: dict[tuple[str, str], int] = {}
+    clashes = []
+    for rank, ident in enumerate(identities):
+        key = (str(ident[0]), str(ident[1]))
+        if key in seen:
+            clashes.append((seen[key], rank, key[0], key[1]))
+        else:
+            seen[key] = rank
+    return clashes
+
+
+def check_one_gpu_per_rank(identity: tuple[str, str], group=None) -> None:
+    """Collective over ``group`` (default: the world): every rank sends its (host, GPU); two ranks on one GPU is a
+    :class:`DeviceError` on every rank, naming both (they would share its memory and time each other's kernels)."""
+    import torch.distributed as dist
+
+    identities: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(identities, tuple(identity), group=group)
+    clashes = shared_gpus(identities)
+    if clashes:
+        first, second, host, gpu = clashes[0]
+        raise DeviceError(
+            f"ranks {first} and {second} both compute on GPU {gpu} of host {host}: each rank needs a GPU of its own "
+            "(one rank per GPU: check LOCAL_RANK/SLURM_LOCALID, --ntasks-per-node and CUDA_VISIBLE_DEVICES)"
+            + (f"; {len(clashes) - 1} more rank(s) share a GPU" if len(clashes) > 1 else ""))

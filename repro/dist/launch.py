@@ -121,7 +121,11 @@ def init_distributed(
         return launch
     backend = backend or default_backend()
     if backend == "nccl":
-        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+        from repro.dist.device import select_device
+
+        # cuda:LOCAL_RANK, or an error when the node has fewer GPUs than ranks (never a wrap-around onto a GPU
+        # that another rank already uses)
+        torch.cuda.set_device(select_device("cuda", local_rank=launch.local_rank))
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
@@ -129,6 +133,10 @@ def init_distributed(
         world_size=launch.world_size,
         timeout=_dt.timedelta(seconds=timeout_s),
     )
+    if backend == "nccl":
+        from repro.dist.device import check_one_gpu_per_rank, gpu_identity
+
+        check_one_gpu_per_rank(gpu_identity())
     return launch
 
 

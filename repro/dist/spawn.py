@@ -3,6 +3,14 @@
 Each child gets the same environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT), so code written for torchrun or srun runs unchanged. The first failing rank's traceback is re-raised
 in the parent, and the remaining ranks are killed rather than left waiting on a collective.
+
+How ranks start (:func:`choose_start_method`): ``fork`` only where torch was built without a GPU runtime, where it is
+safe and fastest. With a CUDA (or ROCm, XPU) build, a forked child fails as soon as the parent has touched CUDA
+("Cannot re-initialize CUDA in forked subprocess") or run a backward ("Unable to handle autograd's threading in
+combination with fork-based multiprocessing"), so ranks start from a ``forkserver`` instead: a clean process that
+imported torch once and never ran anything, forked per rank (fast, and the ranks may use many threads). ``fn`` and
+its arguments must then be picklable (module-level functions); each rank gets the parent's current environment,
+working directory and ``sys.path``. ``REPRO_START_METHOD`` overrides the choice.
 """
 
 from __future__ import annotations
@@ -61,7 +69,51 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, args, kwargs):  # pragma: no cover
+#: Modules the forkserver imports once, so that each rank forked from it starts without importing torch again.
+FORKSERVER_PRELOAD = ("torch", "torch.distributed", "repro.dist.launch")
+
+
+def accelerator_built() -> bool:
+    """Whether this torch carries a GPU runtime (CUDA, ROCm or XPU), whose threads and state do not survive fork."""
+    xpu = getattr(torch, "xpu", None)
+    return bool(torch.version.cuda or getattr(torch.version, "hip", None)
+                or (xpu is not None and getattr(xpu, "is_available", lambda: False)()))
+
+
+def choose_start_method(requested: str | None = None) -> str:
+    """How to start ranks: ``requested``, else ``$REPRO_START_METHOD``, else ``fork`` where torch has no GPU runtime
+    and ``forkserver`` (``spawn`` where there is none) where it has one. Forking a process that has initialised
+    CUDA is refused: its ranks would fail at their first CUDA call."""
+    available = mp.get_all_start_methods()
+    choice = requested or os.environ.get("REPRO_START_METHOD") or None
+    if choice is None:
+        if "fork" in available and not accelerator_built():
+            return "fork"
+        return "forkserver" if "forkserver" in available else "spawn"
+    if choice not in available:
+        raise ValueError(f"start method {choice!r} (REPRO_START_METHOD or start_method=) is not one of this "
+                         f"platform's: {', '.join(available)}")
+    if choice == "fork" and accelerator_built() and torch.cuda.is_initialized():
+        raise ValueError("start method 'fork' after CUDA was initialised in this process: the ranks would fail "
+                         "with 'Cannot re-initialize CUDA in forked subprocess'; use forkserver or spawn")
+    return choice
+
+
+def _context(method: str):
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    return ctx
+
+
+def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, args, kwargs,
+           parent=None):  # pragma: no cover
+    if parent is not None:  # forkserver/spawn: the parent's environment, directory and path as they are now
+        environ, cwd, path = parent
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        sys.path[:] = path
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -99,13 +151,14 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their results by rank.
 
-    ``fork`` is used where available (fast, and ``fn`` may be a closure; ranks run single-threaded); ``spawn``
-    elsewhere or when asked (``fn`` and its arguments must then be picklable).
+    The ranks start as :func:`choose_start_method` says (``start_method`` here overrides): with ``fork``, ``fn`` may be a
+    closure and ranks run single-threaded; otherwise ``fn`` and its arguments must be picklable.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a positive integer")
-    method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    ctx = mp.get_context(method)
+    method = choose_start_method(start_method)
+    ctx = _context(method)
+    parent = None if method == "fork" else (dict(os.environ), os.getcwd(), list(sys.path))
     results = ctx.Queue()
     port = free_port()
     # GNU OpenMP's thread pool does not survive fork: a forked child that runs a multi-threaded kernel after the
@@ -115,7 +168,8 @@ def spawn(
     procs = [
         ctx.Process(
             target=_child,
-            args=(fn, rank, world_size, port, backend, min(timeout_s, 600.0), threads, results, args, kwargs),
+            args=(fn, rank, world_size, port, backend, min(timeout_s, 600.0), threads, results, args, kwargs,
+                  parent),
             daemon=False,
         )
         for rank in range(world_size)

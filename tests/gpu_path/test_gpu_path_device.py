@@ -116,3 +116,31 @@ def test_select_device_matches_this_machine(device):
     assert info["type"] == torch.device(device).type
     if info["type"] == "cuda":
         assert info["name"] == torch.cuda.get_device_name(0) and info["count"] >= 1
+
+
+def test_shared_gpus_names_both_ranks():
+    from repro.dist.device import shared_gpus
+
+    hosts = [("n1", "GPU-a"), ("n1", "GPU-b"), ("n2", "GPU-a"), ("n1", "GPU-a")]
+    assert shared_gpus(hosts) == [(0, 3, "n1", "GPU-a")]
+    assert shared_gpus(hosts[:3]) == []
+
+
+def _report_gpu(rank: int, world_size: int, gpus: list[str]) -> str:
+    from repro.dist.device import check_one_gpu_per_rank
+
+    try:
+        check_one_gpu_per_rank(("node7", gpus[rank]))
+    except DeviceError as err:
+        return str(err)
+    return "ok"
+
+
+def test_two_ranks_on_one_gpu_is_an_error_on_every_rank():
+    """Real ranks (gloo) exchange their (host, GPU): distinct GPUs pass, one GPU twice fails on both ranks."""
+    from repro.dist import spawn
+
+    assert spawn(_report_gpu, 2, ["GPU-0", "GPU-1"]) == ["ok", "ok"]
+    messages = spawn(_report_gpu, 2, ["GPU-0", "GPU-0"])
+    assert messages[0] == messages[1]
+    assert "ranks 0 and 1 both compute on GPU GPU-0 of host node7" in messages[0]

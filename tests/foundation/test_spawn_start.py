@@ -1,0 +1,71 @@
+"""Ranks start correctly where CUDA could be in play (issue 25): never forked from a parent that touched CUDA or ran
+a backward on a GPU build of torch; every spawn target is picklable so that forkserver and spawn can start it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.dist.spawn import choose_start_method
+
+spawn_module = sys.modules["repro.dist.spawn"]  # the package's ``spawn`` attribute is the function
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_fork_only_without_a_gpu_runtime(monkeypatch):
+    monkeypatch.delenv("REPRO_START_METHOD", raising=False)
+    monkeypatch.setattr(spawn_module, "accelerator_built", lambda: False)
+    assert choose_start_method() == "fork"
+    monkeypatch.setattr(spawn_module, "accelerator_built", lambda: True)
+    assert choose_start_method() == "forkserver"
+    monkeypatch.setenv("REPRO_START_METHOD", "spawn")
+    assert choose_start_method() == "spawn"
+    assert choose_start_method("forkserver") == "forkserver"
+
+
+def test_start_method_errors_name_the_value(monkeypatch):
+    monkeypatch.setenv("REPRO_START_METHOD", "teleport")
+    with pytest.raises(ValueError, match="'teleport'.*not one of"):
+        choose_start_method()
+    monkeypatch.delenv("REPRO_START_METHOD")
+    monkeypatch.setattr(spawn_module, "accelerator_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(ValueError, match="fork' after CUDA was initialised"):
+        choose_start_method("fork")
+
+
+_TRAIN_AFTER_BACKWARD = textwrap.dedent("""
+    import json, os, sys, torch
+    import repro.dist.spawn
+    S = sys.modules["repro.dist.spawn"]
+    S.accelerator_built = lambda: True          # what a CUDA build of torch reports
+    from tests.foundation.spawn_targets import train_tp2
+    x = torch.randn(4, requires_grad=True)
+    (x * x).sum().backward()                    # autograd has run in the parent
+    os.environ["REPRO_MARK"] = "set after the forkserver may have started"
+    method = S.choose_start_method()
+    losses = S.spawn(train_tp2, 2, 3, timeout_s=240)
+    print(json.dumps({"method": method, "ranks": losses}), flush=True)
+""")
+
+
+def test_parent_after_backward_starts_two_ranks_that_train():
+    """The parent runs a backward, then starts 2 ranks (as on a GPU build: from a forkserver) that train tp=2 for
+    3 steps; both ranks see the parent's current environment and report the same falling losses."""
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_AFTER_BACKWARD], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["method"] == "forkserver"
+    (losses, marks), other = report["ranks"]
+    assert other == [losses, marks]
+    assert marks == ["set after the forkserver may have started"]
+    assert len(losses) == 3 and losses[-1] < losses[0]
