@@ -37,7 +37,8 @@ import torch
 from repro.claims import check_value, needs_gpu
 from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
 from repro.experiments.gna_simulator import MODELS, TABLE5, TABLE_ROWS, attention_share
-from repro.gna.gpu_benchmark import GpuConfig, estimate_memory_gib, heads_that_fit, measure
+from repro.gna.gpu_benchmark import measure
+from repro.gna.gpu_config import GpuConfig, estimate_memory_gib, heads_that_fit
 from repro.gna.simulator import end_to_end_speedup, paper_end_to_end_speedup
 from repro.gna.spec import GNASpec
 

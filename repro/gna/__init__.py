@@ -2,14 +2,20 @@
 tile-level simulator and an nn.Module. Tensor layout everywhere: [batch, *grid, heads, head_dim].
 
 Files, one concept each:
-    spec.py       parameters and their 1-D semantics (window, stride, dilation, causal)
-    reference.py  dense masked attention: the definition
-    tiling.py     token permutation into multi-dimensional tiles, per-dimension tile classification
-    plan.py       which KV tiles each query tile visits, grouped for batched matmuls
-    fast.py       tile-sparse CPU kernel, forward and backward
-    flex.py       FlexAttention backend with a GNA block mask
-    simulator.py  upper-bound speedups from tile counts, Amdahl end-to-end estimates, tile choice
-    module.py     backend ladder and the NeighborhoodAttention layer
+    spec.py           parameters and their 1-D semantics (window, stride, dilation, causal)
+    reference.py      dense masked attention: the definition
+    tiling.py         token permutation into multi-dimensional tiles, per-dimension tile classification
+    plan.py           which KV tiles each query tile visits, grouped for batched matmuls
+    fast.py           tile-sparse CPU kernel, forward and backward
+    flex.py           FlexAttention backend with a GNA block mask
+    gpu_config.py     one GPU benchmark problem (grid, spec, tiles, heads) and its memory estimate
+    flex_problem.py   Flex GNA as the GPU benchmark runs it: tile layouts, block mask, kernel and whole op
+    gpu_check.py      every measurement's correctness check against dense masked SDPA
+    time_cap.py       timing several contenders under one deadline
+    gpu_benchmark.py  dense vs GNA (kernel and op) on one device: times, speedups, bounds, errors
+    gpu_selfcheck.py  a first check of compiled Flex GNA on a GPU before any timing
+    simulator.py      upper-bound speedups from tile counts, Amdahl end-to-end estimates, tile choice
+    module.py         backend ladder and the NeighborhoodAttention layer
 """
 
 from repro.gna.fast import fast_attention

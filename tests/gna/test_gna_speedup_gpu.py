@@ -20,9 +20,11 @@ from repro.experiments import gna_speedup, gna_speedup_gpu, registry, validate_e
 from repro.experiments.base import Resources
 from repro.experiments.runner import execute_point
 from repro.gna import GNASpec, flex_gna, gna_block_mask, gna_mask, gna_mask_mod
-from repro.gna.gpu_benchmark import (
-    FlexProblem, GpuConfig, cuda_selfcheck, flex_attend, measure, selfcheck, time_capped,
-)
+from repro.gna.flex_problem import FlexProblem, flex_attend
+from repro.gna.gpu_benchmark import measure
+from repro.gna.gpu_config import GpuConfig
+from repro.gna.gpu_selfcheck import cuda_selfcheck, selfcheck
+from repro.gna.time_cap import time_capped
 from repro.gna.tiling import all_dim_tiles, permute_to_tiles
 
 pytest.importorskip("torch.nn.attention.flex_attention")
