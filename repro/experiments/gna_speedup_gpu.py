@@ -1,5 +1,6 @@
-"""GNA on a GPU: compiled FlexAttention with the GNA block mask against dense flash attention, at the paper's FLUX,
-HunyuanVideo and Cosmos shapes (GNA §4, Tables 2-5), beside the tile simulator's bound (issue 11).
+"""GNA on a GPU: compiled FlexAttention with the GNA block mask against the fastest dense SDPA backend of the device,
+at the paper's FLUX, HunyuanVideo and Cosmos shapes (GNA §4, Tables 2-5), beside the tile simulator's bound (issues 11
+and 25).
 
 Every configuration of Tables 2-4 (and Table 5's two window-self-attention rows) is a point, forward and
 forward + backward: token grid, window and stride from :mod:`repro.experiments.gna_simulator`; query / KV tiles as
@@ -7,13 +8,18 @@ there (FLUX Q 16x16 / KV 16x8, HunyuanVideo Q 4x8x8 / KV 2x8x8). The paper does 
 points use HunyuanVideo's 3-D tiles (``tiles_stated`` is False in their rows). Heads and head_dim are the models' own
 (public model configurations, not the paper: FLUX.1-dev and HunyuanVideo 24 x 128, Cosmos-7B 32 x 128); batch 1
 (one image or video per forward, as in generation). bf16, one GPU. The memory estimate of every paper point
-(dense flash backward and the fp32 reference check included) is at most 21 GiB, far below an H100's 80 GB, so no
+(dense backward and the fp32 reference check included) is at most 21 GiB, far below an H100's 80 GB, so no
 point reduces heads; a smaller GPU would (``heads`` < ``model_heads`` in the rows then, with ``heads_note``).
 
 Per point (:func:`repro.gna.gpu_benchmark.measure`): dense SDPA, the Flex kernel on tile-ordered tokens, and the
 whole op (with token permutation), each timed after warm-up (3) over up to 10 iterations, fewer (not below 3) when
 the point would pass its time cap (60 s, compilation included: the first point of a model and pass compiles for
-a minute or two and then times 3 iterations); rows: dense and GNA times, measured speedup (kernel and op), the
+a minute or two and then times 3 iterations). The dense contender is the fastest SDPA backend for the point's shape,
+dtype and direction (:mod:`repro.gna.dense_baseline`): every backend torch offers (cuDNN, flash, memory-efficient,
+math) is tried, those without a kernel for it skipped with their reason (``dense_probe_notes``), the others probed
+for 3 iterations within a quarter of the time cap (``dense_probe_iters``, ``dense_probe_cap_s``), and the fastest,
+named in ``dense_backend``, is timed in full and divides the speedups. Rows (:func:`point_rows`): dense and GNA
+times, one ``dense_probe_s`` row per backend probed (``sdpa_backend``), measured speedup (kernel and op), the
 simulator's bounds for these tiles (``bound``: the paper's NATTEN-Sim worst-tile bound; ``work_bound``: all
 visited tiles), fraction of bound, block sparsity, and the op's max abs / relative error against dense SDPA with
 the GNA mask at 256 sampled queries (out, and dq with backward; every query at smoke size).
@@ -81,7 +87,7 @@ SMOKE_CONFIGS = {
 }
 CONFIGS = {**PAPER_CONFIGS, **SMOKE_CONFIGS}
 
-_TIMES = ("dense_s", "gna_s", "gna_op_s")
+_TIMES = ("dense_s", "gna_s", "gna_op_s", "dense_probe_s")
 _RATIOS = ("speedup", "op_speedup", "bound", "work_bound", "flopwise_bound", "fraction_of_bound",
            "fraction_of_work_bound")
 _ERRORS = tuple(f"{name}_max_{kind}_error" for name in ("out", "dq", "dk", "dv") for kind in ("abs", "rel"))
@@ -127,16 +133,31 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     try:
         result = measure(config, backward=backward, device=device, dtype=dtype, warmup=params.get("warmup", 3),
                          iters=params.get("iters", 10), time_cap_s=params.get("time_cap_s", 60.0),
-                         check_queries=params.get("check_queries", 256))
+                         check_queries=params.get("check_queries", 256),
+                         dense_probe_iters=params.get("dense_probe_iters", 3),
+                         dense_probe_cap_s=params.get("dense_probe_cap_s"))
     finally:
         torch.set_num_threads(threads)
+    return point_rows(result, gpu=gpu, model_heads=CONFIGS[params["config"]].heads, heads_note=heads_note,
+                      tiles_stated=config.model != "cosmos7b")
+
+
+def point_rows(result: dict, **columns) -> list[dict]:
+    """The rows of one (shape, direction), all made here: one per metric of :func:`measure`'s ``result``, and one
+    ``dense_probe_s`` row per SDPA backend the dense ladder probed (its ``sdpa_backend`` and ``probe_iters``), so
+    that a reader sees the ladder under ``dense_backend``, the fastest, whose full timing is ``dense_s``. Every row
+    carries the result's other entries and ``columns`` (``dense_probe_notes``: the backends not probed, and why)."""
+    ladder = {"dense_probe_s", "dense_probe_iters"}
     # block_sparse is both a column (bool, as in gna_speedup's rows) and a metric (1.0 / 0.0).
-    fixed = {k: v for k, v in result.items() if k not in METRICS or k == "block_sparse"}
-    fixed.update(gpu=gpu, model_heads=CONFIGS[params["config"]].heads, heads_note=heads_note,
-                 tiles_stated=config.model != "cosmos7b")
-    return [dict(metric=name, value=float(result[name]), unit=_UNITS[name],
+    fixed = {k: v for k, v in result.items() if (k not in METRICS or k == "block_sparse") and k not in ladder}
+    fixed.update(columns)
+    rows = [dict(metric=name, value=float(result[name]), unit=_UNITS[name],
                  evidence=_EVIDENCE.get(name, "measured"), **fixed)
-            for name in METRICS if name in result]
+            for name in METRICS if name in result and name not in ladder]
+    rows += [dict(metric="dense_probe_s", value=float(seconds), unit="s", evidence="measured", sdpa_backend=backend,
+                  probe_iters=result["dense_probe_iters"][backend], **fixed)
+             for backend, seconds in result["dense_probe_s"].items()]
+    return rows
 
 
 # ---- claims ---------------------------------------------------------------------------------------------------------
@@ -175,8 +196,8 @@ def mapped_claim_ids() -> list[str]:
     return [claim_id for claim_id in ids if claim_config(claim_id) is not None]
 
 
-def _value(rows, metric: str, model: str, window: str, stride: str, passes: str) -> tuple[float, str] | None:
-    """(value, gpu) of the newest row of a configuration, or None."""
+def _value(rows, metric: str, model: str, window: str, stride: str, passes: str) -> tuple[float, str, str] | None:
+    """(value, gpu, dense backend) of the newest row of a configuration, or None."""
     needed = {"metric", "value", "model", "window", "stride", "passes"}
     if rows is None or not len(rows) or not needed <= set(rows.columns):
         return None
@@ -185,7 +206,8 @@ def _value(rows, metric: str, model: str, window: str, stride: str, passes: str)
     if sel.empty:
         return None
     gpu = str(sel["gpu"].iloc[-1]) if "gpu" in sel.columns else "unknown GPU"
-    return float(sel["value"].iloc[-1]), gpu
+    dense = str(sel["dense_backend"].iloc[-1]) if "dense_backend" in sel.columns else "dense SDPA"
+    return float(sel["value"].iloc[-1]), gpu, dense
 
 
 def _claim(claim_id: str, rows) -> ClaimCheck:
@@ -197,13 +219,13 @@ def _claim(claim_id: str, rows) -> ClaimCheck:
     bound = _value(rows, "bound", model, window, stride, "fwd")
     if fwd is None or bound is None:
         return needs_gpu(PAPER, claim_id, f"{base}; run gna_speedup_gpu's {model}_w{window}_s{stride}_fwd point")
-    (speedup, gpu), (sim, _) = fwd, bound
+    (speedup, gpu, dense), sim = fwd, bound[0]
     estimate = end_to_end_speedup(speedup, share, fraction)
-    note = (f"{gpu}, compiled FlexAttention vs flash SDPA, bf16, op with token permutation: forward {speedup:.2f}x "
-            f"(simulator bound {sim:.2f}x, {speedup / sim:.0%} of it)")
+    note = (f"{gpu}, compiled FlexAttention vs {dense} (the fastest dense SDPA backend probed), bf16, op with token "
+            f"permutation: forward {speedup:.2f}x (simulator bound {sim:.2f}x, {speedup / sim:.0%} of it)")
     both = _value(rows, "op_speedup", model, window, stride, "fwd+bwd")
     if both is not None:
-        note += f", fwd+bwd {both[0]:.2f}x"
+        note += f", fwd+bwd {both[0]:.2f}x" + (f" (vs {both[2]})" if both[2] != dense else "")
     note += (f"; Amdahl with Table 1's attention share at {total - sa_steps}/{total} GNA steps: {estimate:.2f}x "
              f"end to end (simulator's: {paper_end_to_end_speedup(sim, share, fraction):.2f}x)")
     if "B200" in gpu:
@@ -224,7 +246,7 @@ def claims(rows) -> list[ClaimCheck]:
 def _paper_point(config: GpuConfig, backward: bool) -> Point:
     return Point(f"{config.name}_{'fwd_bwd' if backward else 'fwd'}",
                  {"config": config.name, "backward": backward, "dtype": "bfloat16", "warmup": 3, "iters": 10,
-                  "time_cap_s": 60.0, "check_queries": 256},
+                  "time_cap_s": 60.0, "check_queries": 256, "dense_probe_iters": 3, "dense_probe_cap_s": 15.0},
                  needs_gpu=True, memory_gib=16.0,
                  resources=Resources(nodes=1, gpus_per_node=1, cpus_per_task=8, mem_gib=64, time_min=30))
 
@@ -232,7 +254,8 @@ def _paper_point(config: GpuConfig, backward: bool) -> Point:
 def _smoke_point(config: GpuConfig) -> Point:
     return Point(f"{config.name}_fwd",
                  {"config": config.name, "backward": False, "dtype": "float32", "warmup": 1, "iters": 1,
-                  "time_cap_s": 20.0, "check_queries": 1 << 20, "threads": 2},
+                  "time_cap_s": 20.0, "check_queries": 1 << 20, "threads": 2, "dense_probe_iters": 3,
+                  "dense_probe_cap_s": 5.0},
                  memory_gib=1.0, resources=Resources(nodes=1, gpus_per_node=0, cpus_per_task=2, mem_gib=2, time_min=10))
 
 

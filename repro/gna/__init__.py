@@ -12,6 +12,7 @@ Files, one concept each:
     flex_problem.py   Flex GNA as the GPU benchmark runs it: tile layouts, block mask, kernel and whole op
     gpu_check.py      every measurement's correctness check against dense masked SDPA
     time_cap.py       timing several contenders under one deadline
+    dense_baseline.py the dense denominator: the fastest SDPA backend for the shape, probed as a ladder
     gpu_benchmark.py  dense vs GNA (kernel and op) on one device: times, speedups, bounds, errors
     gpu_selfcheck.py  a first check of compiled Flex GNA on a GPU before any timing
     simulator.py      upper-bound speedups from tile counts, Amdahl end-to-end estimates, tile choice

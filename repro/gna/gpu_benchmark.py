@@ -6,7 +6,10 @@ One problem (:class:`repro.gna.gpu_config.GpuConfig`): a token grid, a GNA spec,
 :func:`repro.gna.time_cap.time_capped` (CUDA events on a GPU):
 
 * ``dense``: ``F.scaled_dot_product_attention`` over all tokens, on [batch, heads, tokens, dim] views of the same
-  q/k/v (flash attention on CUDA: the baseline the paper's speedups are over);
+  q/k/v, with the SDPA backend that was fastest on this device, dtype, shape and direction
+  (:mod:`repro.gna.dense_baseline`: every backend is probed briefly, the winner named in ``dense_backend`` and
+  timed in full like the other two; the ladder is in ``dense_probe_s``, the backends not probed in
+  ``dense_probe_notes``);
 * ``gna``: Flex on the tile-permuted sequences with the GNA block mask (the kernel: what the tile simulator bounds);
 * ``gna_op``: the whole op as :func:`repro.gna.flex.flex_gna` runs it: permute tokens into tiles, Flex, permute back
   (what a model pays).
@@ -23,8 +26,8 @@ import time
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
+from repro.gna.dense_baseline import SdpaBackend, dense_attention, math_skip_reason, probe_dense
 from repro.gna.flex_problem import Attend, FlexProblem, compile_settings, flex_attend
 from repro.gna.gpu_check import check_against_reference, check_tokens
 from repro.gna.gpu_config import GpuConfig, random_inputs, shape_text
@@ -32,70 +35,44 @@ from repro.gna.simulator import attended_pairs, simulate
 from repro.gna.time_cap import time_capped
 
 
-def dense_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """SDPA over all tokens: [B, *grid, H, D] -> [B, H, N, D] (views; flash reads these strides directly)."""
-    batch, heads = query.shape[0], query.shape[-2]
-
-    def heads_first(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(batch, -1, heads, x.shape[-1]).transpose(1, 2)
-
-    return F.scaled_dot_product_attention(heads_first(query), heads_first(key), heads_first(value))
-
-
-def _dense_backend(device: torch.device, dtype: torch.dtype, heads: int, head_dim: int):
-    """(context factory, name): flash attention on CUDA (the paper's dense baseline is FlashAttention-class), SDPA's
-    own choice on CPU or where flash cannot run (tried on a tiny problem first, so a missing kernel is named in the
-    rows instead of failing the point)."""
-    from contextlib import nullcontext
-
-    if device.type != "cuda":
-        return nullcontext, "sdpa"
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    def flash():
-        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
-
-    probe = torch.zeros(1, heads, 128, head_dim, device=device, dtype=dtype, requires_grad=True)
-    try:
-        with flash():
-            F.scaled_dot_product_attention(probe, probe, probe).sum().backward()
-    except RuntimeError:
-        return nullcontext, "sdpa_default"
-    return flash, "sdpa_flash"
-
-
 def _fresh(x: torch.Tensor) -> torch.Tensor:
     """A contiguous leaf copy (the tile-ordered inputs of the kernel timing, never views of the grid tensors)."""
     return x.detach().clone(memory_format=torch.contiguous_format)
 
 
-
 def measure(config: GpuConfig, *, backward: bool, device: torch.device | str, dtype: torch.dtype = torch.bfloat16,
             warmup: int = 3, iters: int = 10, time_cap_s: float = 60.0, check_queries: int = 256,
-            compile: bool | None = None, attend: Attend | None = None) -> dict:
-    """Dense vs GNA (kernel and op) times, the simulator's bounds for these tiles, and the correctness check.
+            dense_probe_iters: int = 3, dense_probe_cap_s: float | None = None, compile: bool | None = None,
+            attend: Attend | None = None) -> dict:
+    """Dense vs GNA (kernel and op) times, the dense backend ladder, the simulator's bounds for these tiles, and the
+    correctness check.
 
-    ``compile`` defaults to True on CUDA (Flex's kernel) and False on CPU (Flex runs eagerly there, forward only);
-    ``attend`` replaces Flex (tests use it to run the backward path on CPU)."""
+    The dense ladder probes each SDPA backend for ``dense_probe_iters`` iterations within ``dense_probe_cap_s``
+    (default a quarter of ``time_cap_s``); ``compile`` defaults to True on CUDA (Flex's kernel) and False on CPU
+    (Flex runs eagerly there, forward only); ``attend`` replaces Flex (tests use it to run the backward path on
+    CPU)."""
     device = torch.device(device)
     compile = device.type == "cuda" if compile is None else compile
     if attend is None:
         if backward and device.type == "cpu":
             raise ValueError("Flex has no backward on CPU: run forward points on CPU, forward+backward on a GPU")
         attend = flex_attend(compile=compile)
+    probe_cap_s = 0.25 * time_cap_s if dense_probe_cap_s is None else dense_probe_cap_s
     with compile_settings():
-        return _measure(config, backward, device, dtype, warmup, iters, time_cap_s, check_queries, compile, attend)
+        return _measure(config, backward=backward, device=device, dtype=dtype, warmup=warmup, iters=iters,
+                        time_cap_s=time_cap_s, check_queries=check_queries, probe_iters=dense_probe_iters,
+                        probe_cap_s=probe_cap_s, compile=compile, attend=attend)
 
 
-def _measure(config: GpuConfig, backward: bool, device: torch.device, dtype: torch.dtype, warmup: int, iters: int,
-             time_cap_s: float, check_queries: int, compile: bool, attend: Attend) -> dict:
+def _measure(config: GpuConfig, *, backward: bool, device: torch.device, dtype: torch.dtype, warmup: int, iters: int,
+             time_cap_s: float, check_queries: int, probe_iters: int, probe_cap_s: float, compile: bool,
+             attend: Attend) -> dict:
     started = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     problem = FlexProblem(config, device, attend)
     sim = simulate(config.grid, config.spec, config.q_tile, config.kv_tile)
     q, k, v, grad_out = random_inputs(config, device, dtype)
-    dense_context, dense_backend = _dense_backend(device, dtype, config.heads, config.head_dim)
     grad_heads_first = grad_out.reshape(config.batch, config.tokens, config.heads, -1).transpose(1, 2)
     q_seq, k_seq, v_seq = _fresh(problem.q_sequence(q)), _fresh(problem.kv_sequence(k)), _fresh(problem.kv_sequence(v))
     grad_seq = _fresh(problem.q_sequence(grad_out))
@@ -109,15 +86,20 @@ def _measure(config: GpuConfig, backward: bool, device: torch.device, dtype: tor
             return forward
         return lambda: torch.autograd.grad(run(), inputs, grad)
 
-    def dense():
-        with dense_context():
-            return dense_attention(q, k, v)
+    def dense_with(backend: SdpaBackend) -> Callable[[], object]:
+        def dense():
+            with backend.context():
+                return dense_attention(q, k, v)
+        return forward_and_backward(dense, (q, k, v), grad_heads_first)
 
     if backward:
         for x in (q, k, v, q_seq, k_seq, v_seq):
             x.requires_grad_(True)
+    math_why = math_skip_reason(config.batch, config.heads, config.tokens, backward=backward, device=device)
+    ladder = probe_dense(dense_with, device=device, deadline=time.perf_counter() + probe_cap_s, warmup=warmup,
+                         probe_iters=probe_iters, skip={"sdpa_math": math_why} if math_why else None)
     fns = {
-        "dense": forward_and_backward(dense, (q, k, v), grad_heads_first),
+        "dense": dense_with(ladder.fastest),  # timed in full below, exactly like the GNA kernel and op
         "gna": forward_and_backward(lambda: problem.kernel(q_seq, k_seq, v_seq), (q_seq, k_seq, v_seq), grad_seq),
         "gna_op": forward_and_backward(lambda: problem.op(q, k, v), (q, k, v), grad_out),
     }
@@ -140,7 +122,8 @@ def _measure(config: GpuConfig, backward: bool, device: torch.device, dtype: tor
         q_tile=shape_text(config.q_tile), kv_tile=shape_text(config.kv_tile),
         batch=config.batch, heads=config.heads, head_dim=config.head_dim, dtype=str(dtype).removeprefix("torch."),
         passes="fwd+bwd" if backward else "fwd", gna_backend=f"flex_{'compiled' if compile else 'eager'}",
-        dense_backend=dense_backend, block_sparse=sim.block_sparse, checked_queries=int(tokens.numel()),
+        dense_backend=ladder.fastest.name, dense_probe_s=ladder.probe_s(), dense_probe_iters=ladder.probe_iters(),
+        dense_probe_notes=ladder.notes(), block_sparse=sim.block_sparse, checked_queries=int(tokens.numel()),
         **{f"iters_{name}": len(timing.times_s) for name, timing in timings.items()}, warmup=warmup,
         dense_s=seconds["dense"], gna_s=seconds["gna"], gna_op_s=seconds["gna_op"],
         speedup=seconds["dense"] / seconds["gna"], op_speedup=seconds["dense"] / seconds["gna_op"],

@@ -63,6 +63,7 @@ def test_paper_points_need_one_gpu_and_cover_tables_2_to_5():
         assert point.params["warmup"] == 3 and point.params["iters"] == 10 and point.params["time_cap_s"] == 60
     configs = gna_speedup_gpu.PAPER_CONFIGS
     assert len(points) == 2 * len(configs) == 46  # 3 FLUX + 8 Cosmos + 10 HunyuanVideo + 2 Table 5 WSA, fwd / fwd_bwd
+    assert all(p.params["dense_probe_iters"] == 3 and p.params["dense_probe_cap_s"] == 15 for p in points)
     hunyuan = configs["hunyuanvideo_w18x24x24_s16x8x8"]
     assert (hunyuan.grid, hunyuan.q_tile, hunyuan.kv_tile, hunyuan.heads, hunyuan.head_dim, hunyuan.batch) == (
         (30, 48, 80), (4, 8, 8), (2, 8, 8), 24, 128, 1)
@@ -87,6 +88,17 @@ def test_smoke_points_give_finite_declared_rows(smoke_rows):
     assert bs["toy2d_w16x16_s8x16_fwd"] == 1.0 and bs["toy3d_w4x8x8_s2x4x8_fwd"] == 0.0
 
 
+def test_smoke_rows_name_the_fastest_dense_backend_and_keep_the_ladder(smoke_rows):
+    for point, rows in smoke_rows.groupby("point"):
+        probes = rows[rows["metric"] == "dense_probe_s"].set_index("sdpa_backend")["value"]
+        assert {"sdpa_flash", "sdpa_math"} <= set(probes.index), point  # the CPU's kernels, each timed
+        assert (rows[rows["metric"] == "dense_probe_s"]["probe_iters"] == 3).all()
+        assert set(rows["dense_backend"]) == {probes.idxmin()}, point  # every row names the winner
+        assert "sdpa_cudnn: " in rows["dense_probe_notes"].iloc[0]  # no cuDNN kernel on CPU: skipped, with why
+        metric = rows.set_index("metric")["value"]
+        assert metric["speedup"] == pytest.approx(metric["dense_s"] / metric["gna_s"])
+
+
 def test_smoke_correctness_is_tight(smoke_rows):
     errors = smoke_rows[smoke_rows["metric"] == "out_max_rel_error"]
     assert len(errors) == 2 and (errors["value"] < 1e-5).all(), errors[["point", "value"]]
@@ -108,9 +120,9 @@ def test_claims_without_rows_and_on_smoke_rows(smoke_rows):
 def _paper_like_rows(gpu: str) -> pd.DataFrame:
     common = dict(model="hunyuanvideo", window="18x24x24", stride="16x8x8", gpu=gpu)
     return pd.DataFrame([
-        dict(metric="op_speedup", value=9.0, passes="fwd", **common),
-        dict(metric="bound", value=11.11, passes="fwd", **common),
-        dict(metric="op_speedup", value=7.0, passes="fwd+bwd", **common),
+        dict(metric="op_speedup", value=9.0, passes="fwd", dense_backend="sdpa_cudnn", **common),
+        dict(metric="bound", value=11.11, passes="fwd", dense_backend="sdpa_cudnn", **common),
+        dict(metric="op_speedup", value=7.0, passes="fwd+bwd", dense_backend="sdpa_flash", **common),
     ])
 
 
@@ -119,6 +131,8 @@ def test_claims_stay_needs_gpu_off_b200_with_the_value_in_the_note():
     check = by_id["t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_actual"]
     assert check.verdict == "needs GPU" and "H100" in check.note and "9.00x" in check.note
     assert "11.11x" in check.note and "7.00x" in check.note
+    assert "vs sdpa_cudnn (the fastest dense SDPA backend probed)" in check.note
+    assert "fwd+bwd 7.00x (vs sdpa_flash)" in check.note  # backward's fastest dense backend differed
     assert by_id["hunyuan_e2e_concl"].verdict == "needs GPU" and "9.00x" in by_id["hunyuan_e2e_concl"].note
     on_b200 = {c.claim_id: c for c in EXP.claims(_paper_like_rows("NVIDIA B200"))}
     check = on_b200["t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_actual"]
