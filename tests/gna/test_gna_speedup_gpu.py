@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from gna_cases import Case, random_cases
 from repro.experiments import gna_speedup, gna_speedup_gpu, registry, validate_experiment
 from repro.experiments.base import Resources
-from repro.experiments.runner import execute_point
+from repro.experiments.runner import execute_point, select_points
 from repro.gna import GNASpec, flex_gna, gna_block_mask, gna_mask, gna_mask_mod
 from repro.gna.flex_problem import FlexProblem, flex_attend
 from repro.gna.gpu_benchmark import measure
@@ -72,6 +72,20 @@ def test_paper_points_need_one_gpu_and_cover_tables_2_to_5():
     for config in configs.values():  # Flex's kernels need blocks that are multiples of their 64/128 tiles
         assert math.prod(config.q_tile) % 128 == 0 and math.prod(config.kv_tile) % 128 == 0
         assert gna_speedup_gpu.estimate_memory_gib(config, backward=True, dtype=torch.bfloat16) < 0.85 * 79
+
+
+def test_paper_points_measure_forward_of_flux_and_hunyuan_first_and_backward_after():
+    names = [p.name for p in EXP.points_for("paper")]
+    first = list(gna_speedup_gpu.FIRST_CONFIGS)
+    assert first == ["flux1dev_4k_w80x80_s16x16", "hunyuanvideo_w18x24x24_s16x8x8"]
+    assert names[:4] == [f"{c}_fwd" for c in first] + [f"{c}_fwd_bwd" for c in first]
+    rest = names[4:]
+    assert max(i for i, n in enumerate(rest) if n.endswith("_fwd")) < min(
+        i for i, n in enumerate(rest) if n.endswith("_fwd_bwd"))
+    # points named on the command line run in this order whatever order they were named in
+    chosen = select_points(EXP, "paper", reversed(names[:4]))
+    assert [p.name for p in chosen] == names[:4]
+    assert [p.params["backward"] for p in chosen] == [False, False, True, True]
 
 
 def test_smoke_points_give_finite_declared_rows(smoke_rows):
