@@ -44,6 +44,17 @@ class CommGroup:
         return self.ranks[group_rank]
 
 
+def group_device(group: CommGroup) -> torch.device:
+    """The device a tensor handed to a collective over ``group`` must be on: the rank's current GPU when the
+    group's backend is nccl, the CPU under gloo or outside a distributed job. For control tensors (flags, timings,
+    agreements) made where no compute device is at hand; nccl rejects CPU tensors."""
+    if not dist.is_initialized():
+        return torch.device("cpu")
+    from repro.dist.launch import device_for
+
+    return device_for(dist.get_backend(group.process_group))
+
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 

@@ -67,7 +67,8 @@ class _MatmulReduceScatter(torch.autograd.Function):
         b, s, k, tp, n, length = ctx.shape
         grad_chunks = grad_out.reshape(b, n, length, -1)  # this rank's shard, chunk by chunk
         sends = [grad_chunks[:, chunk].contiguous() for chunk in range(n)]
-        gathered = [torch.empty(tp * b, length, grad_out.shape[-1], dtype=grad_out.dtype) for _ in range(n)]
+        gathered = [torch.empty(tp * b, length, grad_out.shape[-1], dtype=grad_out.dtype, device=grad_out.device)
+                    for _ in range(n)]
         handles = [comm.all_gather_into_tensor(gathered[c], sends[c], ctx.group, async_op=True) for c in range(n)]
         x5 = x.view(b, tp, n, length, k)
         grad_x = torch.empty_like(x5) if ctx.needs_input_grad[0] else None

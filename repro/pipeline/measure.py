@@ -42,8 +42,9 @@ class IdleMeasurement:
 def gather_events(result: StepResult, pp_group: CommGroup) -> list[StageEvent]:
     """Every stage's events of one step (same count on each stage: 2 m), on every stage of ``pp_group``."""
     rows = [[e.stage, _KINDS.index(e.kind), e.micro_batch, e.start, e.end] for e in result.events]
-    mine = torch.tensor(rows, dtype=torch.float64)
-    everyone = torch.empty((pp_group.size * mine.shape[0], mine.shape[1]), dtype=torch.float64)
+    device = comm.group_device(pp_group)  # the group's backend decides: the rank's GPU under nccl
+    mine = torch.tensor(rows, dtype=torch.float64, device=device)
+    everyone = torch.empty((pp_group.size * mine.shape[0], mine.shape[1]), dtype=torch.float64, device=device)
     comm.all_gather_into_tensor(everyone, mine, pp_group)
     return [StageEvent(int(r[0]), _KINDS[int(r[1])], int(r[2]), float(r[3]), float(r[4])) for r in everyone.tolist()]
 
@@ -67,7 +68,7 @@ def measure_idle(run_step: Callable[[], StepResult], pp_group: CommGroup, *, ste
             continue
         start, end = min(e.start for e in events), max(e.end for e in events)
         idle.append(idle_fractions(events, pp_group.size))
-        wait = torch.zeros(pp_group.size, dtype=torch.float64)
+        wait = torch.zeros(pp_group.size, dtype=torch.float64, device=comm.group_device(pp_group))
         wait[pp_group.rank] = result.recv_wait_s / (end - start)
         comm.all_reduce(wait, pp_group)
         waits.append(wait.tolist())
@@ -82,16 +83,18 @@ def _median(per_step: list[list[float]]) -> tuple[float, ...]:
 
 def fixed_cost_step(pp_group: CommGroup, *, num_micro_batches: int, forward_s: float, backward_s: float,
                     micro_batch_size: int = 2, hidden_size: int = 8, seed: int = 0) -> Callable[[], StepResult]:
-    """A ``run_step`` for :func:`measure_idle`: every stage a :class:`FixedCostStage`, a sum as the loss."""
+    """A ``run_step`` for :func:`measure_idle`: every stage a :class:`FixedCostStage`, a sum as the loss. The stage
+    and its inputs are drawn on the CPU (the same numbers anywhere) and placed where ``pp_group`` communicates."""
+    device = comm.group_device(pp_group)
     torch.manual_seed(seed + pp_group.rank)
-    stage = FixedCostStage(hidden_size, forward_s=forward_s, backward_s=backward_s)
+    stage = FixedCostStage(hidden_size, forward_s=forward_s, backward_s=backward_s).to(device)
     shape = (micro_batch_size, hidden_size)
-    inputs = [torch.randn(shape) for _ in range(num_micro_batches)] if pp_group.rank == 0 else None
+    inputs = [torch.randn(shape).to(device) for _ in range(num_micro_batches)] if pp_group.rank == 0 else None
 
     def run_step() -> StepResult:
         stage.zero_grad(set_to_none=True)
         return run_1f1b(forward_fn=lambda x, i: stage(x), loss_fn=lambda y, i: y.sum() / num_micro_batches,
                         inputs=inputs, num_micro_batches=num_micro_batches, activation_shape=shape,
-                        pp_group=pp_group)
+                        pp_group=pp_group, device=device)
 
     return run_step

@@ -62,7 +62,8 @@ def agree_on_setup(build: Callable[[], T]) -> T:
     # [lowest rank with its own error, lowest rank with any error]: a rank that only learnt of another rank's
     # failure (``follower`` errors) speaks only when no rank has an error of its own to report.
     own = failure is not None and not getattr(failure, "follower", False)
-    lowest = torch.tensor([rank if own else world, rank if failure is not None else world], dtype=torch.int64)
+    lowest = torch.tensor([rank if own else world, rank if failure is not None else world], dtype=torch.int64,
+                          device=_agreement_device())  # nccl reduces GPU tensors only
     dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
     speaker = int(lowest[0]) if int(lowest[0]) < world else int(lowest[1])
     if speaker < world:
@@ -71,6 +72,13 @@ def agree_on_setup(build: Callable[[], T]) -> T:
             raise UsageError(prefix + str(failure)) from failure
         raise UsageError(None)
     return result
+
+
+def _agreement_device():
+    """Where the agreement's tensor must be for the default group's backend (the rank's GPU under nccl)."""
+    from repro.dist.launch import device_for
+
+    return device_for()
 
 
 class Watchdog:

@@ -47,7 +47,8 @@ def counted_in_norm(name: str, tp_rank: int) -> bool:
 
 def global_grad_norm(model: nn.Module, *, tp_group: CommGroup, pp_group: CommGroup) -> float:
     """L2 norm of the gradient of the full (unsharded, unpipelined) model, identical on every rank."""
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    device = next((p.device for p in model.parameters()), None)
+    device = device if device is not None else comm.group_device(tp_group)  # nccl reduces GPU tensors only
     squares = torch.zeros((), dtype=torch.float64, device=device)
     for name, p in model.named_parameters():
         if p.grad is not None and counted_in_norm(name, tp_group.rank):

@@ -84,7 +84,7 @@ class DataParallelOptimizer:
         from repro.dist import comm
 
         grads = [p.grad for p in self.params if p.grad is not None]
-        device = grads[0].device if grads else torch.device("cpu")
+        device = self.params[0].device  # not the CPU when this rank got no gradient: nccl reduces GPU tensors
         found = torch.zeros((), dtype=torch.float32, device=device)
         for grad in grads:
             grad.div_(self.scaler.scale)

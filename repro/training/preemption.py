@@ -53,8 +53,9 @@ class PreemptionFlag:
             signal.signal(sig, previous)
         self._previous.clear()
 
-    def agreed(self, group: CommGroup | None, device: torch.device | str = "cpu") -> bool:
-        """True on every rank of ``group`` when any of them received a signal (a MAX all-reduce of the flag)."""
+    def agreed(self, group: CommGroup | None, device: torch.device | str) -> bool:
+        """True on every rank of ``group`` when any of them received a signal (a MAX all-reduce of the flag, on
+        ``device``: the rank's compute device, as nccl needs)."""
         flag = torch.tensor(1.0 if self.received else 0.0, device=device)
         if group is not None and group.size > 1:
             comm.all_reduce(flag, group, op=torch.distributed.ReduceOp.MAX)

@@ -218,7 +218,7 @@ def _agree(failure: str | None, group: CommGroup, device: torch.device) -> tuple
     reason = torch.zeros(_REASON_BYTES, dtype=torch.uint8, device=device)
     if group.rank == first:
         encoded = failure.encode()[:_REASON_BYTES]
-        reason[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        reason[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8, device=device)
     comm.broadcast(reason, group, src_group_rank=first)
     return first, bytes(reason.cpu().tolist()).rstrip(b"\0").decode(errors="replace")
 

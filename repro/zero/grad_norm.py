@@ -67,7 +67,8 @@ def global_grad_stats(
             local = torch.zeros(2, dtype=torch.float32, device=device if device is not None else shard.device)
         local[0] += sum_of_squares(shard, ranges).to(local.device)
     if local is None:
-        local = torch.zeros(2, dtype=torch.float32, device=device if device is not None else "cpu")
+        local = torch.zeros(2, dtype=torch.float32,
+                            device=device if device is not None else comm.group_device(dp_group))
     local[1] = (~torch.isfinite(local[0])).float()
     if not replicated_over_dp:
         comm.all_reduce(local, dp_group)
