@@ -163,6 +163,8 @@ def _measure_kernels(gemm_shapes: tuple[GemmShape, ...]) -> _Kernels:
                     shapes=tuple((shape, measure_gemm_shape_flops(shape)) for shape in gemm_shapes))
 
 
+_CPU = torch.device("cpu")  # this module measures CPU ranks; their collectives run over gloo (checked where used)
+
 #: the compute between two all-reduces in the calibration pattern: one [512 x 128] @ [128 x 512] GEMM (~1 ms)
 _PATTERN_GEMM = (512, 512, 128)
 _PATTERN_CALLS, _PATTERN_REPEATS = 16, 5
@@ -173,14 +175,14 @@ def _pattern_seconds(buffer: torch.Tensor | None) -> float:
     import torch.distributed as dist
 
     m, n, k = _PATTERN_GEMM
-    a, b = torch.randn(m, k), torch.randn(k, n)
+    a, b = torch.randn(m, k, device=_CPU), torch.randn(k, n, device=_CPU)
     dist.barrier()
     start = time.perf_counter()
     for _ in range(_PATTERN_CALLS):
         torch.matmul(a, b)
         if buffer is not None:
             dist.all_reduce(buffer)
-    elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
+    elapsed = torch.tensor(time.perf_counter() - start, dtype=torch.float64, device=_CPU)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the pattern lasts as long as its slowest rank
     return float(elapsed)
 
@@ -189,7 +191,7 @@ def _pattern_allreduce_costs(message_bytes: Iterable[int]) -> list[float]:
     """Seconds one all-reduce of each size adds to the GEMM / all-reduce pattern (all ranks must call it)."""
     costs = []
     for n in message_bytes:
-        buffer = torch.ones(max(1, n // 4))
+        buffer = torch.ones(max(1, n // 4), device=_CPU)
         with_comm, without = [], []
         for _ in range(_PATTERN_REPEATS):  # interleaved, so that a drifting load hits both alike
             with_comm.append(_pattern_seconds(buffer))
@@ -250,12 +252,15 @@ def calibrate_these_ranks(*, gemm_shapes: Iterable[GemmShape] = (), threads: int
     import torch.distributed as dist
 
     _check_calibration_args(threads, small_bytes, large_bytes)
+    world_size = dist.get_world_size() if dist.is_initialized() else 1
+    if world_size > 1 and dist.get_backend() != "gloo":
+        raise ValueError(f"calibrate_these_ranks measures CPU ranks and their all-reduce over gloo; this job's "
+                         f"default process group uses {dist.get_backend()!r}")
     shapes = tuple(dict.fromkeys(tuple(int(x) for x in shape) for shape in gemm_shapes))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         k = _measure_kernels(shapes)
-        world_size = dist.get_world_size() if dist.is_initialized() else 1
         alpha, beta = 0.0, float("inf")
         if world_size > 1:
             costs = _pattern_allreduce_costs((small_bytes, large_bytes))
@@ -264,7 +269,7 @@ def calibrate_these_ranks(*, gemm_shapes: Iterable[GemmShape] = (), threads: int
         torch.set_num_threads(previous)
     # slowest rank: rates take the minimum, costs the maximum (one MAX all-reduce of costs and inverse rates)
     costs = torch.tensor([1 / k.gemm_flops, k.rng, k.math, 1 / k.memory, k.overhead, alpha, 1 / beta,
-                          *(1 / f for _, f in k.shapes)], dtype=torch.float64)
+                          *(1 / f for _, f in k.shapes)], dtype=torch.float64, device=_CPU)
     if world_size > 1:
         dist.all_reduce(costs, op=dist.ReduceOp.MAX)
     c = costs.tolist()

@@ -48,6 +48,9 @@ from repro.overlap.row_parallel import wait_all
 from repro.overlap.sequence_parallel import chunk_rows
 
 Case = tuple[Callable[[], None] | None, Callable[[], None]]
+#: where every tensor here lives: this CPU's kernels are what is calibrated, on gloo ranks that
+#: :func:`calibrate_components` spawns itself (gloo takes CPU tensors)
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def _collective_cases(parallel: str, group: CommGroup, full: torch.Tensor, chunk
                       outs: list[torch.Tensor]) -> dict[str, Case]:
     """The sublayer's collective over ``full`` and over each chunk of it (``outs``: reduce-scatter outputs)."""
     run = _collective(parallel, group)
-    whole_out = torch.empty(full.shape[0] // group.size, *full.shape[1:]) if parallel == "row_sp" else full
+    whole_out = torch.empty(full.shape[0] // group.size, *full.shape[1:], device=CPU) if parallel == "row_sp" else full
 
     def train() -> None:
         for chunk, out in zip(chunks, outs):
@@ -123,9 +126,10 @@ def _probe_cases(parallel: str, group: CommGroup, gemm: Callable[[], None], chun
 def row_cases(in_features: int, out_features: int, group: CommGroup, tokens: int, num_chunks: int) -> dict[str, Case]:
     """OP / FC-2: ``[T, in/p] @ [in/p, out]`` (weight stored ``[out, in/p]``), then an all-reduce of ``[T, out]``."""
     tp = group.size
-    x, weight = torch.randn(tokens, in_features // tp), torch.randn(out_features, in_features // tp)
-    bias = torch.randn(out_features)
-    out = torch.empty(tokens, out_features)
+    x = torch.randn(tokens, in_features // tp, device=CPU)
+    weight = torch.randn(out_features, in_features // tp, device=CPU)
+    bias = torch.randn(out_features, device=CPU)
+    out = torch.empty(tokens, out_features, device=CPU)
     blocks = row_chunks(tokens, num_chunks)
     first = blocks[0]
     cases = {
@@ -144,8 +148,9 @@ def column_cases(in_features: int, out_features: int, group: CommGroup, tokens: 
                  num_chunks: int) -> dict[str, Case]:
     """IP / FC-1 backward: ``dX = dY [T, out/p] @ W [out/p, in]`` (all-reduced), ``dW = dY^T @ X``, ``db``."""
     tp = group.size
-    grad, weight = torch.randn(tokens, out_features // tp), torch.randn(out_features // tp, in_features)
-    x, grad_x = torch.randn(tokens, in_features), torch.empty(tokens, in_features)
+    grad = torch.randn(tokens, out_features // tp, device=CPU)
+    weight = torch.randn(out_features // tp, in_features, device=CPU)
+    x, grad_x = torch.randn(tokens, in_features, device=CPU), torch.empty(tokens, in_features, device=CPU)
     blocks = row_chunks(tokens, num_chunks)
     first = blocks[0]
     cases = {
@@ -166,15 +171,16 @@ def row_sp_cases(in_features: int, out_features: int, group: CommGroup, tokens: 
     """FC-2/RS: the row GEMM, then a reduce-scatter along the sequence; chunk ``c`` gathers its rows of every
     rank's shard (``chunk_rows``: a copy) before its GEMM."""
     tp = group.size
-    x, weight = torch.randn(1, tokens, in_features // tp), torch.randn(out_features, in_features // tp)
-    bias = torch.randn(out_features)
-    full = torch.empty(tokens, out_features)
+    x = torch.randn(1, tokens, in_features // tp, device=CPU)
+    weight = torch.randn(out_features, in_features // tp, device=CPU)
+    bias = torch.randn(out_features, device=CPU)
+    full = torch.empty(tokens, out_features, device=CPU)
     _, n, length = sequence_chunk_shape(tokens, tp, num_chunks)
     x5 = x.view(1, tp, n, length, -1)
     partial = chunk_rows(x5, 0) @ weight.t()  # [tp * L, out]
     chunks = [partial.clone() for _ in range(n)]
-    outs = [torch.empty(length, out_features) for _ in range(n)]
-    shard = torch.empty(tokens // tp, out_features)
+    outs = [torch.empty(length, out_features, device=CPU) for _ in range(n)]
+    shard = torch.empty(tokens // tp, out_features, device=CPU)
     cases = {
         "gemm_full": (None, lambda: torch.matmul(x[0], weight.t(), out=full)),
         "gemm_chunk": (None, lambda: chunk_rows(x5, 0) @ weight.t()),
