@@ -37,16 +37,17 @@ def test_local_rank_comes_from_the_launcher(monkeypatch):
     assert local_rank_and_size(5, 8) == (2, 4)
 
 
+def _pin_rank(rank, world_size):
+    with one_core_per_rank(rank, world_size) as core:
+        return core, sorted(os.sched_getaffinity(0))
+
+
 def test_spawned_ranks_pin_distinct_cores():
     from repro.dist import spawn
 
     if len(allowed_cores()) < 2:
         pytest.skip("needs two cores")
 
-    def rank_fn(rank, world_size):
-        with one_core_per_rank(rank, world_size) as core:
-            return core, sorted(os.sched_getaffinity(0))
-
-    got = spawn(rank_fn, 2)
+    got = spawn(_pin_rank, 2)
     assert [core for core, _ in got] == allowed_cores()[:2]
     assert all(seen == [core] for core, seen in got)

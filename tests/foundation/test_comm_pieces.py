@@ -38,16 +38,17 @@ def test_pieces_equal_one_call(world_size):
         assert result == {"pieces": 4, "reduce_equal": True, "gather_equal": True, "own_shard_in_place": True}
 
 
-def test_piece_bounds_cover_the_shard_in_order():
-    def rank_fn(rank, world_size):
-        groups = init_parallel()
-        comm.GLOO_CHUNK_BYTES = 40
-        bounds = comm._piece_bounds(groups.dp, torch.empty(25))  # 100 bytes: pieces of 10 elements
-        small = comm._piece_bounds(groups.dp, torch.empty(10))
-        comm.GLOO_CHUNK_BYTES = 0
-        off = comm._piece_bounds(groups.dp, torch.empty(25))
-        return bounds, small, off
+def _piece_bounds_rank(rank, world_size):
+    groups = init_parallel()
+    comm.GLOO_CHUNK_BYTES = 40
+    bounds = comm._piece_bounds(groups.dp, torch.empty(25))  # 100 bytes: pieces of 10 elements
+    small = comm._piece_bounds(groups.dp, torch.empty(10))
+    comm.GLOO_CHUNK_BYTES = 0
+    off = comm._piece_bounds(groups.dp, torch.empty(25))
+    return bounds, small, off
 
-    for bounds, small, off in spawn(rank_fn, 2):
+
+def test_piece_bounds_cover_the_shard_in_order():
+    for bounds, small, off in spawn(_piece_bounds_rank, 2):
         assert bounds == [(0, 10), (10, 20), (20, 25)]
         assert small is None and off is None

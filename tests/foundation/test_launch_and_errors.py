@@ -61,12 +61,13 @@ def test_rank_grid_tp_innermost():
     assert grid.embedding_groups()[0] == [0, 4]
 
 
-def test_middle_pipeline_stages_have_an_embedding_group_of_one():
-    def rank_fn(rank, ws):
-        groups = init_parallel(pp=4)
-        return groups.embedding.ranks
+def _embedding_ranks_rank(rank, ws):
+    groups = init_parallel(pp=4)
+    return groups.embedding.ranks
 
-    assert spawn(rank_fn, 4) == [(0, 3), (1,), (2,), (0, 3)]
+
+def test_middle_pipeline_stages_have_an_embedding_group_of_one():
+    assert spawn(_embedding_ranks_rank, 4) == [(0, 3), (1,), (2,), (0, 3)]
 
 
 @pytest.mark.parametrize("world,kwargs,message", [
@@ -79,13 +80,14 @@ def test_world_size_must_be_tp_pp_dp(world, kwargs, message):
         resolve_grid(world, **kwargs)
 
 
-def test_init_parallel_rejects_wrong_world_size():
-    def rank_fn(rank, ws):
-        with pytest.raises(ValueError, match="world size 2 != tp \\* pp \\* dp"):
-            init_parallel(tp=2, dp=2)
-        return True
+def _wrong_world_size_rank(rank, ws):
+    with pytest.raises(ValueError, match="world size 2 != tp \\* pp \\* dp"):
+        init_parallel(tp=2, dp=2)
+    return True
 
-    assert all(spawn(rank_fn, 2))
+
+def test_init_parallel_rejects_wrong_world_size():
+    assert all(spawn(_wrong_world_size_rank, 2))
 
 
 @pytest.mark.parametrize("kwargs,tp,message", [
@@ -124,18 +126,18 @@ def test_model_rejects_bad_tokens_and_lengths():
         model(torch.zeros(1, 9, dtype=torch.long))
 
 
+def _dropout_masks_rank(rank, ws):
+    tracker = seed_everything(1234, tp_rank=rank)
+    outside = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    with tracker.fork():
+        inside = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    outside_after = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    return outside, inside, outside_after
+
+
 def test_rng_tracker_differs_inside_agrees_outside():
     """Megatron sec. 3: dropout masks differ across tp ranks inside parallel regions, agree outside them."""
-
-    def rank_fn(rank, ws):
-        tracker = seed_everything(1234, tp_rank=rank)
-        outside = torch.nn.functional.dropout(torch.ones(1000), 0.5)
-        with tracker.fork():
-            inside = torch.nn.functional.dropout(torch.ones(1000), 0.5)
-        outside_after = torch.nn.functional.dropout(torch.ones(1000), 0.5)
-        return outside, inside, outside_after
-
-    (o0, i0, a0), (o1, i1, a1) = spawn(rank_fn, 2)
+    (o0, i0, a0), (o1, i1, a1) = spawn(_dropout_masks_rank, 2)
     assert torch.equal(o0, o1) and torch.equal(a0, a1)
     assert not torch.equal(i0, i1)
     assert not torch.equal(o0, a0)  # the replicated stream advanced

@@ -45,6 +45,18 @@ def _check_grads(merged: dict, expected: dict):
         assert_rel_close(merged[name], grad, TOL, f"grad of {name}")
 
 
+def _sublayer_rank(rank, ws, kind, state, prefix, x, x_grad, y, grad_out):
+    tp = init_parallel(tp=ws).tp
+    layer = ParallelSelfAttention(GPT, group=tp, causal=True) if kind == "attention" else ParallelMLP(GPT, group=tp)
+    layer.load_state_dict(shard_prefixed(state, prefix, GPT, rank, ws))
+    xi = x.clone().requires_grad_(True)
+    out = layer(xi)
+    assert_rel_close(out, y, TOL, "output")
+    out.backward(grad_out)
+    assert_rel_close(xi.grad, x_grad, TOL, "input grad")
+    return _grads(layer)
+
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 @pytest.mark.parametrize("kind", ["attention", "mlp"])
 def test_sublayer_parity(world_size, kind):
@@ -56,20 +68,19 @@ def test_sublayer_parity(world_size, kind):
     y.backward(grad_out)
     prefix = "layers.0.attention." if kind == "attention" else "layers.0.mlp."
     state = ref.state_dict()
-
-    def rank_fn(rank, ws):
-        tp = init_parallel(tp=ws).tp
-        layer = ParallelSelfAttention(GPT, group=tp, causal=True) if kind == "attention" else ParallelMLP(GPT, group=tp)
-        layer.load_state_dict(shard_prefixed(state, prefix, GPT, rank, ws))
-        xi = x.detach().clone().requires_grad_(True)
-        out = layer(xi)
-        assert_rel_close(out, y, TOL, "output")
-        out.backward(grad_out)
-        assert_rel_close(xi.grad, x.grad, TOL, "input grad")
-        return _grads(layer)
-
-    shards = spawn(rank_fn, world_size)
+    shards = spawn(_sublayer_rank, world_size, kind, state, prefix, x.detach(), x.grad, y.detach(), grad_out)
     _check_grads(merge_prefixed(shards, prefix, GPT), _grads(ref))
+
+
+def _gpt_rank(rank, ws, state, ids, labels, logits, loss):
+    tp = init_parallel(tp=ws).tp
+    model = GPTModel(GPT, tp_group=tp)
+    model.load_state_dict(shard_state_dict(state, GPT, rank, ws))
+    assert_rel_close(model.full_logits(ids), logits, TOL, "logits")
+    out = model.loss(ids, labels)
+    assert_rel_close(out, loss, TOL, "loss")
+    out.mean().backward()
+    return _grads(model)
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -82,19 +93,27 @@ def test_gpt_parity(world_size):
     loss = ref.loss(ids, labels)
     loss.mean().backward()
     state = ref.state_dict()
-
-    def rank_fn(rank, ws):
-        tp = init_parallel(tp=ws).tp
-        model = GPTModel(GPT, tp_group=tp)
-        model.load_state_dict(shard_state_dict(state, GPT, rank, ws))
-        assert_rel_close(model.full_logits(ids), logits, TOL, "logits")
-        out = model.loss(ids, labels)
-        assert_rel_close(out, loss, TOL, "loss")
-        out.mean().backward()
-        return _grads(model)
-
-    shards = spawn(rank_fn, world_size)
+    shards = spawn(_gpt_rank, world_size, state, ids, labels, logits.detach(), loss.detach())
     _check_grads(merge_state_dicts(shards, GPT), _grads(ref))
+
+
+def _bert_rank(rank, ws, config, state, ids, types, mask, seq, pooled, logits, weights):
+    tp = init_parallel(tp=ws).tp
+    model = BertModel(config, tp_group=tp)
+    model.load_state_dict(shard_state_dict(state, config, rank, ws))
+    s, p = model(ids, types, mask)
+    assert_rel_close(s, seq, TOL, "sequence output")
+    assert_rel_close(p, pooled, TOL, "pooled output")
+    shard = model.lm_logits(s)  # this rank's vocabulary columns (padding masked)
+    per_rank = shard.shape[-1]
+    lo, hi = rank * per_rank, min((rank + 1) * per_rank, config.vocab_size)
+    assert_rel_close(shard[..., : hi - lo], logits[..., lo:hi], TOL, "LM logits shard")
+    w = torch.zeros(*logits.shape[:-1], per_rank)
+    w[..., : hi - lo] = weights[2][..., lo:hi]
+    # The replicated terms are the same on every rank; the LM term is this rank's partial sum (f all-reduces
+    # its input gradient), so every rank back-propagates the full objective, as in training.
+    ((s * weights[0]).sum() + (p * weights[1]).sum() + (shard * w).sum()).backward()
+    return _grads(model)
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -112,26 +131,8 @@ def test_bert_parity(world_size, placement):
     weights = [torch.randn_like(seq), torch.randn_like(pooled), torch.randn_like(logits)]
     ((seq * weights[0]).sum() + (pooled * weights[1]).sum() + (logits * weights[2]).sum()).backward()
     state = ref.state_dict()
-
-    def rank_fn(rank, ws):
-        tp = init_parallel(tp=ws).tp
-        model = BertModel(config, tp_group=tp)
-        model.load_state_dict(shard_state_dict(state, config, rank, ws))
-        s, p = model(ids, types, mask)
-        assert_rel_close(s, seq, TOL, "sequence output")
-        assert_rel_close(p, pooled, TOL, "pooled output")
-        shard = model.lm_logits(s)  # this rank's vocabulary columns (padding masked)
-        per_rank = shard.shape[-1]
-        lo, hi = rank * per_rank, min((rank + 1) * per_rank, config.vocab_size)
-        assert_rel_close(shard[..., : hi - lo], logits[..., lo:hi], TOL, "LM logits shard")
-        w = torch.zeros(*logits.shape[:-1], per_rank)
-        w[..., : hi - lo] = weights[2][..., lo:hi]
-        # The replicated terms are the same on every rank; the LM term is this rank's partial sum (f all-reduces
-        # its input gradient), so every rank back-propagates the full objective, as in training.
-        ((s * weights[0]).sum() + (p * weights[1]).sum() + (shard * w).sum()).backward()
-        return _grads(model)
-
-    shards = spawn(rank_fn, world_size)
+    shards = spawn(_bert_rank, world_size, config, state, ids, types, mask, seq.detach(), pooled.detach(),
+                   logits.detach(), weights)
     for name in shards[0]:
         if split_rule(name) is None:  # replicated parameters: every rank holds the same full gradient
             for shard in shards[1:]:
