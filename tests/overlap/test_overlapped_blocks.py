@@ -24,34 +24,35 @@ def _build(kind, group):
     return TransformerLayer(CONFIG, group=group, causal=True)
 
 
+def _overlapped_blocks_rank(rank, ws):
+    groups = init_parallel(tp=ws)
+    out = []
+    for kind, swapped_expected in (("mlp", 2), ("attention", 2), ("layer", 4)):
+        plain, overlapped = _build(kind, groups.tp), _build(kind, groups.tp)
+        swapped = overlap_sublayers(overlapped, num_chunks=3)
+        with torch.no_grad():  # non-zero biases so their gradients and sums are exercised
+            torch.manual_seed(1)
+            for p_plain, p_ovl in zip(plain.parameters(), overlapped.parameters()):
+                p_plain.add_(0.01 * torch.randn_like(p_plain))
+                p_ovl.copy_(p_plain)
+        torch.manual_seed(2)  # replicated input and output gradient
+        x, grad = torch.randn(2, 10, CONFIG.hidden_size), torch.randn(2, 10, CONFIG.hidden_size)
+        before = groups.ledger.snapshot()
+        expected = forward_backward(plain, x, grad)
+        plain_ledger = groups.ledger.since(before)
+        before = groups.ledger.snapshot()
+        actual = forward_backward(overlapped, x, grad)
+        ovl_ledger = groups.ledger.since(before)
+        err, what = max_rel_err(actual, expected)
+        out.append((kind, len(swapped) == swapped_expected, err, what,
+                    plain_ledger.bytes("all_reduce"), ovl_ledger.bytes("all_reduce"),
+                    plain_ledger.calls("all_reduce"), ovl_ledger.calls("all_reduce")))
+    return out
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_blocks_with_overlapped_sublayers_match_plain(world_size):
-    def rank_fn(rank, ws):
-        groups = init_parallel(tp=ws)
-        out = []
-        for kind, swapped_expected in (("mlp", 2), ("attention", 2), ("layer", 4)):
-            plain, overlapped = _build(kind, groups.tp), _build(kind, groups.tp)
-            swapped = overlap_sublayers(overlapped, num_chunks=3)
-            with torch.no_grad():  # non-zero biases so their gradients and sums are exercised
-                torch.manual_seed(1)
-                for p_plain, p_ovl in zip(plain.parameters(), overlapped.parameters()):
-                    p_plain.add_(0.01 * torch.randn_like(p_plain))
-                    p_ovl.copy_(p_plain)
-            torch.manual_seed(2)  # replicated input and output gradient
-            x, grad = torch.randn(2, 10, CONFIG.hidden_size), torch.randn(2, 10, CONFIG.hidden_size)
-            before = groups.ledger.snapshot()
-            expected = forward_backward(plain, x, grad)
-            plain_ledger = groups.ledger.since(before)
-            before = groups.ledger.snapshot()
-            actual = forward_backward(overlapped, x, grad)
-            ovl_ledger = groups.ledger.since(before)
-            err, what = max_rel_err(actual, expected)
-            out.append((kind, len(swapped) == swapped_expected, err, what,
-                        plain_ledger.bytes("all_reduce"), ovl_ledger.bytes("all_reduce"),
-                        plain_ledger.calls("all_reduce"), ovl_ledger.calls("all_reduce")))
-        return out
-
-    for per_rank in spawn(rank_fn, world_size):
+    for per_rank in spawn(_overlapped_blocks_rank, world_size):
         for kind, swapped_ok, err, what, plain_b, ovl_b, plain_c, ovl_c in per_rank:
             assert swapped_ok, kind
             assert err <= TOL, f"{kind}: {what} relative error {err:.2e}"

@@ -9,13 +9,13 @@ from repro.experiments.t3_overlap import EXPERIMENT, TIMING_METRICS, claims, run
 from repro.paper import load_claims
 
 
+def _run_point_rank(rank, ws, point, tmp_path):
+    return run_point(point, RunContext("ci", rank, ws, "cpu", tmp_path))
+
+
 def _run(point_name, tmp_path):
     point = EXPERIMENT.point_named("ci", point_name)
-
-    def rank_fn(rank, ws):
-        return run_point(point, RunContext("ci", rank, ws, "cpu", tmp_path))
-
-    return spawn(rank_fn, point.world_size)[0]
+    return spawn(_run_point_rank, point.world_size, point, tmp_path)[0]
 
 
 def test_exactness_point_rows(tmp_path):

@@ -9,16 +9,17 @@ from repro.dist import init_parallel, spawn
 from repro.overlap.timing import MODES, SublayerSpec, SublayerTiming, time_sublayer, transformer_sublayers
 
 
-def test_time_every_sublayer_on_two_ranks():
-    def rank_fn(rank, ws):
-        groups = init_parallel(tp=ws)
-        specs = transformer_sublayers(16)
-        before = groups.ledger.snapshot()
-        timings = [time_sublayer(spec, groups.tp, tokens=16, num_chunks=2, rounds=1, warmup=0)
-                   for spec in specs.values()]
-        return timings, groups.ledger.since(before).calls()
+def _time_sublayers_rank(rank, ws):
+    groups = init_parallel(tp=ws)
+    specs = transformer_sublayers(16)
+    before = groups.ledger.snapshot()
+    timings = [time_sublayer(spec, groups.tp, tokens=16, num_chunks=2, rounds=1, warmup=0)
+               for spec in specs.values()]
+    return timings, groups.ledger.since(before).calls()
 
-    (timings, calls), (other, _) = spawn(rank_fn, 2)
+
+def test_time_every_sublayer_on_two_ranks():
+    (timings, calls), (other, _) = spawn(_time_sublayers_rank, 2)
     assert timings == other  # the maximum over ranks is shared
     assert calls == 0  # measurement collectives use a scratch ledger
     assert [t.sublayer for t in timings] == ["OP", "FC-2", "IP", "FC-1", "FC-2/RS"]
