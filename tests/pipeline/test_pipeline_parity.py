@@ -96,32 +96,32 @@ def test_layout_matches_single_process(reference, tp, pp, dp, micro_batches):
         assert embedding_reduces == STEPS + 1
 
 
+def _zero1_rank(rank, world_size, tp, pp, dp, micro_batches):
+    groups = init_parallel(tp=tp, pp=pp, dp=dp)
+    losses = train_gpt(CONFIG, groups, STEPS, micro_batches, zero_stage=1,
+                       micro_batch_size=GLOBAL_BATCH // (micro_batches * dp), data=_data(),
+                       initial_state=_initial_state(), **SETTINGS)
+    return losses, groups.ledger.calls("reduce_scatter", "dp")
+
+
 def test_zero1_over_dp_matches_single_process(reference):
     """pp=2 x dp=2 with ZeRO-1 (repro.zero stage 1) sharding Adam's states over dp: the losses stay those of one
     process (the clipping norm runs over the model-parallel group, the tied copy counted once)."""
     ref_losses, _ = reference
     tp, pp, dp, micro_batches = 1, 2, 2, 2
-
-    def rank_fn(rank, world_size):
-        groups = init_parallel(tp=tp, pp=pp, dp=dp)
-        losses = train_gpt(CONFIG, groups, STEPS, micro_batches, zero_stage=1,
-                           micro_batch_size=GLOBAL_BATCH // (micro_batches * dp), data=_data(),
-                           initial_state=_initial_state(), **SETTINGS)
-        return losses, groups.ledger.calls("reduce_scatter", "dp")
-
-    for losses, reduce_scatters in spawn(rank_fn, tp * pp * dp, timeout_s=120):
+    for losses, reduce_scatters in spawn(_zero1_rank, tp * pp * dp, tp, pp, dp, micro_batches, timeout_s=120):
         assert max(abs(a - b) for a, b in zip(losses, ref_losses)) <= TOL, (losses, ref_losses)
         assert reduce_scatters >= STEPS  # gradients are reduce-scattered to their owners, not all-reduced
 
 
+def _four_stages_rank(rank, world_size):
+    groups = init_parallel(tp=1, pp=world_size, dp=1)  # middle stages get an embedding group of one
+    assert groups.embedding.size == (2 if groups.pp.rank in (0, world_size - 1) else 1)
+    return train_gpt(CONFIG, groups, STEPS, 4, micro_batch_size=2, data=_data(), initial_state=_initial_state(),
+                     **SETTINGS)
+
+
 def test_four_stages_with_middle_stages_match_single_process(reference):
     ref_losses, _ = reference
-
-    def rank_fn(rank, world_size):
-        groups = init_parallel(tp=1, pp=world_size, dp=1)  # middle stages get an embedding group of one
-        assert groups.embedding.size == (2 if groups.pp.rank in (0, world_size - 1) else 1)
-        return train_gpt(CONFIG, groups, STEPS, 4, micro_batch_size=2, data=_data(), initial_state=_initial_state(),
-                         **SETTINGS)
-
-    for losses in spawn(rank_fn, 4, timeout_s=120):
+    for losses in spawn(_four_stages_rank, 4, timeout_s=120):
         assert max(abs(a - b) for a, b in zip(losses, ref_losses)) <= TOL, (losses, ref_losses)

@@ -109,11 +109,17 @@ def _bert_mlm_losses(zero_stage: int | None, groups=None, steps: int = 6) -> lis
     return losses
 
 
+def _stage3_bert_rank(rank, world_size):
+    from repro.dist import init_parallel
+
+    return _bert_mlm_losses(3, init_parallel(tp=1))
+
+
 def test_stage3_partitions_bert_with_its_tied_lm_head():
     """BERT's masked-LM head uses the word embedding and its own bias inside the head's forward; stage 3 gathers
     both there, and two data-parallel ranks train exactly like one process."""
-    from repro.dist import init_parallel, spawn
+    from repro.dist import spawn
 
     reference = _bert_mlm_losses(None)
-    for losses in spawn(lambda rank, world_size: _bert_mlm_losses(3, init_parallel(tp=1)), 2, timeout_s=120):
+    for losses in spawn(_stage3_bert_rank, 2, timeout_s=120):
         assert losses == pytest.approx(reference, rel=1e-5)
