@@ -22,6 +22,7 @@ from repro.overlap.chunking import check_num_chunks, row_chunks
 from repro.overlap.row_parallel import wait_all
 from repro.overlap.twin import twin_of
 from repro.tensor_parallel import ColumnParallelLinear, gather_from_tensor_parallel
+from repro.tensor_parallel.layers import BiasThrough
 
 
 class _LinearChunkedGradAllReduce(torch.autograd.Function):
@@ -76,8 +77,8 @@ class OverlappedColumnParallelLinear(ColumnParallelLinear):
         """The overlapped twin of ``plain``, sharing its parameter tensors (no new initialisation, no RNG use)."""
         return twin_of(cls, plain, num_chunks=num_chunks)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = linear_chunked_grad_all_reduce(x, self.weight, self.bias, self.group, self.num_chunks)
+    def forward(self, x: torch.Tensor, *, bias_through: BiasThrough | None = None) -> torch.Tensor:
+        y = linear_chunked_grad_all_reduce(x, self.weight, self.bias_for(bias_through), self.group, self.num_chunks)
         return gather_from_tensor_parallel(y, self.group) if self.gather_output else y
 
     def extra_repr(self) -> str:

@@ -33,6 +33,7 @@ from repro.overlap.chunking import check_num_chunks, sequence_chunk_shape
 from repro.overlap.row_parallel import wait_all
 from repro.overlap.twin import twin_of
 from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+from repro.tensor_parallel.layers import BiasThrough
 
 
 def chunk_rows(x5: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -186,11 +187,12 @@ class SequenceParallelColumnLinear(ColumnParallelLinear):
             raise ValueError("SequenceParallelColumnLinear needs a ColumnParallelLinear with gather_output=False")
         return twin_of(cls, plain, num_chunks=num_chunks)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, bias_through: BiasThrough | None = None) -> torch.Tensor:
         _check_3d(x, type(self).__name__)
+        bias = self.bias_for(bias_through)
         if self.group.size == 1:
-            return F.linear(x, self.weight, self.bias)
-        return _AllGatherMatmul.apply(x, self.weight, self.bias, self.group, self.num_chunks)
+            return F.linear(x, self.weight, bias)
+        return _AllGatherMatmul.apply(x, self.weight, bias, self.group, self.num_chunks)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, sequence_parallel, num_chunks={self.num_chunks}"

@@ -33,6 +33,10 @@ from repro.tensor_parallel.mappings import (
 InitMethod = Callable[[torch.Tensor], torch.Tensor]
 
 
+#: Maps a bias to the tensor a layer adds (see :meth:`ColumnParallelLinear.bias_for`).
+BiasThrough = Callable[[torch.Tensor], torch.Tensor]
+
+
 def normal_init(std: float) -> InitMethod:
     return lambda tensor: nn.init.normal_(tensor, mean=0.0, std=std)
 
@@ -83,13 +87,14 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(init_shard((out_features, in_features), rows, 0, init_method, dtype))
         self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype)) if bias else None
 
-    def forward(self, x: torch.Tensor, *, bias_through: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                ) -> torch.Tensor:
-        """``bias_through`` (optional) maps the bias to the tensor actually added, the same values: a caller that
-        must order this matmul after an operation passes that operation's copy (``RNGTracker.enter``)."""
+    def bias_for(self, bias_through: BiasThrough | None) -> torch.Tensor | None:
+        """The bias to add: ``bias_through(bias)`` when given (the same values; a caller that must order this matmul
+        after an operation passes that operation's ordering, ``RNGTracker.enter``), else the bias itself."""
+        return self.bias if bias_through is None or self.bias is None else bias_through(self.bias)
+
+    def forward(self, x: torch.Tensor, *, bias_through: BiasThrough | None = None) -> torch.Tensor:
         x = copy_to_tensor_parallel(x, self.group)  # f
-        bias = self.bias if bias_through is None or self.bias is None else bias_through(self.bias)
-        y = F.linear(x, self.weight, bias)  # [..., out/tp]
+        y = F.linear(x, self.weight, self.bias_for(bias_through))  # [..., out/tp]
         return gather_from_tensor_parallel(y, self.group) if self.gather_output else y
 
     def extra_repr(self) -> str:
