@@ -96,6 +96,14 @@ class RunContext:
     world_size: int
     device: str  # "cpu" or "cuda"
     scratch_dir: Path
+    #: Writes rows to the run now (set by the runner on rank 0; None: only the returned rows are written).
+    emit: Callable[[list[dict[str, Any]]], None] | None = None
+
+    def emit_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` to the run now, so that they survive if the point is stopped later (a time limit, a
+        crash in a later variant). ``run_point`` still returns every row; the runner writes each row once."""
+        if self.emit is not None and self.rank == 0:
+            self.emit(rows)
 
 
 Row = dict[str, Any]

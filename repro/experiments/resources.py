@@ -1,8 +1,7 @@
 """What a point needs, checked here and asked of a cluster: memory, device, and its Slurm resources.
 
-* Before a point starts: will it fit in this machine's memory (``memory_gib`` per rank), and does it have the
-  device it needs (``needs_gpu``)? Checking up front turns "the machine swapped for an hour" or "CUDA error deep in
-  a kernel" into one clear sentence.
+* Before a point starts: will it fit in this machine's memory, and does it have the device it needs? That is
+  :mod:`repro.experiments.machine_fit` (its names are importable from here too).
 * On a cluster: :func:`resources_of` is a point's nodes, GPUs per node, CPUs per task, memory per node and time
   (declared on the point, or derived from its world size, memory and the scale's budget); :func:`jobs_for` groups
   a scale's points into the sbatch jobs that run them. The sbatch files and ``repro submit`` both read these, so a
@@ -13,82 +12,16 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from repro.experiments.base import CPU_SCALES, Experiment, Point, Resources
 
-DEVICES = ("auto", "cpu", "cuda")
-
-
-class NeedsGPU(RuntimeError):
-    """The point measures GPU behaviour and no GPU is available (and CPU was not asked for)."""
-
-
-def available_memory_gib() -> float:
-    """MemAvailable from /proc/meminfo (what can be allocated without swapping), in GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**30 if pages else float("inf")
-
-
-def check_memory(
-    experiment: str, scale: str, point: Point, *, ranks_here: int | None = None, available_gib: float | None = None,
-    headroom: float = 0.9,
-) -> None:
-    """Raise ValueError when ``ranks_here`` ranks of ``point`` (default: all of them, as a local run starts them
-    on this machine) would need more than ``headroom`` of the available memory."""
-    ranks = point.world_size if ranks_here is None else ranks_here
-    need = point.memory_gib * ranks
-    have = available_memory_gib() if available_gib is None else available_gib
-    if need > headroom * have:
-        raise ValueError(
-            f"{experiment} point {point.name!r} at scale {scale!r} needs about {need:.1f} GiB "
-            f"({ranks} rank(s) x {point.memory_gib:g} GiB) but this machine has {have:.1f} GiB available; "
-            f"run a smaller scale here (--scale ci) or submit it to a cluster (repro submit {experiment} "
-            f"--scale {scale})"
-        )
-
-
-def resolve_device(requested: str, point: Point, *, experiment: str = "", cuda_devices: int | None = None) -> str:
-    """``cpu`` or ``cuda`` for this point.
-
-    ``auto``: cuda when there are at least ``world_size`` GPUs (nccl wants one per rank), else cpu; a point that
-    ``needs_gpu`` then raises :class:`NeedsGPU`. ``cpu``: always cpu (runs GPU points on CPU when asked to).
-    ``cuda``: ValueError when there are too few GPUs.
-    """
-    if requested not in DEVICES:
-        raise ValueError(f"device {requested!r} is not one of {DEVICES}")
-    if cuda_devices is None:
-        import torch
-
-        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    enough = cuda_devices >= point.world_size
-    if requested == "cpu":
-        return "cpu"
-    if requested == "cuda":
-        if not enough:
-            raise ValueError(
-                f"--device cuda: point {point.name!r} needs {point.world_size} GPU(s), this machine has {cuda_devices}"
-            )
-        return "cuda"
-    if enough and cuda_devices > 0:
-        return "cuda"
-    if point.needs_gpu:
-        raise NeedsGPU(
-            f"{experiment} point {point.name!r} measures GPU behaviour and needs {point.world_size} GPU(s); "
-            f"this machine has {cuda_devices}. Submit it to a GPU cluster, or pass --device cpu to run it on CPU "
-            "anyway (its numbers then say nothing about GPUs)"
-        )
-    return "cpu"
+# Whether a point fits this machine (memory, device) lives in machine_fit; its names stay importable from here.
+from repro.experiments.machine_fit import (  # noqa: E402,F401
+    DEVICES, STANDIN_ENV, NeedsGPU, TooFewGPUs, available_memory_gib, check_memory, gpu_count, resolve_device,
+)
 
 
 # --- What a point asks of a cluster (DESIGN.md: "Resources are data too") ---------------------------------------

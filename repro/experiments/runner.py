@@ -15,13 +15,13 @@ import shutil
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from repro import results as R
 from repro.experiments.base import Experiment, Point, Row, RunContext
-from repro.experiments.resources import NeedsGPU, check_memory, resolve_device
+from repro.experiments.machine_fit import NeedsGPU, TooFewGPUs, check_memory, resolve_device
 
 Progress = Callable[[str], None]
 
@@ -37,7 +37,8 @@ def budget_for(experiment: Experiment, scale: str) -> tuple[float, bool]:
 
 @dataclass(frozen=True)
 class PointOutcome:
-    """What happened to one point: ``ok``, ``failed`` or ``needs GPU`` (skipped)."""
+    """What happened to one point: ``ok``, ``failed``, ``needs GPU`` (skipped: no GPU here) or ``skipped`` (it
+    needs more GPUs than this machine has; ``message`` says how many)."""
 
     point: str
     status: str
@@ -69,6 +70,41 @@ class RunReport:
         return self.budget_s is not None and self.elapsed_s > self.budget_s
 
 
+@dataclass
+class RowWriter:
+    """Appends a point's rows to its run as ``run_point`` hands them over (:meth:`RunContext.emit_rows`), each with
+    the provenance of that moment, and remembers which rows it wrote so that the runner writes the rest once.
+    Built where the rows are made (rank 0 of a point, in whichever process runs it), from picklable values."""
+
+    root: Path
+    experiment: Experiment
+    scale: str
+    point: Point
+    run_id: str
+    device: str
+    launcher: str
+    started: float = field(default_factory=time.perf_counter)
+    written: int = 0
+    _ids: set[int] = field(default_factory=set)
+
+    def provenance(self) -> dict:
+        return R.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
+                            elapsed_s=time.perf_counter() - self.started, launcher=self.launcher)
+
+    def __call__(self, rows: list[Row]) -> None:
+        rows = [row for row in rows if id(row) not in self._ids]
+        for row in rows:
+            R.check_row(row, metrics=self.experiment.metrics, where=f"{self.experiment.name}/{self.point.name}")
+        if rows:
+            R.append_rows(self.root, experiment=self.experiment.name, scale=self.scale, point=self.point.name,
+                          run_id=self.run_id, rows=rows, prov=self.provenance())
+        self._ids.update(id(row) for row in rows)
+        self.written += len(rows)
+
+    def unwritten(self, rows: list[Row]) -> list[Row]:
+        return [row for row in rows if id(row) not in self._ids]
+
+
 def run_rank(experiment: Experiment, point: Point, ctx: RunContext) -> list[Row]:
     """Call ``run_point`` on this rank and validate what it returns."""
     rows = experiment.run_point(point, ctx)
@@ -79,24 +115,44 @@ def run_rank(experiment: Experiment, point: Point, ctx: RunContext) -> list[Row]
     return rows
 
 
+def _run_with_writer(experiment: Experiment, point: Point, ctx: RunContext,
+                     writer: RowWriter | None) -> tuple[list[Row], int]:
+    """(rows not yet written, rows written early) of this rank."""
+    if writer is None:
+        return run_rank(experiment, point, ctx), 0
+    rows = run_rank(experiment, point, replace(ctx, emit=writer))
+    return writer.unwritten(rows), writer.written
+
+
 def _spawned(rank: int, world_size: int, experiment: Experiment, point: Point, scale: str, device: str,
-             scratch: str) -> list[Row]:
+             scratch: str, writer: RowWriter | None = None) -> tuple[list[Row], int]:
     ctx = RunContext(scale=scale, rank=rank, world_size=world_size, device=device, scratch_dir=Path(scratch))
-    return run_rank(experiment, point, ctx)
+    return _run_with_writer(experiment, point, ctx, writer if rank == 0 else None)
 
 
 def execute_point(experiment: Experiment, point: Point, scale: str, *, device: str, scratch_dir: Path,
-                  timeout_s: float = 1800.0) -> list[Row]:
-    """Rank 0's rows of one point, run here (world size 1) or on local processes (world size > 1)."""
+                  timeout_s: float = 1800.0, writer: RowWriter | None = None) -> list[Row]:
+    """Rank 0's rows of one point, run here (world size 1) or on local processes (world size > 1). With a
+    ``writer``, the rows ``run_point`` emitted early are already in the run and left out here; ``writer.written``
+    counts them."""
     if point.world_size == 1:
         ctx = RunContext(scale=scale, rank=0, world_size=1, device=device, scratch_dir=scratch_dir)
-        return run_rank(experiment, point, ctx)
+        return _run_with_writer(experiment, point, ctx, writer)[0]
     from repro.dist import spawn
 
     backend = "nccl" if device == "cuda" else "gloo"
-    per_rank = spawn(_spawned, point.world_size, experiment, point, scale, device, str(scratch_dir),
+    per_rank = spawn(_spawned, point.world_size, experiment, point, scale, device, str(scratch_dir), writer,
                      backend=backend, timeout_s=timeout_s)
-    return per_rank[0]
+    rows, early = per_rank[0]
+    if writer is not None:
+        writer.written = early  # the copy in rank 0's process wrote them
+    return rows
+
+
+def _rows_of(root: Path, experiment: str, run_id: str, point: str) -> int:
+    """How many rows of ``point`` run ``run_id`` holds (those a failed point wrote before failing)."""
+    path = R.run_path(root, experiment, run_id)
+    return sum(r.get("point") == point for r in R.read_run(path)) if path.exists() else 0
 
 
 def select_points(experiment: Experiment, scale: str, names: Iterable[str] | None = None) -> list[Point]:
@@ -133,14 +189,19 @@ def run_experiment(
     root = R.results_dir(results)
     chosen = select_points(experiment, scale, points)
     devices: dict[str, str | None] = {}
+    too_few: dict[str, str] = {}
     for point in chosen:
         check_memory(experiment.name, scale, point)
         try:
             devices[point.name] = resolve_device(device, point, experiment=experiment.name)
+        except TooFewGPUs as err:  # --device cuda: the points that fit run, this one is reported as skipped
+            devices[point.name], too_few[point.name] = None, str(err)
         except NeedsGPU:
             if not skip_needs_gpu:
                 raise
             devices[point.name] = None
+    if too_few and len(too_few) == len(chosen):
+        raise ValueError(next(iter(too_few.values())) + "; no chosen point fits this machine's GPUs")
     earlier = R.earlier_runs(root, experiment.name, scale, [p.name for p in chosen])
     run_id = run_id or R.new_run_id()
     outcomes: list[PointOutcome] = []
@@ -149,31 +210,45 @@ def run_experiment(
     for index, point in enumerate(chosen, 1):
         label = f"{experiment.name}/{point.name} ({index}/{len(chosen)}, {point.world_size} rank(s))"
         point_device = devices[point.name]
+        if point.name in too_few:
+            outcomes.append(PointOutcome(point.name, "skipped", 0, 0.0, too_few[point.name]))
+            say(f"  skip {label}: {too_few[point.name]}")
+            continue
         if point_device is None:
             outcomes.append(PointOutcome(point.name, "needs GPU", 0, 0.0, "skipped: no GPU here"))
             say(f"  skip {label}: needs a GPU")
             continue
         say(f"  run  {label} on {point_device}")
         scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-"))
+        launcher = "local" if point.world_size == 1 else "local-spawn"
+        writer = RowWriter(root, experiment, scale, point, run_id, point_device, launcher)
         t0 = time.perf_counter()
         try:
             rows = execute_point(experiment, point, scale, device=point_device, scratch_dir=scratch,
-                                 timeout_s=timeout_s)
+                                 timeout_s=timeout_s, writer=writer)
         except Exception as err:  # noqa: BLE001 - a failing point is reported, the others still run
             elapsed = time.perf_counter() - t0
             message = f"{type(err).__name__}: {err}"
-            outcomes.append(PointOutcome(point.name, "failed", 0, elapsed, message + "\n" + traceback.format_exc()))
+            kept = _rows_of(root, experiment.name, run_id, point.name)
+            if kept:
+                path = R.run_path(root, experiment.name, run_id)
+                message += f" ({kept} row(s) written before the failure are kept in {path.name})"
+            outcomes.append(PointOutcome(point.name, "failed", kept, elapsed,
+                                         message + "\n" + traceback.format_exc()))
             say(f"  FAIL {label} after {elapsed:.1f} s: {message.splitlines()[0]}")
             continue
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         elapsed = time.perf_counter() - t0
-        prov = R.provenance(config=point.params, world_size=point.world_size, device=point_device,
-                            elapsed_s=elapsed, launcher="local" if point.world_size == 1 else "local-spawn")
-        path = R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
-                             rows=rows, prov=prov)
-        outcomes.append(PointOutcome(point.name, "ok", len(rows), elapsed))
-        say(f"  done {label}: {len(rows)} row(s) in {elapsed:.1f} s")
+        early = writer.written
+        path = R.run_path(root, experiment.name, run_id)
+        if rows or not early:
+            prov = R.provenance(config=point.params, world_size=point.world_size, device=point_device,
+                                elapsed_s=elapsed, launcher=launcher)
+            R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
+                          rows=rows, prov=prov)
+        outcomes.append(PointOutcome(point.name, "ok", len(rows) + early, elapsed))
+        say(f"  done {label}: {len(rows) + early} row(s) in {elapsed:.1f} s")
     total = time.perf_counter() - start
     replaced: list[Path] = []
     if force and path is not None:

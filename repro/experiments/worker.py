@@ -24,8 +24,8 @@ from pathlib import Path
 from repro import results as R
 from repro.experiments import get_experiment
 from repro.experiments.base import Experiment, Point, RunContext
-from repro.experiments.resources import DEVICES, NeedsGPU, check_memory, resolve_device
-from repro.experiments.runner import run_experiment, run_rank
+from repro.experiments.machine_fit import DEVICES, NeedsGPU, check_memory, resolve_device
+from repro.experiments.runner import RowWriter, run_experiment, run_rank
 
 
 def _points(experiment: Experiment, scale: str, name: str | None, index: int | None) -> list[Point]:
@@ -84,16 +84,19 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
         check_memory(experiment.name, scale, point, ranks_here=ranks_per_node)
     scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-r{launch.rank}-"))
     t0 = time.perf_counter()
+    writer = RowWriter(results, experiment, scale, point, run_id, device, launch.launcher) if launch.rank == 0 else None
     ctx = RunContext(scale=scale, rank=launch.rank, world_size=launch.world_size, device=device,
-                     scratch_dir=scratch)
+                     scratch_dir=scratch, emit=writer)
     rows = run_rank(experiment, point, ctx)
     elapsed = time.perf_counter() - t0
-    if launch.rank == 0:
+    if writer is not None:
+        early, rows = writer.written, writer.unwritten(rows)
         prov = R.provenance(config=point.params, world_size=launch.world_size, device=device, elapsed_s=elapsed,
                             launcher=launch.launcher)
         path = R.append_rows(results, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
                              rows=rows, prov=prov)
-        print(f"{experiment.name}/{point.name}: {len(rows)} row(s) in {elapsed:.1f} s -> {path}", flush=True)
+        print(f"{experiment.name}/{point.name}: {len(rows) + early} row(s) in {elapsed:.1f} s -> {path}",
+              flush=True)
     import torch.distributed as dist
 
     if dist.is_initialized():

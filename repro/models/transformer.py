@@ -14,7 +14,7 @@ from torch import nn
 
 from repro.dist.comm import CommGroup
 from repro.models.config import TransformerConfig
-from repro.tensor_parallel import ColumnParallelLinear, RNGTracker, RowParallelLinear
+from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 from repro.tensor_parallel.layers import normal_init, scaled_normal_init
 
 

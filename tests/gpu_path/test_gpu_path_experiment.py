@@ -155,3 +155,43 @@ def test_claims_reproduced_within_tolerance_on_a_v100():
     rows = pd.DataFrame([_row("model_tflops_per_gpu", 30.0, gpu=v100), _row("share_of_peak", 24.0, gpu=v100)])
     checks = _checks(rows)
     assert checks["baseline_tflops_1gpu"].verdict == "differs" and checks["baseline_pct_peak"].verdict == "differs"
+
+
+def test_plain_comparison_pairs_the_points_of_one_run():
+    """repro's tokens/s over the compiled plain GPT's, from the ``1p2B_1gpu`` and ``1p2B_1gpu_plain`` points of one
+    run; a plain GPT of another run is not paired."""
+    def row(variant, value, run_id):
+        return dict(_row("tokens_per_s", value, variant=variant), run_id=run_id)
+
+    rows = pd.DataFrame([row("repro", 9500.0, "r2"), row("repro_eager", 7000.0, "r2"), row("plain_compiled", 10000.0, "r2"),
+                         row("plain_compiled", 5000.0, "r1")])
+    assert "0.95x the tokens/s of the plain GPT compiled whole in the same run (r2: 9500 vs 10000" in \
+        mod.plain_comparison(rows)
+    assert mod.plain_comparison(rows[rows.run_id == "r1"]) == ""
+    share = _checks(pd.concat([rows, pd.DataFrame([dict(_row("share_of_peak", 45.0), run_id="r2")])]))
+    assert "0.95x" in share["baseline_pct_peak"].note
+
+
+def test_smoke_on_one_gpu_runs_what_fits_and_skips_the_rest(tmp_path):
+    """``--device cuda`` on a machine with 1 GPU (the CPU stand-in ``REPRO_STANDIN_GPUS=1``): toy_1rank runs,
+    toy_tp2 (2 ranks, one GPU each) is reported as skipped with the reason, and the command succeeds."""
+    import os
+    import subprocess
+    import sys
+
+    from repro.results import REPO_ROOT, load_rows
+
+    env = {**os.environ, "REPRO_STANDIN_GPUS": "1", "REPRO_RESULTS_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
+                           "--device", "cuda", "--point", "toy_1rank", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("skip megatron_weak_scaling_gpu/toy_tp2 (2/2, 2 rank(s)): point 'toy_tp2' needs 2 GPUs (one per rank), "
+            "this machine has 1 (stand-in: REPRO_STANDIN_GPUS)") in proc.stdout
+    rows = load_rows(tmp_path)
+    assert set(rows["point"]) == {"toy_1rank"} and set(rows["variant"]) == {"repro", "repro_eager"}
+    none = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
+                           "--device", "cuda", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert none.returncode == 2 and "no chosen point fits this machine's GPUs" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1

@@ -1,0 +1,269 @@
+"""The headline 1-GPU measurements in one command, within a hard deadline (issue 25): ``python -m repro.gpu_session``.
+
+A GPU is often lent for minutes (a ten-minute rental, a shared node's short limit), so the parts run in order of
+value, each in its own process with its own time limit, and the limits add up to the deadline (540 s by default):
+
+1. ``provenance``: GPU, driver, torch, CUDA, cuDNN, triton (``provenance.json``);
+2. ``megatron_1gpu``: Megatron's 1-GPU baseline (paper sec. 5.1.1) at the 1.2B configuration, repro with compiled
+   layers and then eager (``megatron_weak_scaling_gpu``, point ``1p2B_1gpu``): TFLOP/s per GPU and share of peak;
+3. ``gna``: GNA at FLUX 4K and HunyuanVideo (forward, then forward + backward) against the fastest dense SDPA
+   backend (``gna_speedup_gpu``);
+4. ``cuda_tests``: the tests marked ``cuda`` (``tests-cuda.xml``);
+5. ``plain_gpt``: the plain GPT of the same configuration compiled whole (point ``1p2B_1gpu_plain``), last because
+   its compile is the slowest; same run id as part 2, so the two compare within one run.
+
+A part gets ``min(its limit, time left)``; a part is skipped, saying so, when less than its minimum is left. Rows are
+written as each variant or point finishes (``results/runs/<experiment>/<run>.jsonl``), so a part stopped at its limit
+keeps what it measured. Everything goes to one folder (``--out``, default ``$OUT`` or ``/tmp/repro-gpu-session``):
+``results/``, ``logs/<part>.log``, ``session.jsonl`` (one line per part as it ends) and ``summary.txt``.
+
+``--rehearse`` runs the same parts through the same code on the CPU at toy sizes (the experiments' ``smoke`` points,
+with ``REPRO_STANDIN_GPUS=1`` standing in for one GPU) within 170 s; the tests run it, so the command cannot rot.
+The other 1-GPU measurements (ZeRO-Offload's largest model, ``node`` scale) are separate commands of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DEADLINE_S = 540.0
+REHEARSAL_DEADLINE_S = 170.0
+#: GNA's first configurations (forward, then forward + backward): §5's FLUX 4K and HunyuanVideo.
+GNA_POINTS = ("flux1dev_4k_w80x80_s16x16_fwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd",
+              "flux1dev_4k_w80x80_s16x16_fwd_bwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd_bwd")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One bounded step: ``argv`` runs in its own process group, stopped at ``limit_s``; skipped when less than
+    ``min_s`` of the deadline is left. ``env`` is added to the session's environment."""
+
+    name: str
+    limit_s: float
+    min_s: float
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    what: str = ""
+
+
+@dataclass
+class Outcome:
+    """How one part ended: ``ok``, ``failed`` (exit code), ``timed out`` (stopped at its limit) or ``skipped``."""
+
+    part: str
+    status: str
+    returncode: int | None
+    elapsed_s: float
+    limit_s: float
+    note: str = ""
+
+
+def plan(out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
+    """The parts, in order of value. GPU: the paper-scale configurations; rehearsal: the same experiments' toy
+    points on the CPU stand-in, with limits that add up to :data:`REHEARSAL_DEADLINE_S`."""
+    py = sys.executable
+    worker = (py, "-m", "repro.experiments.worker", "megatron_weak_scaling_gpu", "--device", "cuda",
+              "--run-id", run_id, "--results-dir", str(out / "results"))
+    tests = (py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "-o", "addopts=",
+             f"--junitxml={out / 'tests-cuda.xml'}", str(REPO / "tests"))
+    provenance = (py, "-m", "repro.gpu_session", "--provenance", str(out / "provenance.json"))
+    if rehearse:
+        standin = {"REPRO_STANDIN_GPUS": "1"}
+        return [
+            Part("provenance", 10, 3, provenance, standin, "this machine (CPU stand-in)"),
+            Part("megatron_1gpu", 55, 20, worker + ("--scale", "smoke", "--point", "toy_1rank"), standin,
+                 "toy GPT: repro compiled layers, then eager"),
+            Part("gna", 20, 8, (py, "-m", "repro", "run", "gna_speedup_gpu", "--scale", "smoke", "--device",
+                                "cuda"), standin, "GNA toy grids, forward"),
+            Part("cuda_tests", 25, 5, tests, what="tests marked cuda (skipped without a GPU)"),
+            Part("plain_gpt", 60, 20, worker + ("--scale", "smoke", "--point", "toy_1rank_plain"), standin,
+                 "toy plain GPT compiled whole"),
+        ]
+    gna = [arg for name in GNA_POINTS for arg in ("--point", name)]
+    return [
+        Part("provenance", 15, 5, provenance, what="GPU, driver, torch, CUDA, cuDNN, triton"),
+        Part("megatron_1gpu", 170, 60, worker + ("--scale", "node", "--point", "1p2B_1gpu"),
+             what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
+        Part("gna", 140, 50, (py, "-m", "repro", "run", "gna_speedup_gpu", "--scale", "paper", "--device", "cuda",
+                              *gna), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA"),
+        Part("cuda_tests", 90, 30, tests, what="tests marked cuda"),
+        Part("plain_gpt", 125, 45, worker + ("--scale", "node", "--point", "1p2B_1gpu_plain"),
+             what="1.2B plain GPT compiled whole (torch.compile), same run as megatron_1gpu"),
+    ]
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the part's process group, SIGKILL after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_part(part: Part, *, out: Path, limit_s: float, env: dict[str, str],
+             stop_when: Callable[[], bool] | None = None, poll_s: float = 0.05) -> Outcome:
+    """Run one part in its own process group, its output in ``logs/<name>.log``; stop it at ``limit_s`` (or as soon
+    as ``stop_when()`` is true: a test's way to stop it mid-way, through the same path as a time limit)."""
+    log_path = out / "logs" / f"{part.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(part.argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(part.argv, cwd=REPO, env={**env, **part.env}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        stopped = None
+        while proc.poll() is None:
+            elapsed = time.monotonic() - start
+            if elapsed >= limit_s:
+                stopped = f"stopped at its limit of {limit_s:.0f} s"
+            elif stop_when is not None and stop_when():
+                stopped = f"stopped after {elapsed:.1f} s (asked to)"
+            if stopped:
+                _stop(proc)
+                break
+            time.sleep(poll_s)
+    elapsed = time.monotonic() - start
+    if stopped:
+        return Outcome(part.name, "timed out", proc.returncode, elapsed, limit_s, stopped)
+    note = _tests_note(out) if part.name == "cuda_tests" else ""
+    ok = proc.returncode == 0 or (part.name == "cuda_tests" and proc.returncode == 5)  # 5: no test selected
+    return Outcome(part.name, "ok" if ok else "failed", proc.returncode, elapsed, limit_s, note)
+
+
+def _tests_note(out: Path) -> str:
+    """``N passed, F failed, S skipped`` from the JUnit file of the tests part."""
+    path = out / "tests-cuda.xml"
+    if not path.exists():
+        return "no test report (no test selected)"
+    import xml.etree.ElementTree as ET
+
+    suites = ET.parse(path).getroot()
+    suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
+    if suite is None:
+        return "empty test report"
+    total, failures, errors, skipped = (int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped"))
+    return f"{total - failures - errors - skipped} passed, {failures + errors} failed, {skipped} skipped"
+
+
+def session_env(out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(PYTHONUNBUFFERED="1", REPRO_RESULTS_DIR=str(out / "results"))
+    return env
+
+
+def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str] | None = None,
+                say: Callable[[str], None] = print) -> list[Outcome]:
+    """Run the plan's parts (``parts``: only these, by name) before ``deadline_s``; one line per part as it ends in
+    ``session.jsonl``; returns the outcomes."""
+    from repro.results import new_run_id
+
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = plan(out, rehearse=rehearse, run_id=new_run_id())
+    if parts:
+        unknown = sorted(set(parts) - {p.name for p in chosen})
+        if unknown:
+            raise ValueError(f"unknown part(s) {', '.join(unknown)}; the parts are "
+                             f"{', '.join(p.name for p in chosen)}")
+        chosen = [p for p in chosen if p.name in parts]
+    env, start, outcomes = session_env(out), time.monotonic(), []
+    for part in chosen:
+        left = deadline_s - (time.monotonic() - start)
+        if left < part.min_s:
+            outcome = Outcome(part.name, "skipped", None, 0.0, part.limit_s,
+                              f"{left:.0f} s left of the {deadline_s:.0f} s deadline, it needs at least "
+                              f"{part.min_s:.0f} s")
+        else:
+            say(f"=== {part.name} (limit {min(part.limit_s, left):.0f} s): {part.what}")
+            outcome = run_part(part, out=out, limit_s=min(part.limit_s, left), env=env)
+        outcomes.append(outcome)
+        with open(out / "session.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(asdict(outcome)) + "\n")
+        say(f"=== {part.name}: {outcome.status} in {outcome.elapsed_s:.0f} s" +
+            (f" ({outcome.note})" if outcome.note else "") +
+            (f", log {out / 'logs' / (part.name + '.log')}" if outcome.status in ("failed", "timed out") else ""))
+    summary = "\n".join(f"{o.part:14s} {o.status:9s} {o.elapsed_s:6.0f} s / {o.limit_s:.0f} s  {o.note}"
+                        for o in outcomes)
+    (out / "summary.txt").write_text(summary + f"\ntotal {time.monotonic() - start:.0f} s of {deadline_s:.0f}\n")
+    return outcomes
+
+
+def write_provenance(path: Path) -> dict:
+    """Part 1: what this machine is (GPU, driver, torch, CUDA, cuDNN, triton, Python, CPUs, memory)."""
+    import platform
+
+    import torch
+
+    from repro.dist.device import describe
+    from repro.experiments.machine_fit import available_memory_gib, gpu_count
+
+    gpus, standin = gpu_count()
+    info: dict = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+                  "cpus": os.cpu_count(), "memory_available_gib": round(available_memory_gib(), 1),
+                  "gpus": gpus, "standin": standin}
+    try:
+        import triton  # type: ignore[import-not-found]
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    info["device"] = describe("cuda" if torch.cuda.is_available() else "cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info, indent=2))
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.gpu_session", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.split("\n")[2:]))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for results, logs and the summary (default: $OUT, else /tmp/repro-gpu-session)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help=f"hard deadline for all parts in seconds (default {DEFAULT_DEADLINE_S:.0f}; "
+                             f"{REHEARSAL_DEADLINE_S:.0f} with --rehearse)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run the same parts on the CPU at toy sizes (a stand-in for one GPU)")
+    parser.add_argument("--part", action="append", default=None,
+                        help="run only this part (repeatable): provenance, megatron_1gpu, gna, cuda_tests, plain_gpt")
+    parser.add_argument("--provenance", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.provenance is not None:
+        write_provenance(args.provenance)
+        return 0
+    out = args.out or Path(os.environ.get("OUT") or "/tmp/repro-gpu-session")
+    deadline = args.deadline_s if args.deadline_s is not None else (
+        REHEARSAL_DEADLINE_S if args.rehearse else DEFAULT_DEADLINE_S)
+    if not deadline > 0:
+        print(f"repro.gpu_session: error: --deadline-s {args.deadline_s!r} must be a positive number of seconds",
+              file=sys.stderr)
+        return 2
+    try:
+        outcomes = run_session(out.resolve(), deadline_s=deadline, rehearse=args.rehearse, parts=args.part)
+    except ValueError as err:
+        print(f"repro.gpu_session: error: {err}", file=sys.stderr)
+        return 2
+    print((out / "summary.txt").read_text(), end="")
+    return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The 9-minute GPU command (``python -m repro.gpu_session``): its limits fit the deadline, its CPU rehearsal runs
+every part through the same code in under 3 minutes, and a part stopped mid-way keeps the variants it finished."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro import gpu_session as G
+from repro.results import read_run
+
+PARTS = ["provenance", "megatron_1gpu", "gna", "cuda_tests", "plain_gpt"]
+
+
+@pytest.mark.parametrize("rehearse,deadline", [(False, 540), (True, 170)])
+def test_limits_add_up_to_the_deadline(tmp_path, rehearse, deadline):
+    parts = G.plan(tmp_path, rehearse=rehearse, run_id="r")
+    assert [p.name for p in parts] == PARTS  # in order of value, the whole-model compile last
+    assert sum(p.limit_s for p in parts) <= deadline
+    assert all(0 < p.min_s <= p.limit_s for p in parts)
+    default = G.REHEARSAL_DEADLINE_S if rehearse else G.DEFAULT_DEADLINE_S
+    assert default == deadline
+    megatron, plain = parts[1], parts[4]
+    assert megatron.argv[megatron.argv.index("--run-id") + 1] == plain.argv[plain.argv.index("--run-id") + 1] == "r"
+
+
+def _rows(out: Path, experiment: str) -> list[dict]:
+    return [r for path in sorted((out / "results" / "runs" / experiment).glob("*.jsonl")) for r in read_run(path)]
+
+
+def test_rehearsal_runs_every_part_in_under_three_minutes(tmp_path):
+    out = tmp_path / "session"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "repro.gpu_session", "--rehearse", "--out", str(out)],
+                          cwd=G.REPO, capture_output=True, text=True, timeout=240)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert elapsed < 180, f"the rehearsal took {elapsed:.0f} s"
+    outcomes = [json.loads(line) for line in (out / "session.jsonl").read_text().splitlines()]
+    assert [o["part"] for o in outcomes] == PARTS
+    assert all(o["status"] == "ok" for o in outcomes), outcomes
+    assert json.loads((out / "provenance.json").read_text())["standin"] is True
+    megatron = _rows(out, "megatron_weak_scaling_gpu")
+    assert {r["variant"] for r in megatron} == {"repro", "repro_eager", "plain_compiled"}
+    assert len({r["run_id"] for r in megatron}) == 1  # repro and the plain GPT compare within one run
+    assert all(r["provenance"]["device"].startswith("cpu") for r in megatron)  # the stand-in computes on the CPU
+    assert {r["point"] for r in _rows(out, "gna_speedup_gpu")} >= {"toy2d_w16x16_s8x16_fwd"}
+    assert (out / "tests-cuda.xml").exists() and (out / "summary.txt").exists()
+
+
+def test_a_part_stopped_mid_way_keeps_the_variants_it_finished(tmp_path):
+    """Stop the 1-GPU part as its time limit would, once the compiled variant's rows exist: they are in the
+    results folder, the eager variant (not yet measured) is not, and the part says it was stopped."""
+    out = tmp_path / "session"
+    part = G.plan(out, rehearse=True, run_id="stopped")[1]
+    runs = out / "results" / "runs" / "megatron_weak_scaling_gpu"
+
+    def compiled_variant_written() -> bool:
+        return any(r.get("variant") == "repro" for path in runs.glob("*.jsonl") for r in read_run(path))
+
+    outcome = G.run_part(part, out=out, limit_s=170, env=G.session_env(out), stop_when=compiled_variant_written,
+                         poll_s=0.02)
+    assert outcome.status == "timed out", (outcome, (out / "logs" / "megatron_1gpu.log").read_text())
+    rows = _rows(out, "megatron_weak_scaling_gpu")
+    assert {r["variant"] for r in rows} == {"repro"}
+    assert {r["metric"] for r in rows} >= {"iteration_s", "tokens_per_s", "model_tflops_per_gpu", "loss"}
+    assert all(r["run_id"] == "stopped" and r["provenance"]["config"]["variants"] == ["repro", "repro_eager"]
+               for r in rows)
+
+
+def test_too_little_time_left_skips_a_part_saying_so(tmp_path):
+    outcomes = G.run_session(tmp_path, deadline_s=4, rehearse=True, parts=["provenance", "megatron_1gpu"],
+                             say=lambda _: None)
+    assert [o.status for o in outcomes] == ["ok", "skipped"]
+    assert "needs at least 20 s" in outcomes[1].note
+
+
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
+    for args, expected in ((["--part", "warp"], "unknown part(s) warp"), (["--deadline-s", "-1"], "positive")):
+        proc = subprocess.run([sys.executable, "-m", "repro.gpu_session", "--rehearse", "--out", str(tmp_path),
+                               *args], cwd=G.REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
