@@ -147,7 +147,7 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 60.0, "paper": 11 * 3600.0},
+    budget_s={"ci": 40.0, "paper": 11 * 3600.0},
     metrics=("questions", "accuracy", "documents", "finetune_first_loss", "finetune_last_loss", "finetune_steps",
              "finetune_seconds"),
 )

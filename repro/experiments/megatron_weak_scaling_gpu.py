@@ -322,6 +322,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"smoke": 60.0, "node": 1800.0, "paper": 3600.0},
+    budget_s={"smoke": 150.0, "node": 1800.0, "paper": 3600.0},
     metrics=_METRICS,
 )

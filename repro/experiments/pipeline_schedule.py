@@ -125,6 +125,6 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=lambda rows: [],
     description=__doc__ or "",
-    budget_s={"ci": 60.0, "paper": 1800.0},
+    budget_s={"ci": 40.0, "paper": 1800.0},
     metrics=METRICS,
 )

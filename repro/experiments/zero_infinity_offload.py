@@ -114,5 +114,5 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
-    budget_s={"ci": 90},
+    budget_s={"ci": 40},
 )
