@@ -60,6 +60,8 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def _record(group: CommGroup, kind: str, nbytes: int) -> None:
+    if torch.compiler.is_compiling():  # a compiled region: dynamo traces it once, so per-call counts are not kept
+        return
     group.ledger.record(kind, group.name, group.size, nbytes)
 
 

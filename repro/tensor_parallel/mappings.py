@@ -52,7 +52,7 @@ class _ReduceFromTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
-        if x.is_contiguous() and x.grad_fn is not None:
+        if not torch.compiler.is_compiling() and x.is_contiguous() and x.grad_fn is not None:
             ctx.mark_dirty(x)  # a fresh matmul output: reduce it in place, as Megatron does
             out = x
         else:

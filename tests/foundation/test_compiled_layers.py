@@ -109,3 +109,14 @@ def test_trainer_with_compiled_layers_trains_like_eager():
         assert (counters["stats"]["unique_graphs"] > 0) == compiled  # the layers did run compiled
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert losses[0][0] != losses[0][1]
+
+
+def test_compiled_tensor_parallel_layer_is_one_graph_and_matches_eager():
+    """At tp=2 (gloo ranks) the layer's f/g all-reduces trace into the graph too: one graph, and the compiled
+    forward output, input gradient and weight gradient equal eager's (1e-5)."""
+    from repro.dist import spawn
+    from tests.foundation.spawn_targets import compiled_tp2_layer
+
+    for rank in spawn(compiled_tp2_layer, 2, timeout_s=600):
+        assert rank["breaks"] == 0 and rank["graphs"] == 1, rank["reasons"]
+        assert max(rank["max_diff"]) <= 1e-5, rank["max_diff"]
