@@ -31,6 +31,7 @@ def test_eval_throughput_vs_lm_eval(benchmark, tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("lm_eval")
     pytest.importorskip("accelerate")
+    pytest.importorskip("datasets")  # evals.loaders reads LAMBADA and WikiText-103 with it
     from lm_eval.models.huggingface import HFLM
 
     from evals import lambada, wikitext

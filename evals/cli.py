@@ -3,6 +3,8 @@
 Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else
 ``<repo>/../shared/data``), prints a table, and writes result rows with provenance to
 ``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root, ``--no-write`` to skip).
+Bad input, and an optional package a command needs but that is not installed (``datasets``, ``tokenizers``,
+``lm-eval``), print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from typing import Any, Sequence
 
 from repro.cliargs import OneLineParser, positive_float, positive_int
+from repro.optional import MissingPackage
 
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
@@ -253,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         rows = COMMANDS[args.command](args)
-    except ValueError as err:  # bad input: one clear line, no traceback
+    except (ValueError, MissingPackage) as err:  # bad input or a missing optional package: one line, no traceback
         print(f"repro eval: error: {err}", file=sys.stderr)
         return 2
     task = args.command.replace("-", "_")

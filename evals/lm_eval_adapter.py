@@ -7,7 +7,8 @@ tokenization conventions as lm-eval's causal Hugging Face model (trailing contex
 an empty context is replaced by the end-of-document token; rolling windows of context length 1).
 
 lm-eval itself is an optional peer: it is imported only by :func:`as_lm_eval_model` (its evaluator requires a
-subclass of ``lm_eval.api.model.LM``) and :func:`local_task`, never by the harnesses.
+subclass of ``lm_eval.api.model.LM``), :func:`local_task` and :func:`run_lm_eval`, never by the harnesses; where it
+is missing they raise :class:`repro.optional.MissingPackage` (an ImportError) naming ``pip install lm-eval``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from evals.lambada import encode_pair
 from evals.scoring import CausalLM, score_continuations
 from evals.tokenization import TextTokenizer
 from evals.wikitext import rolling_windows
+from repro.optional import require
 
 
 class ReproLM:
@@ -59,10 +61,7 @@ class ReproLM:
 
 def as_lm_eval_model(model: CausalLM, tokenizer: TextTokenizer, **kwargs: Any):
     """A :class:`ReproLM` that is also an ``lm_eval.api.model.LM``, for ``lm_eval.simple_evaluate(model=...)``."""
-    try:
-        from lm_eval.api.model import LM
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("lm-eval is not installed: pip install lm-eval (it is an optional peer)") from err
+    LM = require("lm_eval.api.model", "running an lm-eval task on a repro model").LM
 
     class ReproLMEval(ReproLM, LM):
         def __init__(self) -> None:
@@ -79,7 +78,7 @@ def local_task(task_name: str, jsonl_path: str | Path):
     ``task_name`` is ``"wikitext"``, ``"lambada_openai"`` or ``"race"``; the JSONL holds the documents in the
     columns the task expects (page / text / article + problems). Returns an ``lm_eval`` ``ConfigurableTask``.
     """
-    import lm_eval
+    lm_eval = require("lm_eval", f"lm-eval's {task_name} task")
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.tasks._yaml_loader import load_yaml
 
@@ -99,7 +98,7 @@ def local_task(task_name: str, jsonl_path: str | Path):
 
 def run_lm_eval(lm, tasks: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """Run lm-eval's evaluator (zero-shot, no bootstrap) on ``tasks``; returns its per-task metrics."""
-    from lm_eval.evaluator import evaluate
+    evaluate = require("lm_eval.evaluator", "lm-eval's evaluator").evaluate
 
     # a plain {name: task} dict: lm-eval's TaskManager would index every YAML it ships (tens of seconds)
     task_dict = {task.config.task: task for task in tasks}

@@ -1,20 +1,21 @@
 """Loading the verified evaluation files through Hugging Face ``datasets`` (local files only, nothing downloaded).
 
 Every loader verifies checksums first (:mod:`evals.data_files`) and returns plain Python values plus the data
-checksum that result rows record as provenance.
+checksum that result rows record as provenance. ``datasets`` is optional: it is imported by the loaders only
+(:func:`repro.optional.require`), so importing this module, or any harness, does not need it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
-
-import datasets
 
 from evals.data_files import (
     LAMBADA_TEST, RACE_TRAIN, WIKITEXT_TEST, WIKITEXT_VALID, checksum_of, data_path, race_split_files,
 )
+from repro.optional import require
 
 PathLike = str | os.PathLike | None
 
@@ -27,9 +28,12 @@ class Loaded:
     data_sha256: str
 
 
-def _quiet() -> None:
+def _datasets(purpose: str) -> ModuleType:
+    """Hugging Face ``datasets``, quiet (no progress bars, errors only); one clear error when it is not installed."""
+    datasets = require("datasets", purpose)
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
+    return datasets
 
 
 def load_wikitext(split: str = "test", data_dir: PathLike = None) -> Loaded:
@@ -38,7 +42,7 @@ def load_wikitext(split: str = "test", data_dir: PathLike = None) -> Loaded:
     if split not in files:
         raise ValueError(f"WikiText-103 split {split!r} is not one of {sorted(files)} (train is not shipped)")
     path = data_path(files[split], data_dir)
-    _quiet()
+    datasets = _datasets(f"reading the WikiText-103 {split} file")
     table = datasets.load_dataset("text", data_files={split: str(path)}, sample_by="document", split=split)
     return Loaded(records=table[0]["text"], data_sha256=files[split].sha256)
 
@@ -46,7 +50,7 @@ def load_wikitext(split: str = "test", data_dir: PathLike = None) -> Loaded:
 def load_lambada(data_dir: PathLike = None) -> Loaded:
     """The 5,153 LAMBADA test passages (OpenAI's detokenized version), in file order."""
     path = data_path(LAMBADA_TEST, data_dir)
-    _quiet()
+    datasets = _datasets("reading the LAMBADA test file")
     table = datasets.load_dataset("json", data_files={"test": str(path)}, split="test")
     return Loaded(records=list(table["text"]), data_sha256=LAMBADA_TEST.sha256)
 
@@ -56,15 +60,16 @@ def load_race(split: str, level: str, data_dir: PathLike = None) -> Loaded:
 
     Each record has keys article, questions, options, answers (one entry per question) and id.
     """
-    _quiet()
     if split == "train":
         if level not in RACE_TRAIN:
             raise ValueError(f"RACE level {level!r} is not one of {sorted(RACE_TRAIN)}")
         path = data_path(RACE_TRAIN[level], data_dir)
+        datasets = _datasets("reading the RACE train file")
         table = datasets.load_dataset("json", data_files={"train": str(path)}, split="train")
         sha = RACE_TRAIN[level].sha256
     else:
         files = race_split_files(split, level, data_dir)
+        datasets = _datasets(f"reading the RACE {split} files")
         table = datasets.load_dataset("json", data_files={split: [str(f) for f in files]}, split=split)
         sha = checksum_of(files)
     columns = ("article", "questions", "options", "answers", "id")

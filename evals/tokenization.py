@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
-
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from typing import TYPE_CHECKING, Sequence
 
 from evals.data_files import BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, data_path
+from repro.optional import require
+
+if TYPE_CHECKING:  # the library itself is imported by the two builders only (it is optional)
+    from tokenizers import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,10 @@ def gpt2_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
     """GPT-2 byte-level BPE (50,257 tokens) from the verified vocab and merges files."""
     vocab = data_path(GPT2_VOCAB, data_dir)
     merges = data_path(GPT2_MERGES, data_dir)
-    backend = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    backend.decoder = decoders.ByteLevel()
+    tk = require("tokenizers", "the GPT-2 tokenizer")
+    backend = tk.Tokenizer(tk.models.BPE.from_file(str(vocab), str(merges)))
+    backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = tk.decoders.ByteLevel()
     eod = backend.token_to_id("<|endoftext|>")
     if eod is None:
         raise ValueError(f"GPT-2 vocabulary {str(vocab)!r} has no '<|endoftext|>' token")
@@ -60,12 +63,13 @@ def gpt2_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
 def bert_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
     """BERT uncased WordPiece (30,522 tokens) from the verified vocabulary file."""
     vocab = data_path(BERT_VOCAB, data_dir)
-    backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100))
-    backend.normalizer = normalizers.BertNormalizer(
+    tk = require("tokenizers", "the BERT tokenizer")
+    backend = tk.Tokenizer(tk.models.WordPiece.from_file(str(vocab), unk_token="[UNK]", max_input_chars_per_word=100))
+    backend.normalizer = tk.normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
     )
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.decoder = decoders.WordPiece(prefix="##")
+    backend.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    backend.decoder = tk.decoders.WordPiece(prefix="##")
     ids = {name: backend.token_to_id(name) for name in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")}
     missing = [name for name, idx in ids.items() if idx is None]
     if missing:

@@ -12,8 +12,9 @@ bare command stays small; ``figures`` and ``claims`` default to ``any`` (per exp
 it has some, else ci, else smoke); ``reproduce`` defaults to ``ci``, which runs ci where an experiment declares it and smoke
 otherwise. Every ``--help`` says the same.
 
-Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit) print one
-line and exit with status 2; a failed point or job exits with 1.
+Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit, an optional
+package such as datasets or matplotlib missing where a command needs it) print one line and exit with status 2; a
+failed point or job exits with 1.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from repro.experiments.base import Experiment, Point
 from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_time, resources_of
 from repro.experiments.runner import budget_for
 from repro.experiments.submit import SlurmMissing, SubmitError, check_sbatch_arg
+from repro.optional import MissingPackage
 
 SCALE_CHOICES = list(SCALES)
 
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_joined_sbatch_args(argv))
     try:
         return args.func(args)
-    except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError) as err:
+    except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError, MissingPackage) as err:
         print(f"repro: error: {err}", file=sys.stderr)
         return 2
 

@@ -1,13 +1,26 @@
-"""Helpers for parity tests: relative errors and sharding of reference weights for one tensor-parallel rank."""
+"""Helpers for tests: relative errors, sharding of reference weights for one tensor-parallel rank, and skipping
+where an optional package is missing (:func:`needs`)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
 from repro.models.config import TransformerConfig
 from repro.models.sharding import merge_state_dicts, shard_state_dict
+from repro.optional import available, pip_name
+
+
+def needs(*modules: str) -> Any:
+    """A pytest mark skipping a test (or, as ``pytestmark``, a file) unless every module in ``modules`` can be
+    found; the reason names the missing packages and the ``pip install`` that brings them (optional packages are
+    described in :mod:`repro.optional`)."""
+    import pytest
+
+    missing = sorted({pip_name(m) for m in modules if not available(m)})
+    reason = f"needs the optional package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
+    return pytest.mark.skipif(bool(missing), reason=reason)
 
 
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:

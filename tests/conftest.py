@@ -1,10 +1,16 @@
-"""Fixtures every test folder may use: the verified data directory (skip, not fail, where it is absent)."""
+"""Fixtures every test folder may use: the verified data directory (skip, not fail, where it is absent).
+
+A test whose code reaches an optional package that is not installed (:class:`repro.optional.MissingPackage`, in
+the test or in a fixture) skips with that package's one-line message instead of failing; tests that need one in a
+subprocess say so with :func:`repro.testing.needs`.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from evals.data_files import DataError, resolve_data_dir
+from repro.optional import MissingPackage
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +19,19 @@ def data_dir():
         return resolve_data_dir()
     except DataError as err:  # the evaluation data is not part of the repository
         pytest.skip(f"evaluation data not available: {err}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    try:
+        return (yield)
+    except MissingPackage as err:
+        pytest.skip(str(err))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except MissingPackage as err:
+        pytest.skip(str(err))

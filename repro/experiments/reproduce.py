@@ -15,7 +15,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
@@ -25,8 +25,11 @@ from repro.experiments import Registry
 from repro.experiments.base import Experiment
 from repro.experiments.resources import NeedsGPU
 from repro.experiments.runner import RunReport, budget_for, run_experiment
-from repro.figures import FigureContext, Rendered, render_all
+from repro.optional import MissingPackage
 from repro.paper import load_claims
+
+if TYPE_CHECKING:  # repro.figures needs matplotlib and seaborn; only drawing imports it (repro claims does not)
+    from repro.figures import Rendered
 
 CI_TOTAL_BUDGET_S = 20 * 60
 
@@ -83,6 +86,8 @@ def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
 def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | None = None,
                  names: list[str] | None = None) -> Rendered:
     """Draw the figures from the newest rows and the claim checks into root/figures."""
+    from repro.figures import FigureContext, render_all
+
     claims = load_claims()
     rows = _rows(root, scale)
     if checks is None:
@@ -127,6 +132,8 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
               say: Callable[[str], None] = print) -> Reproduction:
     """Run ``only`` (default: every experiment) at ``scale``, then the ``figures`` (default: all) and the claims
     report; report what changed."""
+    import repro.figures  # noqa: F401 - before the runs: a missing matplotlib or seaborn stops here, not after them
+
     root = R.results_dir(root)
     names = only or reg.names()
     experiments = [reg.get(n) for n in names]
@@ -146,7 +153,7 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
         try:
             report = run_experiment(exp, run_scale, results=root, force=force, device=device, skip_needs_gpu=True,
                                     progress=say)
-        except (ValueError, NeedsGPU) as err:
+        except (ValueError, NeedsGPU, MissingPackage) as err:
             out.skipped[exp.name] = str(err)
             say(f"    skipped: {err}")
             continue

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Sequence
 from repro import results as R
 from repro.experiments.base import Experiment, Point, Row, RunContext
 from repro.experiments.machine_fit import NeedsGPU, TooFewGPUs, check_memory, resolve_device
+from repro.optional import MissingPackage
 
 Progress = Callable[[str], None]
 
@@ -183,7 +184,8 @@ def run_experiment(
 
     Checks come first, for every point, before anything runs: the scale exists, each point fits in memory, and
     each has the device it needs (a point that needs a GPU raises :class:`NeedsGPU`, or is skipped with
-    ``skip_needs_gpu``). A point that raises is recorded as failed and the others still run.
+    ``skip_needs_gpu``). A point that raises is recorded as failed and the others still run, except for a point
+    that needs an optional package that is not installed: its :class:`~repro.optional.MissingPackage` stops the run.
     """
     say = progress or (lambda message: None)
     root = R.results_dir(results)
@@ -226,6 +228,8 @@ def run_experiment(
         try:
             rows = execute_point(experiment, point, scale, device=point_device, scratch_dir=scratch,
                                  timeout_s=timeout_s, writer=writer)
+        except MissingPackage:  # like a missing GPU: one line from the command (exit 2), not a failed point
+            raise
         except Exception as err:  # noqa: BLE001 - a failing point is reported, the others still run
             elapsed = time.perf_counter() - t0
             message = f"{type(err).__name__}: {err}"

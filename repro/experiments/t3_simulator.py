@@ -399,8 +399,9 @@ _PAPER_IDS = {"ideal": ("ideal_overlap_geomean", "ideal_overlap_max"), "t3": ("t
 def figure(rows, paper_claims, out_dir):
     """T3-style bars: speedup of each TP 8/16 sublayer under each schedule, then the geomean and max, with T3's
     printed geomean and max (secondary sources) as hatched bars beside the model's."""
-    import matplotlib
+    from repro.optional import require
 
+    matplotlib = require("matplotlib", "the T3 sublayer figure")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from pathlib import Path

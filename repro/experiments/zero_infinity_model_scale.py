@@ -226,8 +226,9 @@ def claims(rows) -> list[ClaimCheck]:
 
 def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
     """Largest trainable model per tier here vs the paper's scaled by memory; step time and disk bandwidth."""
-    import matplotlib
+    from repro.optional import require
 
+    matplotlib = require("matplotlib", "the ZeRO-Infinity model-scale figure")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

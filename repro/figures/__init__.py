@@ -31,12 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from repro.figures.common import FigureContext, style
-from repro.figures.claims_overview import claims_overview
-from repro.figures.evals_overview import evals, mtnlg_throughput
-from repro.figures.infinity_gna import gna_speedup, infinity_efficiency
-from repro.figures.megatron import parameter_counts, weak_scaling
-from repro.figures.zero import communication_volume, memory_by_stage
+from repro.optional import require
+
+for _package in ("matplotlib", "seaborn"):  # one clear line here, before the figure modules import them
+    require(_package, "drawing figures")
+
+from repro.figures.common import FigureContext, style  # noqa: E402
+from repro.figures.claims_overview import claims_overview  # noqa: E402
+from repro.figures.evals_overview import evals, mtnlg_throughput  # noqa: E402
+from repro.figures.infinity_gna import gna_speedup, infinity_efficiency  # noqa: E402
+from repro.figures.megatron import parameter_counts, weak_scaling  # noqa: E402
+from repro.figures.zero import communication_volume, memory_by_stage  # noqa: E402
 
 #: name -> function; the name is also the file stem.
 FIGURES: dict[str, Callable[[FigureContext], list[Path]]] = {

@@ -47,6 +47,7 @@ from evals.detokenize import wikitext_detokenize
 from evals.tokenization import TextTokenizer, gpt2_tokenizer
 from evals.wikitext import split_articles
 from repro.atomic_files import atomic_write
+from repro.optional import MissingPackage, require
 from repro.training.corpus_samples import CorpusSamples
 
 FORMAT = "repro-token-corpus"
@@ -102,8 +103,7 @@ def _pinned_sha256(path: Path) -> str | None:
 
 def _read_documents(path: Path, mode: str, cache_dir: str) -> list[str]:
     """The documents of one local text file, read with ``datasets`` (line endings normalised to ``\\n``)."""
-    import datasets
-
+    datasets = require("datasets", "tokenizing a corpus")
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             detokenize=args.detokenize or ("wikitext" if wiki else "none"), sha256=args.sha256,
             progress=not args.no_progress)
         corpus = TokenCorpus(prefix, verify=False)
-    except (CorpusError, DataError) as err:
+    except (CorpusError, DataError, MissingPackage) as err:
         print(f"repro corpus: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {corpus.bin_path} and {corpus.index_path}: {corpus.num_tokens} tokens, "

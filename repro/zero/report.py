@@ -26,12 +26,14 @@ them, for DeepSpeed on the same model (rows in the same schema; the library neve
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
 from repro.cliargs import OneLineParser, positive_int
+from repro.optional import MissingPackage, require
 from repro.zero.memory_model import K_ADAM, model_state_bytes
 
 COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buffers", "activations", "rest")
@@ -115,8 +117,7 @@ def render_markdown(frame: pd.DataFrame) -> str:
 
 def figure(frame: pd.DataFrame, path: Path) -> Path:
     """Stacked bars of the peak split, one bar per (framework, stage, tiers); the formula as a marker."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the ZeRO memory figure")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -201,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--offload nvme needs --nvme-path DIR (where the swap files go)")
     if args.no_measure and args.rows is None:
         parser.error("--no-measure needs --rows")
+    try:  # before measuring: the report always draws <out>.png
+        require("matplotlib", "the ZeRO memory figure")
+    except MissingPackage as err:
+        print(f"repro zero-report: error: {err}", file=sys.stderr)
+        return 2
     measurements = [] if args.no_measure else [{**m, "framework": "repro"} for m in measure_stages(
         world_size=args.world_size, stages=args.stages, dtype=args.dtype, offload=args.offload,
         nvme_path=args.nvme_path, micro_batch=args.micro_batch, seq_len=args.seq_len, steps=args.steps,

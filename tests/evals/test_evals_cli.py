@@ -10,6 +10,7 @@ import torch
 from evals.checkpoints import save_consolidated
 from evals.cli import build_parser, main
 from repro.models import merge_state_dicts
+from repro.testing import needs
 
 from evals_test_models import tiny_gpt
 
@@ -30,6 +31,7 @@ def test_missing_data_dir_is_one_clear_line(tmp_path, capsys):
     assert err.startswith("repro eval: error: data directory") and "lambada/lambada_test.jsonl" in err
 
 
+@needs("datasets", "tokenizers")  # the CLI reads LAMBADA (one line, exit 2 without them)
 def test_lambada_rows_written_with_provenance(tmp_path, data_dir, capsys):
     model = tiny_gpt(dtype=torch.float32)
     save_consolidated(tmp_path / "ckpt", merge_state_dicts([model.state_dict()], model.config),
@@ -48,6 +50,7 @@ def test_lambada_rows_written_with_provenance(tmp_path, data_dir, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
+@needs("datasets", "tokenizers")
 def test_convert_hf_then_evaluate_sharded(tmp_path, data_dir):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 
-import matplotlib.image as mpimg
 import pandas as pd
 import pytest
 
@@ -14,7 +13,9 @@ from repro.cli import main
 from repro.experiments import Registry
 from repro.experiments import submit as S
 from repro.experiments.reproduce import make_figures, reproduce
-from repro.figures import FIGURES
+from repro.testing import needs
+
+FIGURE_PACKAGES = needs("matplotlib", "seaborn")  # repro.figures imports them (and is imported only to draw)
 
 
 def test_list_and_run(fake_env, capsys):
@@ -43,7 +44,7 @@ def test_list_and_run(fake_env, capsys):
         (["run", "fake_huge", "--scale", "paper"], "needs about 1000000.0 GiB"),
         (["run", "fake_gpu"], "needs 1 GPU(s)"),
         (["claims", "--scale", "tiny"], "unknown scale 'tiny'"),
-        (["figures", "--only", "nope"], "unknown figure(s) ['nope']"),
+        pytest.param(["figures", "--only", "nope"], "unknown figure(s) ['nope']", marks=FIGURE_PACKAGES),
     ],
 )
 def test_bad_input_is_a_clear_error(fake_env, capsys, argv, message):
@@ -86,7 +87,12 @@ def test_submit_dry_run_prints_every_job(fake_env, capsys, monkeypatch, tmp_path
     assert all("--time=02:00:00" in line and "--parsable" in line for line in lines)
 
 
+@FIGURE_PACKAGES
 def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Registry, fake_env, monkeypatch):
+    import matplotlib.image as mpimg
+
+    from repro.figures import FIGURES
+
     subset = Registry()
     for name in ("fake_sum", "fake_gpu"):
         subset.add(fake_registry.get(name), "fake")
@@ -115,6 +121,7 @@ def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Regist
     assert len(list((fake_env / "runs" / "fake_sum").glob("*.jsonl"))) == 1  # --force replaced the first run
 
 
+@FIGURE_PACKAGES
 def test_figures_are_deterministic_and_mark_missing_runs(fake_registry: Registry, fake_env):
     first = make_figures(fake_registry, fake_env, "ci", names=["gna_speedup"])
     svg = first.files["gna_speedup"][1].read_text()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
-from repro.figures import FIGURES, FigureContext, render_all
-from repro.paper import load_claims
+pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
+pytest.importorskip("seaborn", reason="the figures need seaborn: pip install seaborn")
+
+from repro.figures import FIGURES, FigureContext, render_all  # noqa: E402
+from repro.paper import load_claims  # noqa: E402
 
 
 def _rows() -> pd.DataFrame:

@@ -109,12 +109,16 @@ def test_the_table_covers_at_least_25_kinds_of_bad_input():
 
 #: cases that get past the data-directory check first (skipped where the data is absent)
 NEEDS_DATA = {"eval_missing_checkpoint"}
+#: cases that import an optional package before they meet the bad value (skipped, naming it, where it is absent)
+NEEDS_PACKAGES = {"eval_missing_checkpoint": ("tokenizers",), "figures_unknown_figure": ("matplotlib", "seaborn")}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_exits_2_with_one_line(name, tmp_path, capsys, request):
     if name in NEEDS_DATA:
         request.getfixturevalue("data_dir")
+    for package in NEEDS_PACKAGES.get(name, ()):
+        pytest.importorskip(package, reason=f"needs {package}: pip install {package}")
     argv, text = _materialise(*CASES[name], tmp_path)
     try:
         code = main(argv)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from evals.data_files import DataError, resolve_data_dir
+from repro.testing import needs
 from repro.training.corpus import CorpusError, TokenCorpus, main, tokenize_corpus, wikitext103_file
 from repro.training.corpus_samples import CorpusSamples, epoch_permutation
 
@@ -72,6 +73,7 @@ def test_line_documents_skip_blank_lines(tmp_path, vocab_dir, gpt2):
     assert [gpt2.decode(doc[:-1]) for doc in _documents(corpus)] == lines
 
 
+@needs("datasets", "tokenizers")  # through the CLI, which answers one line without them
 def test_wikitext103_valid_articles(tmp_path, vocab_dir, gpt2):
     from evals.detokenize import wikitext_detokenize
     from evals.wikitext import split_articles
@@ -164,6 +166,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@needs("datasets", "tokenizers")
 def test_cli_subprocess_offline(tmp_path, vocab_dir):
     missing = tmp_path / "nope.txt"
     done = _run_cli("--input", str(missing), "--output-prefix", str(tmp_path / "x"), "--vocab-dir", str(vocab_dir))
@@ -177,6 +180,7 @@ def test_cli_subprocess_offline(tmp_path, vocab_dir):
     assert TokenCorpus(tmp_path / "ok").num_documents == 1
 
 
+@needs("datasets", "tokenizers")
 def test_cli_in_process(tmp_path, vocab_dir, capsys):
     path = tmp_path / "a.txt"
     path.write_text(TEXT, encoding="utf-8")

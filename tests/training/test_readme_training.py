@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from repro.results import REPO_ROOT
+from repro.testing import needs
 
 
 def _commands() -> list[str]:
@@ -27,6 +28,7 @@ def _run(command: str, cwd, data_dir) -> str:
     return result.stdout
 
 
+@needs("datasets", "tokenizers")  # the first command tokenizes WikiText-103
 def test_readme_training_commands_run(tmp_path, data_dir):
     commands = _commands()
     assert len(commands) == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
+from repro.testing import needs
 from tests.training.ranks import Ranks, iterations
 
 STEPS = ["--steps", "30", "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--dropout", "0.1"]
@@ -81,6 +82,7 @@ def test_samples_do_not_depend_on_steps_and_validation_loss_falls(tmp_path):
     assert len(values) == 4 and values[-1] < values[0] - 0.5, values
 
 
+@needs("datasets", "tokenizers")  # tokenizes WikiText-103 first
 def test_training_on_tokenized_wikitext103_lowers_validation_loss(tmp_path, data_dir):
     """The documented worked example, small: train on WikiText-103 valid, validate on WikiText-103 test."""
     from repro.training.corpus import main as corpus_main

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from repro.zero.memory_model import model_state_bytes
+from repro.testing import needs
 from repro.zero.report import COLUMNS, attribute, formula_bytes, main, render_markdown, report_frame
 
 
@@ -36,6 +37,7 @@ def test_attribution_adds_up_to_the_peak():
     assert "| repro | 3 | nvme/none |" in text and "peer stage 3: x" in text
 
 
+@needs("matplotlib")  # the report always draws <out>.png
 def test_cli_help_and_a_small_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])

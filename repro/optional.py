@@ -1,0 +1,61 @@
+"""Optional packages: imported inside the functions that use them, with one clear error where one is missing.
+
+The core (``repro list``, ``repro run``, training, the parallel layers) needs torch, numpy, pandas and tqdm only.
+Everything else is optional and imported where it is used, through :func:`require`:
+
+    datasets = require("datasets", "reading the WikiText-103 test file")
+
+A missing package raises :class:`MissingPackage` (an ``ImportError``, so ``except ImportError`` fallbacks keep
+working) whose message is one line naming the package, what needed it and the ``pip install`` that fixes it; the
+command-line entry points print that line and exit with status 2. Tests that need one of these packages skip and
+name it (:func:`repro.testing.needs`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
+
+#: import name -> the name ``pip install`` takes, where the two differ.
+PIP_NAMES = {
+    "lm_eval": "lm-eval",
+    "megatron": "megatron-core",
+    "pynvml": "nvidia-ml-py",
+}
+
+
+class MissingPackage(ImportError):
+    """An optional package is not installed (or cannot be imported); the message says which and how to install it."""
+
+
+def pip_name(module: str) -> str:
+    """The ``pip install`` name of the package that provides ``module`` (``lm_eval.api`` -> ``lm-eval``)."""
+    top = module.split(".")[0]
+    return PIP_NAMES.get(top, top)
+
+
+def require(module: str, purpose: str) -> ModuleType:
+    """Import ``module`` and return it; raise :class:`MissingPackage` (one line) when it cannot be imported.
+
+    ``purpose`` completes "<purpose> needs the package ...", e.g. ``"reading the LAMBADA test file"``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        pip = pip_name(module)
+        missing = err.name or ""
+        if missing and (module == missing or module.startswith(missing + ".")):
+            why = "which is not installed"
+        else:  # installed, but one of its own imports failed: say which
+            why = f"which cannot be imported here ({type(err).__name__}: {err})"
+        raise MissingPackage(f"{purpose} needs the package {pip!r}, {why}; install it with: pip install {pip}",
+                             name=module) from None
+
+
+def available(module: str) -> bool:
+    """Whether ``module`` can be found (without importing it: cheap enough for a test's skip condition)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a module with no __spec__
+        return False
