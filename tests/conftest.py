@@ -35,3 +35,20 @@ def pytest_runtest_call(item):
         return (yield)
     except MissingPackage as err:
         pytest.skip(str(err))
+
+
+def _exercises_cuda(item) -> bool:
+    """A test that runs on a GPU: parametrized with the device "cuda", or skipped where there is no CUDA GPU."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    if any(isinstance(value, str) and value == "cuda" for value in params):
+        return True
+    return any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that exercises a GPU ``cuda``, so that ``pytest -m cuda`` (the 9-minute GPU command's tests
+    part, ``python -m repro.gpu_session``) runs exactly those."""
+    for item in items:
+        if _exercises_cuda(item):
+            item.add_marker(pytest.mark.cuda)
