@@ -1,4 +1,4 @@
-"""The headline 1-GPU measurements in one command, within a hard deadline (issue 25): ``python -m repro.gpu_session``.
+"""The headline 1-GPU measurements in one command, within a hard deadline: ``python -m repro.gpu_session``.
 
 A GPU is often lent for minutes (a ten-minute rental, a shared node's short limit), so the parts run in order of
 value, each in its own process with its own time limit, and the limits add up to the deadline (540 s by default):
