@@ -1,25 +1,20 @@
 """The headline 1-GPU measurements in one command, within a hard deadline: ``python -m repro.gpu_session``.
 
 A GPU is often lent for minutes (a ten-minute rental, a shared node's short limit), so the parts run in order of
-value, each in its own process with its own time limit, and the limits add up to the deadline (540 s by default):
-
-1. ``provenance``: GPU, driver, torch, CUDA, cuDNN, triton (``provenance.json``);
-2. ``megatron_1gpu``: Megatron's 1-GPU baseline (paper sec. 5.1.1) at the 1.2B configuration, repro with compiled
-   layers and then eager (``megatron_weak_scaling_gpu``, point ``1p2B_1gpu``): TFLOP/s per GPU and share of peak;
-3. ``gna``: GNA at FLUX 4K and HunyuanVideo (forward, then forward + backward) against the fastest dense SDPA
-   backend (``gna_speedup_gpu``);
-4. ``cuda_tests``: the tests marked ``cuda`` (``tests-cuda.xml``);
-5. ``plain_gpt``: the plain GPT of the same configuration compiled whole (point ``1p2B_1gpu_plain``), last because
-   its compile is the slowest; same run id as part 2, so the two compare within one run.
+value, each in its own process with its own time limit, and the limits add up to the deadline (540 s by default).
+What each plan measures is data in :mod:`repro.gpu_plans`: ``headline`` (the default: provenance, Megatron's 1.2B
+baseline with compiled layers then eager, GNA at FLUX 4K and HunyuanVideo, the tests marked ``cuda``, the plain GPT
+compiled whole last), ``zero_offload`` (ZeRO-Offload's largest model on one GPU) and ``node`` (the rest of the
+``node`` scale that fits the machine), each its own command within 9 minutes.
 
 A part gets ``min(its limit, time left)``; a part is skipped, saying so, when less than its minimum is left. Rows are
 written as each variant or point finishes (``results/runs/<experiment>/<run>.jsonl``), so a part stopped at its limit
 keeps what it measured. Everything goes to one folder (``--out``, default ``$OUT`` or ``/tmp/repro-gpu-session``):
-``results/``, ``logs/<part>.log``, ``session.jsonl`` (one line per part as it ends) and ``summary.txt``.
+``results/``, ``logs/<part>.log``, ``session.jsonl`` (one line per part as it ends) and ``summary.txt``. Commit the
+runs under ``results/runs/`` as result runs: their provenance names the GPU.
 
 ``--rehearse`` runs the same parts through the same code on the CPU at toy sizes (the experiments' ``smoke`` points,
-with ``REPRO_STANDIN_GPUS=1`` standing in for one GPU) within 170 s; the tests run it, so the command cannot rot.
-The other 1-GPU measurements (ZeRO-Offload's largest model, ``node`` scale) are separate commands of their own.
+with ``REPRO_STANDIN_GPUS`` standing in for the GPUs) within 170 s; the tests run it, so the command cannot rot.
 """
 
 from __future__ import annotations
@@ -31,29 +26,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DEADLINE_S = 540.0
-REHEARSAL_DEADLINE_S = 170.0
-#: GNA's first configurations (forward, then forward + backward): §5's FLUX 4K and HunyuanVideo.
-GNA_POINTS = ("flux1dev_4k_w80x80_s16x16_fwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd",
-              "flux1dev_4k_w80x80_s16x16_fwd_bwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd_bwd")
-
-
-@dataclass(frozen=True)
-class Part:
-    """One bounded step: ``argv`` runs in its own process group, stopped at ``limit_s``; skipped when less than
-    ``min_s`` of the deadline is left. ``env`` is added to the session's environment."""
-
-    name: str
-    limit_s: float
-    min_s: float
-    argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-    what: str = ""
+from repro.gpu_plans import DEFAULT_DEADLINE_S, PLANS, REHEARSAL_DEADLINE_S, REPO, Part, parts as plan_parts
 
 
 @dataclass
@@ -68,38 +45,9 @@ class Outcome:
     note: str = ""
 
 
-def plan(out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
-    """The parts, in order of value. GPU: the paper-scale configurations; rehearsal: the same experiments' toy
-    points on the CPU stand-in, with limits that add up to :data:`REHEARSAL_DEADLINE_S`."""
-    py = sys.executable
-    worker = (py, "-m", "repro.experiments.worker", "megatron_weak_scaling_gpu", "--device", "cuda",
-              "--run-id", run_id, "--results-dir", str(out / "results"))
-    tests = (py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "-o", "addopts=",
-             f"--junitxml={out / 'tests-cuda.xml'}", str(REPO / "tests"))
-    provenance = (py, "-m", "repro.gpu_session", "--provenance", str(out / "provenance.json"))
-    if rehearse:
-        standin = {"REPRO_STANDIN_GPUS": "1"}
-        return [
-            Part("provenance", 10, 3, provenance, standin, "this machine (CPU stand-in)"),
-            Part("megatron_1gpu", 55, 20, worker + ("--scale", "smoke", "--point", "toy_1rank"), standin,
-                 "toy GPT: repro compiled layers, then eager"),
-            Part("gna", 20, 8, (py, "-m", "repro", "run", "gna_speedup_gpu", "--scale", "smoke", "--device",
-                                "cuda"), standin, "GNA toy grids, forward"),
-            Part("cuda_tests", 25, 5, tests, what="tests marked cuda (skipped without a GPU)"),
-            Part("plain_gpt", 60, 20, worker + ("--scale", "smoke", "--point", "toy_1rank_plain"), standin,
-                 "toy plain GPT compiled whole"),
-        ]
-    gna = [arg for name in GNA_POINTS for arg in ("--point", name)]
-    return [
-        Part("provenance", 15, 5, provenance, what="GPU, driver, torch, CUDA, cuDNN, triton"),
-        Part("megatron_1gpu", 170, 60, worker + ("--scale", "node", "--point", "1p2B_1gpu"),
-             what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
-        Part("gna", 140, 50, (py, "-m", "repro", "run", "gna_speedup_gpu", "--scale", "paper", "--device", "cuda",
-                              *gna), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA"),
-        Part("cuda_tests", 90, 30, tests, what="tests marked cuda"),
-        Part("plain_gpt", 125, 45, worker + ("--scale", "node", "--point", "1p2B_1gpu_plain"),
-             what="1.2B plain GPT compiled whole (torch.compile), same run as megatron_1gpu"),
-    ]
+def plan(out: Path, *, rehearse: bool, run_id: str, name: str = "headline") -> list[Part]:
+    """The parts of plan ``name`` (:mod:`repro.gpu_plans`), in order of value."""
+    return plan_parts(name, out, rehearse=rehearse, run_id=run_id)
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
@@ -170,13 +118,13 @@ def session_env(out: Path) -> dict[str, str]:
 
 
 def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str] | None = None,
-                say: Callable[[str], None] = print) -> list[Outcome]:
+                plan_name: str = "headline", say: Callable[[str], None] = print) -> list[Outcome]:
     """Run the plan's parts (``parts``: only these, by name) before ``deadline_s``; one line per part as it ends in
     ``session.jsonl``; returns the outcomes."""
     from repro.results import new_run_id
 
     out.mkdir(parents=True, exist_ok=True)
-    chosen = plan(out, rehearse=rehearse, run_id=new_run_id())
+    chosen = plan(out, rehearse=rehearse, run_id=new_run_id(), name=plan_name)
     if parts:
         unknown = sorted(set(parts) - {p.name for p in chosen})
         if unknown:
@@ -242,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
                              f"{REHEARSAL_DEADLINE_S:.0f} with --rehearse)")
     parser.add_argument("--rehearse", action="store_true",
                         help="run the same parts on the CPU at toy sizes (a stand-in for one GPU)")
+    parser.add_argument("--plan", default="headline", choices=PLANS,
+                        help="what to measure (default headline; see the description above)")
     parser.add_argument("--part", action="append", default=None,
-                        help="run only this part (repeatable): provenance, megatron_1gpu, gna, cuda_tests, plain_gpt")
+                        help="run only this part of the plan (repeatable; headline's: provenance, megatron_1gpu, gna, "
+                             "cuda_tests, plain_gpt)")
     parser.add_argument("--provenance", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.provenance is not None:
@@ -257,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        outcomes = run_session(out.resolve(), deadline_s=deadline, rehearse=args.rehearse, parts=args.part)
+        outcomes = run_session(out.resolve(), deadline_s=deadline, rehearse=args.rehearse, parts=args.part,
+                               plan_name=args.plan)
     except ValueError as err:
         print(f"repro.gpu_session: error: {err}", file=sys.stderr)
         return 2

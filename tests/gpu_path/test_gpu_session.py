@@ -14,6 +14,8 @@ import pytest
 from repro import gpu_session as G
 from repro.results import read_run
 
+from repro.gpu_plans import PLANS
+
 PARTS = ["provenance", "megatron_1gpu", "gna", "cuda_tests", "plain_gpt"]
 
 
@@ -21,12 +23,32 @@ PARTS = ["provenance", "megatron_1gpu", "gna", "cuda_tests", "plain_gpt"]
 def test_limits_add_up_to_the_deadline(tmp_path, rehearse, deadline):
     parts = G.plan(tmp_path, rehearse=rehearse, run_id="r")
     assert [p.name for p in parts] == PARTS  # in order of value, the whole-model compile last
-    assert sum(p.limit_s for p in parts) <= deadline
-    assert all(0 < p.min_s <= p.limit_s for p in parts)
     default = G.REHEARSAL_DEADLINE_S if rehearse else G.DEFAULT_DEADLINE_S
     assert default == deadline
     megatron, plain = parts[1], parts[4]
     assert megatron.argv[megatron.argv.index("--run-id") + 1] == plain.argv[plain.argv.index("--run-id") + 1] == "r"
+
+
+@pytest.mark.parametrize("rehearse", [False, True])
+@pytest.mark.parametrize("name", PLANS)
+def test_every_plan_fits_its_deadline_and_names_real_points(tmp_path, name, rehearse):
+    """Each plan is its own command within 9 minutes (170 s rehearsed), and every point it names is declared."""
+    from repro.experiments import registry
+
+    parts = G.plan(tmp_path, rehearse=rehearse, run_id="r", name=name)
+    assert parts[0].name == "provenance"
+    assert sum(p.limit_s for p in parts) <= (170 if rehearse else 540)
+    assert all(0 < p.min_s <= p.limit_s for p in parts)
+    reg = registry()
+    for part in parts:
+        argv = list(part.argv)
+        if "--point" not in argv:
+            continue
+        experiment = next(a for a in argv if a in reg.names())
+        scale = argv[argv.index("--scale") + 1]
+        for i, arg in enumerate(argv):
+            if arg == "--point":
+                reg.get(experiment).point_named(scale, argv[i + 1])  # raises for an undeclared point
 
 
 def _rows(out: Path, experiment: str) -> list[dict]:
@@ -86,3 +108,12 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
                                *args], cwd=G.REPO, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_zero_offload_plan_rehearsed(tmp_path):
+    """The ZeRO-Offload command's rehearsal: the same search on the stand-in GPU writes its rows."""
+    outcomes = G.run_session(tmp_path, deadline_s=170, rehearse=True, plan_name="zero_offload", say=lambda _: None)
+    assert [(o.part, o.status) for o in outcomes] == [("provenance", "ok"), ("zero_offload", "ok")]
+    rows = _rows(tmp_path, "zero_gpu")
+    assert {r["point"] for r in rows} == {"search_1rank"} and any(r["metric"] == "largest_trained_params_b"
+                                                                  for r in rows)

@@ -1,0 +1,104 @@
+"""What a GPU session measures, as data: each plan is its parts in order of value, with limits that add up to the
+deadline (540 s on a GPU; 170 s for the CPU rehearsal of the same parts at toy sizes). Run by
+:mod:`repro.gpu_session` (``--plan NAME``).
+
+* ``headline``: provenance; Megatron's 1.2B baseline on 1 GPU (paper sec. 5.1.1) with repro's compiled layers,
+  then eager; GNA at FLUX 4K and HunyuanVideo (GNA sec. 5), forward then forward + backward, against the fastest
+  dense SDPA backend; the tests marked ``cuda``; the plain GPT compiled whole, last (its compile is the slowest).
+* ``zero_offload``: ZeRO-Offload's largest model on one GPU (``zero_gpu``'s ``offload_1gpu``: stage 2 with the
+  optimizer on the CPU beside the same stage without offload; its arms' time caps add up to 450 s).
+* ``node``: the ``node`` scale of ``megatron_weak_scaling_gpu`` beyond the headline: the 1.2B baseline without
+  activation checkpointing (repro, then the plain GPT), and the 2-8 GPU points (Table 1's models, Table 8's strong
+  scaling) that fit the machine; those that need more GPUs are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DEADLINE_S = 540.0
+REHEARSAL_DEADLINE_S = 170.0
+#: GNA's first configurations (forward, then forward + backward): §5's FLUX 4K and HunyuanVideo.
+GNA_POINTS = ("flux1dev_4k_w80x80_s16x16_fwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd",
+              "flux1dev_4k_w80x80_s16x16_fwd_bwd", "hunyuanvideo_w18x24x24_s16x8x8_fwd_bwd")
+#: ``node`` points on 2-8 GPUs (Table 1's models on 2/4/8 GPUs, Table 8's strong scaling of the 1.2B model).
+MULTI_GPU_POINTS = ("2p5B_2gpu", "1p2B_2gpu_strong", "4p2B_4gpu", "1p2B_4gpu_strong", "8p3B_8gpu",
+                    "1p2B_8gpu_strong")
+PLANS = ("headline", "zero_offload", "node")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One bounded step: ``argv`` runs in its own process group, stopped at ``limit_s``; skipped when less than
+    ``min_s`` of the deadline is left. ``env`` is added to the session's environment."""
+
+    name: str
+    limit_s: float
+    min_s: float
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    what: str = ""
+
+
+def _points(*names: str) -> tuple[str, ...]:
+    return tuple(arg for name in names for arg in ("--point", name))
+
+
+def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
+    """The parts of plan ``name`` (one of :data:`PLANS`). Rehearsal: the same experiments' toy points on the CPU,
+    with ``REPRO_STANDIN_GPUS`` standing in for the GPUs."""
+    if name not in PLANS:
+        raise ValueError(f"unknown plan {name!r}; the plans are {', '.join(PLANS)}")
+    py = sys.executable
+    megatron = (py, "-m", "repro.experiments.worker", "megatron_weak_scaling_gpu", "--device", "cuda",
+                "--run-id", run_id, "--results-dir", str(out / "results"))
+    run = (py, "-m", "repro", "run")
+    provenance = (py, "-m", "repro.gpu_session", "--provenance", str(out / "provenance.json"))
+    one = {"REPRO_STANDIN_GPUS": "1"} if rehearse else {}
+    first = Part("provenance", 10 if rehearse else 15, 3, provenance, one,
+                 "this machine (CPU stand-in)" if rehearse else "GPU, driver, torch, CUDA, cuDNN, triton")
+    if name == "zero_offload":
+        point = ("--scale", "smoke", "--point", "search_1rank") if rehearse else (
+            "--scale", "paper", "--point", "offload_1gpu")
+        return [first, Part("zero_offload", 160 if rehearse else 525, 20 if rehearse else 120,
+                            run + ("zero_gpu", "--device", "cuda") + point, one,
+                            "ZeRO-Offload: the largest model on one GPU, offloaded and not")]
+    if name == "node":
+        if rehearse:
+            return [first,
+                    Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
+                         "toy GPT on the stand-in GPU"),
+                    Part("multi_gpu", 50, 10, megatron + ("--scale", "smoke", "--point", "toy_tp2"),
+                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs"),
+                    Part("plain_gpt", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
+                         "toy plain GPT compiled whole")]
+        return [first,
+                Part("megatron_no_ckpt", 150, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt"),
+                     what="1.2B GPT on 1 GPU without activation checkpointing: compiled layers, then eager"),
+                Part("multi_gpu", 250, 60, run + ("megatron_weak_scaling_gpu", "--scale", "node", "--device", "cuda")
+                     + _points(*MULTI_GPU_POINTS), what="the 2-8 GPU points that fit this machine"),
+                Part("plain_gpt", 125, 45,
+                     megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt_plain"),
+                     what="1.2B plain GPT compiled whole, no checkpointing, same run as megatron_no_ckpt")]
+    tests = (py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "-o", "addopts=",
+             f"--junitxml={out / 'tests-cuda.xml'}", str(REPO / "tests"))
+    if rehearse:
+        return [first,
+                Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
+                     "toy GPT: repro compiled layers, then eager"),
+                Part("gna", 20, 8, run + ("gna_speedup_gpu", "--scale", "smoke", "--device", "cuda"), one,
+                     "GNA toy grids, forward"),
+                Part("cuda_tests", 25, 5, tests, what="tests marked cuda (skipped without a GPU)"),
+                Part("plain_gpt", 60, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
+                     "toy plain GPT compiled whole")]
+    return [first,
+            Part("megatron_1gpu", 170, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu"),
+                 what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
+            Part("gna", 140, 50, run + ("gna_speedup_gpu", "--scale", "paper", "--device", "cuda")
+                 + _points(*GNA_POINTS), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA"),
+            Part("cuda_tests", 90, 30, tests, what="tests marked cuda"),
+            Part("plain_gpt", 125, 45, megatron + ("--scale", "node", "--point", "1p2B_1gpu_plain"),
+                 what="1.2B plain GPT compiled whole (torch.compile), same run as megatron_1gpu")]
