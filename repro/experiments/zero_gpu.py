@@ -107,7 +107,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         return _measure_rows(result, **fields)
     largest: dict[str, float] = {}
     for arm in params["arms"]:
-        arm_rows = _search_arm(arm, params, device=device, groups=groups, nvme_path=nvme_path, fixed=fixed, say=say)
+        arm_rows = _search_arm(arm, params, device=device, groups=groups, nvme_path=nvme_path, fixed=fixed, say=say,
+                               emit=ctx.emit_rows)  # on disk as measured: a time limit keeps the arms done
         largest[arm["name"]] = next(r["value"] for r in arm_rows if r["metric"] == "largest_trained_params_b")
         rows += arm_rows
     for arm in params["arms"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from typing import Callable
 
 import torch
 
@@ -184,7 +185,13 @@ def _measure_rows(result: dict, *, largest: bool = False, **fields) -> list[dict
             for name in names if result.get(name) is not None]
 
 
-def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed: dict, say) -> list[dict]:
+def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed: dict, say,
+                emit: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+    """Search ``arm``'s sizes for the largest that trains; its rows: per attempt (in size order) the estimate, the
+    decision and, when trained, the measurements, then the arm's summary. ``emit`` gets each attempt's rows as the
+    attempt is decided and the rest (sizes not reached after a failure, the summary) when the arm ends, so that a
+    point stopped later keeps them (:meth:`RunContext.emit_rows`); the returned list holds the same row objects,
+    which the runner does not write twice."""
     from repro.zero.capacity import estimate_memory, search_largest
 
     sizes = arm.get("sizes") or params["sizes"]
@@ -222,6 +229,18 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
                   param_tier=arm.get("param", "none"), activations=arm.get("activations", "replicated"),
                   micro_batch=params["micro_batch"], seq_len=params["seq_len"], device_cap_gib=device_cap / 2**30)
 
+    def attempt_rows(attempt) -> list[dict]:
+        fields = dict(common, size=attempt.size["name"], layers=attempt.size["layers"], hidden=attempt.size["hidden"],
+                      params_b=attempt.params / 1e9, decision=attempt.decision, error=attempt.error)
+        rows = [_row("estimate_device_gib", attempt.estimate.device_bytes / 2**30, "GiB", **fields),
+                _row("estimate_host_gib", attempt.estimate.host_bytes / 2**30, "GiB", **fields),
+                _row("attempt", 1.0 if attempt.decision == "trained" else 0.0, "trained", **fields)]
+        if attempt.decision == "trained":
+            rows += _measure_rows(attempt.result, **fields)
+        return rows
+
+    decided: dict[int, list[dict]] = {}  # id(attempt) -> its rows, emitted (the attempts live in the outcome)
+
     def report(attempt) -> None:
         line = f"[zero_gpu] {arm['name']} {attempt.size['name']} ({attempt.params / 1e9:.2f}B): {attempt.decision}"
         if attempt.decision == "trained":
@@ -230,6 +249,8 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
         elif attempt.error:
             line += f" ({attempt.error})"
         say(line)
+        decided[id(attempt)] = attempt_rows(attempt)  # decided: search_largest changes it no more
+        emit(decided[id(attempt)])
 
     outcome = search_largest(
         sizes, params_of=params_of, estimate=estimate, device_cap_bytes=device_cap, host_available_bytes=host_available,
@@ -237,14 +258,8 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
         time_cap_s=arm["time_cap_s"], agree=_agree(groups, device), on_attempt=report)
     _free(device)
     rows = []
-    for attempt in outcome.attempts:
-        fields = dict(common, size=attempt.size["name"], layers=attempt.size["layers"], hidden=attempt.size["hidden"],
-                      params_b=attempt.params / 1e9, decision=attempt.decision, error=attempt.error)
-        rows += [_row("estimate_device_gib", attempt.estimate.device_bytes / 2**30, "GiB", **fields),
-                 _row("estimate_host_gib", attempt.estimate.host_bytes / 2**30, "GiB", **fields),
-                 _row("attempt", 1.0 if attempt.decision == "trained" else 0.0, "trained", **fields)]
-        if attempt.decision == "trained":
-            rows += _measure_rows(attempt.result, **fields)
+    for attempt in outcome.attempts:  # in size order; the sizes after a failure were not reached (not reported)
+        rows += decided[id(attempt)] if id(attempt) in decided else attempt_rows(attempt)
     largest, above = outcome.largest, outcome.next_larger
     fits_device = [a.params for a in outcome.attempts if a.estimate.device_bytes <= device_cap]
     fits_host = [a.params for a in outcome.attempts if a.estimate.host_bytes <= 0.9 * host_available()]
@@ -257,4 +272,6 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
     rows.append(_row("largest_host_fit_estimate_b", max(fits_host, default=0.0) / 1e9, "billion params", **summary))
     if largest is not None:
         rows += _measure_rows(largest.result, largest=True, **summary)
+    emitted = {id(row) for done in decided.values() for row in done}
+    emit([row for row in rows if id(row) not in emitted])  # the arm has ended: the rest of its rows
     return rows

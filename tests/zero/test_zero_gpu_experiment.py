@@ -1,15 +1,21 @@
 """The zero_gpu experiment: its declarations, the capacity estimate and search logic (fake memory caps and a fake
-clock, no GPU), its smoke points run on CPU ranks through the runner, and its claim mapping."""
+clock, no GPU), its smoke points run on CPU ranks through the runner, its rows on disk as they are measured, and
+its claim mapping."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
 
 import pandas as pd
 import pytest
 import torch
 
+from repro import results as R
 from repro.experiments import registry, validate_experiment
 from repro.experiments import zero_gpu
-from repro.experiments.runner import execute_point
+from repro.experiments.runner import execute_point, run_experiment
+from repro.zero import capacity
 from repro.models import GPTConfig
 from repro.models.params import count_parameters
 from repro.paper import load_claims
@@ -216,6 +222,66 @@ def test_smoke_multi_rank_points(smoke_rows):
     throughput = smoke_rows[smoke_rows.point == "throughput_tp2"].set_index("metric")
     assert throughput.loc["tflops_per_gpu", "tp"] == 2 and throughput.loc["step_time_s", "value"] > 0
     assert set(smoke_rows.metric) <= set(zero_gpu.EXPERIMENT.metrics)
+
+
+def _on_disk(report, point: str) -> list[dict]:
+    """The rows of ``point`` in the run file, without what the runner adds to each."""
+    added = {"experiment", "scale", "point", "run_id", "provenance"}
+    return [{k: v for k, v in record.items() if k not in added} for record in R.read_run(report.path)
+            if record["point"] == point]
+
+
+def test_rows_reach_the_run_file_once_each(tmp_path):
+    """Emitted as measured (each attempt, then each arm's summary) and returned: the run file holds the returned
+    rows, in their order, each once."""
+    torch.set_num_threads(2)
+    returned = []
+
+    def run_point(point, ctx):
+        returned.extend(zero_gpu.run_point(point, ctx))
+        return returned
+
+    experiment = dataclasses.replace(zero_gpu.EXPERIMENT, run_point=run_point)
+    report = run_experiment(experiment, "smoke", points=["search_1rank"], results=tmp_path, device="cpu")
+    assert [o.status for o in report.outcomes] == ["ok"] and report.outcomes[0].rows == len(returned)
+    on_disk = _on_disk(report, "search_1rank")
+    assert on_disk == [json.loads(json.dumps(row)) for row in returned]
+    assert {r["metric"] for r in on_disk} >= {"attempt", "loss", "largest_trained_params_b", "offload_gain_x"}
+
+
+def test_rows_measured_before_a_failure_are_kept(tmp_path, monkeypatch, smoke_rows):
+    """A point stopped in its second arm (as by a time limit) keeps the first arm's rows, summary included, and
+    the second arm's attempts decided before the stop."""
+    torch.set_num_threads(2)
+    search_largest, arms = capacity.search_largest, []
+
+    def stopped_in_the_second_arm(sizes, *, on_attempt, **kwargs):
+        arms.append(sizes)
+        if len(arms) == 1:
+            return search_largest(sizes, on_attempt=on_attempt, **kwargs)
+
+        def report_then_stop(attempt):
+            on_attempt(attempt)
+            raise RuntimeError("stopped after the first attempt of the second arm")
+
+        return search_largest(sizes, on_attempt=report_then_stop, **kwargs)
+
+    monkeypatch.setattr(capacity, "search_largest", stopped_in_the_second_arm)
+    report = run_experiment(zero_gpu.EXPERIMENT, "smoke", points=["search_1rank"], results=tmp_path, device="cpu")
+    (outcome,) = report.outcomes
+    assert outcome.status == "failed" and "stopped after the first attempt" in outcome.message
+    assert report.path is not None, "no row reached the run file before the failure"
+    kept = _on_disk(report, "search_1rank")
+    assert outcome.rows == len(kept) and "kept in" in outcome.message
+    first = [r for r in kept if r["arm"] == "zero2_cpu"]
+    clean = smoke_rows[(smoke_rows.point == "search_1rank") & (smoke_rows.arm == "zero2_cpu")
+                       & (smoke_rows.metric != "offload_gain_x")]  # made when every arm has ended
+    assert [(r["metric"], r.get("size")) for r in first] == [
+        (m, None if pd.isna(s) else s) for m, s in zip(clean.metric, clean["size"])]
+    second = [r for r in kept if r["arm"] == "gpu_only"]
+    assert {r["size"] for r in second} == {"l1_h32"} and second[0]["decision"] == "trained"
+    assert "largest_trained_params_b" not in {r["metric"] for r in second}
+    assert {r["arm"] for r in kept} == {"zero2_cpu", "gpu_only"} and "offload_gain_x" not in {r["metric"] for r in kept}
 
 
 def test_claims_on_empty_rows_need_a_gpu():
