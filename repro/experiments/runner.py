@@ -87,6 +87,8 @@ class RowWriter:
     started: float = field(default_factory=time.perf_counter)
     written: int = 0
     _ids: set[int] = field(default_factory=set)
+    #: the rows written, kept alive so that no later row can reuse the id of one that was freed
+    _kept: list[Row] = field(default_factory=list)
 
     def provenance(self) -> dict:
         return R.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
@@ -100,6 +102,7 @@ class RowWriter:
             R.append_rows(self.root, experiment=self.experiment.name, scale=self.scale, point=self.point.name,
                           run_id=self.run_id, rows=rows, prov=self.provenance())
         self._ids.update(id(row) for row in rows)
+        self._kept.extend(rows)
         self.written += len(rows)
 
     def unwritten(self, rows: list[Row]) -> list[Row]:
