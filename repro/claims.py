@@ -3,14 +3,19 @@
 ``repro claims`` -> ``results/claims.csv`` (one row per claim with a value in ``paper_claims.csv``) and
 ``results/claims.md`` (summary, checked claims in full, the rest grouped). Verdicts:
 
-* ``reproduced`` / ``differs``: an experiment mapped the claim (``Experiment.claims``) and compared its value
-  within the stated tolerance;
+* ``reproduced`` / ``differs``: an experiment mapped the claim (``Experiment.claims``) and compared its value,
+  independent evidence (measured, simulated, predicted, derived), within the stated tolerance;
+* ``consistent`` / ``inconsistent``: the same comparison for the paper's own arithmetic on its printed numbers
+  (evidence ``consistency``), counted apart;
+* ``same quantity``: another claim states the same quantity and counts it (``same_as``);
+* ``not counted``: a configuration or an input of a fit; ``not decidable``: not at the rows' scale;
 * ``needs GPU``: the claim is a GPU or cluster measurement (per the experiment, or, for claims no experiment maps,
   by its unit and wording: FLOP/s, runtimes, efficiencies, trained-model scores);
 * ``not run``: an experiment maps it but has no rows yet, or no experiment maps it.
 
 Experiments build their :class:`ClaimCheck` rows with :func:`check_value` (:func:`check_range` for a claim the
-paper gives as a range), :func:`not_run` and :func:`needs_gpu`.
+paper gives as a range), :func:`not_run` and :func:`needs_gpu`; the evidence class of a computed value comes from
+its inputs (:func:`repro.paper.evidence_from`). The summaries and the markdown are :mod:`repro.claims_render`.
 """
 
 from __future__ import annotations
@@ -25,13 +30,19 @@ from typing import Iterable
 import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
-from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
-from repro.paper import PAPER_TITLES, load_claims, paper_range, paper_value
+from repro.experiments.base import (CONSISTENCY_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS,
+                                   ClaimCheck)
+from repro.paper import load_claims, paper_range, paper_value
+
+COUNTED = ("measured", "simulated", "predicted", "derived")
 
 REPORT_COLUMNS = [
     "paper", "claim_id", "quantity", "setting", "unit", "paper_value", "reproduced_value", "tolerance", "verdict",
-    "evidence", "device", "experiment", "scale", "command", "note", "source", "verbatim_or_derived",
+    "evidence", "evidence_when_run", "same_as", "device", "experiment", "scale", "command", "note", "source",
+    "verbatim_or_derived",
 ]
+#: The evidence column of a row without a value yet: its class is what its run will give (``evidence_when_run``).
+PENDING = "pending"
 
 
 def _check_evidence(evidence: str) -> None:
@@ -41,14 +52,16 @@ def _check_evidence(evidence: str) -> None:
 
 def check_value(
     paper: str, claim_id: str, value: float | None, *, evidence: str, rel: float | None = None,
-    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None,
+    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None, same_as: str = "",
 ) -> ClaimCheck:
-    """Compare ``value`` with the paper's number for ``claim_id``: reproduced when
+    """Compare ``value`` with the paper's number for ``claim_id``: it agrees when
     ``|value - paper| <= max(abs, rel * |paper|)`` (exact when neither is given); ``not run`` when value is None.
 
     ``evidence`` (one of :data:`EVIDENCE`) says what kind of number ``value`` is; the caller, which computed it,
-    decides. A ``configuration`` or ``fitted`` value is never counted: its verdict is "not counted" and the note says
-    whether it equals the paper's number."""
+    decides (:func:`repro.paper.evidence_from`). Independent evidence is ``reproduced``/``differs``; the paper's own
+    arithmetic is ``consistent``/``inconsistent``; a ``configuration`` or ``fitted`` value is never counted: its
+    verdict is "not counted" and the note says whether it equals the paper's number. ``same_as``: another claim of
+    the same paper states this quantity and counts it; this row is "same quantity", pointing there."""
     _check_evidence(evidence)
     if rel is not None and rel < 0 or abs is not None and abs < 0:
         raise ValueError(f"tolerances must be >= 0, got rel={rel!r} abs={abs!r}")
@@ -60,20 +73,26 @@ def check_value(
     allowed = max(abs or 0.0, (rel or 0.0) * builtin_abs(target))
     close = builtin_abs(float(value) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
     agree = "equals the paper's value" if close else "differs from the paper's value"
-    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence)
+    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence, same_as)
 
 
 builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
 
 
 def _decided(paper: str, claim_id: str, value: float, tolerance: str, close: bool, agree: str, note: str,
-             evidence: str) -> ClaimCheck:
-    """The verdict of a compared value: ``reproduced``/``differs``, or ``not counted`` (saying whether it agrees)
-    for a configuration or fitted value."""
+             evidence: str, same_as: str = "") -> ClaimCheck:
+    """The verdict of a compared value: ``reproduced``/``differs`` (independent evidence), ``consistent``/
+    ``inconsistent`` (the paper's own arithmetic), ``not counted`` (saying whether it agrees) for a configuration or
+    fitted value, ``same quantity`` (saying whether it agrees) when another claim counts it."""
+    if same_as:
+        note = f"same quantity as {same_as} (counted there); {agree}" + (f"; {note}" if note else "")
+        return ClaimCheck(paper, claim_id, value, tolerance, "same quantity", note, evidence, same_as)
     if evidence in NOT_COUNTED_EVIDENCE:
         what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
         note = f"{what}; {agree}" + (f"; {note}" if note else "")
         return ClaimCheck(paper, claim_id, value, tolerance, "not counted", note, evidence)
+    if evidence in CONSISTENCY_EVIDENCE:
+        return ClaimCheck(paper, claim_id, value, tolerance, "consistent" if close else "inconsistent", note, evidence)
     return ClaimCheck(paper, claim_id, value, tolerance, "reproduced" if close else "differs", note, evidence)
 
 
@@ -81,7 +100,7 @@ def check_range(
     paper: str, claim_id: str, value: float | None, *, evidence: str, abs: float = 0.0, note: str = "",
     claims: pd.DataFrame | None = None,
 ) -> ClaimCheck:
-    """Compare ``value`` with a claim the paper gives as a range (``'40-45'``): reproduced when
+    """Compare ``value`` with a claim the paper gives as a range (``'40-45'``): it agrees when
     ``low - abs <= value <= high + abs``; otherwise as :func:`check_value` (``not run`` for None, never counted
     for a configuration or fitted value)."""
     _check_evidence(evidence)
@@ -174,17 +193,33 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
             if check.evidence not in EVIDENCE:
                 problems.append(f"{exp.name}: evidence {check.evidence!r} for {check.claim_id} is not in {EVIDENCE}")
                 continue
-            if check.verdict in ("reproduced", "differs") and check.evidence in NOT_COUNTED_EVIDENCE:
+            mismatch = _verdict_problem(check)
+            if mismatch:
                 problems.append(f"{exp.name}: {check.claim_id} is {check.evidence} evidence but has the verdict "
-                                f"{check.verdict!r} (such rows are 'not counted')")
+                                f"{check.verdict!r} ({mismatch})")
+                continue
+            if check.same_as and (check.paper, check.same_as) not in known:
+                problems.append(f"{exp.name}: {check.claim_id} is the same quantity as {check.same_as!r}, which is not "
+                                f"a claim of {check.paper}")
                 continue
             device = devices if check.evidence == "measured" and check.reproduced_value is not None else ""
             records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": used,
                             "rows": len(mine)})
     frame = pd.DataFrame.from_records(
         records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",
-                          "device", "experiment", "scale", "rows"])
+                          "same_as", "device", "experiment", "scale", "rows"])
     return CheckSet(frame, problems, scales)
+
+
+def _verdict_problem(check: ClaimCheck) -> str:
+    """Why a compared row's verdict does not fit its evidence class ('' when it does)."""
+    if check.verdict in ("reproduced", "differs") and check.evidence not in COUNTED:
+        return "only independent evidence is 'reproduced' or 'differs'"
+    if check.verdict in ("consistent", "inconsistent") and check.evidence not in CONSISTENCY_EVIDENCE:
+        return "'consistent' and 'inconsistent' are for consistency evidence"
+    if check.verdict == "same quantity" and not check.same_as:
+        return "a 'same quantity' row names the claim it points to (same_as)"
+    return ""
 
 
 def _devices(rows: pd.DataFrame) -> str:
@@ -200,17 +235,36 @@ def _devices(rows: pd.DataFrame) -> str:
     return "; ".join(sorted(found))
 
 
-_RANK = {"differs": 0, "reproduced": 1, "not counted": 2, "needs GPU": 3, "not run": 4}
-
-
 def _command(experiment: str, verdict: str, scale: str) -> str:
     if verdict == "needs GPU":
         return f"repro submit {experiment} --scale paper"
     return f"repro run {experiment} --scale {scale}"
 
 
+#: The order in which several experiments' rows for one claim are preferred (see :func:`speaking_row`).
+_CLASS_RANK = {name: i for i, name in enumerate(EVIDENCE)}
+_DISAGREES = ("differs", "inconsistent")
+
+
+def speaking_row(mapped: list[dict]) -> dict:
+    """The row that speaks for a claim several experiments map. The rule, in order: a row with a value before one
+    without; the more independent evidence class first (measured, simulated, predicted, derived, consistency,
+    configuration, fitted: a measurement outranks the paper's arithmetic); at the same class a disagreement
+    ("differs", "inconsistent") before an agreement, so that no check that failed is hidden behind one that passed;
+    then the experiment's name. The others are named in the note with their verdicts."""
+    return min(mapped, key=lambda r: (_missing(r["reproduced_value"]), _CLASS_RANK.get(r["evidence"], len(EVIDENCE)),
+                                      r["verdict"] not in _DISAGREES, r["experiment"]))
+
+
+def _missing(value: object) -> bool:
+    """No value: None, or the NaN a data frame turns None into."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per checkable claim (a non-empty paper value), with the verdict of the experiments that map it."""
+    """One row per checkable claim (a non-empty paper value), with the verdict of the experiments that map it
+    (:func:`speaking_row` when several do). A row without a value has the evidence ``pending`` and the class its
+    run will give in ``evidence_when_run``."""
     claims = load_claims() if claims is None else claims
     checkable = claims[claims["value"].notna() & (claims["verbatim_or_derived"] != "not_found")]
     by_claim: dict[tuple[str, str], list[dict]] = {}
@@ -230,135 +284,21 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
             scope = out_of_reach(claim["paper"], claim["claim_id"]) if gpu else None
             note = f"{ONLY_PAPER_HARDWARE}: {scope.reason}" if scope else "no experiment maps this claim yet"
             out.append({**base, "reproduced_value": None, "tolerance": "", "verdict": "needs GPU" if gpu else "not run",
-                        "evidence": "", "device": "", "experiment": "", "scale": "", "command": "", "note": note})
+                        "evidence": "", "evidence_when_run": "", "same_as": "", "device": "", "experiment": "",
+                        "scale": "", "command": "", "note": note})
             continue
-        # Several experiments may check one claim: a disagreement ("differs") wins over agreement.
-        best = min(mapped, key=lambda r: (r["reproduced_value"] is None, _RANK[r["verdict"]]))
-        others = sorted({r["experiment"] for r in mapped} - {best["experiment"]})
+        best = speaking_row(mapped)
+        others = sorted((r["experiment"], r["verdict"]) for r in mapped if r is not best)
         note = best["note"] or ""
         if others:
-            note = (note + "; " if note else "") + f"also checked by {', '.join(others)}"
+            note = (note + "; " if note else "") + "also checked by " + ", ".join(f"{e} ({v})" for e, v in others)
+        pending = _missing(best["reproduced_value"])
         out.append({**base, "reproduced_value": best["reproduced_value"], "tolerance": best["tolerance"],
-                    "verdict": best["verdict"], "evidence": best["evidence"], "device": best["device"],
-                    "experiment": best["experiment"], "scale": best["scale"],
+                    "verdict": best["verdict"], "evidence": PENDING if pending else best["evidence"],
+                    "evidence_when_run": best["evidence"] if pending else "", "same_as": best.get("same_as") or "",
+                    "device": best["device"], "experiment": best["experiment"], "scale": best["scale"],
                     "command": _command(best["experiment"], best["verdict"], best["scale"]), "note": note})
     return pd.DataFrame.from_records(out, columns=REPORT_COLUMNS)
-
-
-def summary(report: pd.DataFrame) -> pd.DataFrame:
-    """Counts of each verdict per paper (plus a total row)."""
-    table = pd.crosstab(report["paper"], report["verdict"]).reindex(columns=list(VERDICTS), fill_value=0)
-    table["total"] = table.sum(axis=1)
-    table.loc["all"] = table.sum(axis=0)
-    return table
-
-
-#: Evidence label of rows no experiment maps.
-UNMAPPED = "unmapped"
-
-
-def summary_by_evidence(report: pd.DataFrame) -> pd.DataFrame:
-    """Counts of each verdict per (paper, evidence class), classes in :data:`EVIDENCE` order, unmapped last."""
-    evidence = report["evidence"].fillna("").replace("", UNMAPPED)
-    order = {name: i for i, name in enumerate((*EVIDENCE, UNMAPPED))}
-    table = pd.crosstab([report["paper"], evidence.rename("evidence")], report["verdict"])
-    table = table.reindex(columns=list(VERDICTS), fill_value=0)
-    table = table.iloc[sorted(range(len(table)), key=lambda i: (table.index[i][0], order[table.index[i][1]]))]
-    table["total"] = table.sum(axis=1)
-    return table
-
-
-def headline(report: pd.DataFrame) -> dict[str, int]:
-    """The counts the report leads with: reproduced by a counted class (measured, simulated, predicted, derived),
-    reproduced only by arithmetic on the paper's own numbers, and configuration/fitted rows (never counted)."""
-    reproduced = report["verdict"] == "reproduced"
-    return {
-        "claims": len(report),
-        "reproduced": int((reproduced & report["evidence"].isin(COUNTED_EVIDENCE)).sum()),
-        "differs": int(((report["verdict"] == "differs") & report["evidence"].isin(COUNTED_EVIDENCE)).sum()),
-        "arithmetic_reproduced": int((reproduced & (report["evidence"] == "arithmetic")).sum()),
-        "not_counted": int((report["verdict"] == "not counted").sum()),
-        **{f"reproduced_{c}": int((reproduced & (report["evidence"] == c)).sum()) for c in COUNTED_EVIDENCE},
-    }
-
-
-def _fmt(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _short(text: object, width: int = 120) -> str:
-    text = _fmt(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_info: str = "") -> str:
-    """The human-readable report: summary, per experiment, then per paper the checked claims in full."""
-    lines = [f"# Claims report (scale: {scale})", ""]
-    lines += [
-        "Every claim of `results/paper/paper_claims.csv` that has a value, set beside what this suite computed or "
-        "measured. Verdicts: reproduced / differs (within the stated tolerance), not counted (a configuration the "
-        "suite was given or an input of a fit: shown, never counted), needs GPU (a GPU or cluster measurement), not "
-        "run (no rows yet, or no experiment maps the claim). Regenerate with "
-        f"`repro claims --scale {scale}` (or `repro reproduce --scale ci`).", ""]
-    lines += [
-        "Evidence classes, decided by the code that produces each row: **measured** (by this suite, on the device "
-        "named in the `device` column of claims.csv), **simulated** (the suite's simulators), **predicted** (a "
-        "model whose fit did not use the claim), **derived** (a closed form or count the suite implements), "
-        "**arithmetic** (computed only from other numbers printed in the paper), **configuration** (a setting the "
-        "suite was given), **fitted** (an input of a fit); *unmapped*: no experiment maps the claim.", ""]
-    if rows_info:
-        lines += [rows_info, ""]
-    head = headline(report)
-    by_class = ", ".join(f"{head['reproduced_' + c]} {c}" for c in COUNTED_EVIDENCE)
-    lines += ["## Summary", "",
-              f"**{head['reproduced']} of {head['claims']} claims reproduced** by measurement, simulation, "
-              f"prediction or derivation ({by_class}); "
-              f"{head['differs']} differ. Not in that count: {head['arithmetic_reproduced']} more agree only by "
-              f"arithmetic on the paper's own numbers, and {head['not_counted']} configuration or fitted rows are "
-              "shown but never counted.", ""]
-    lines += ["| paper | " + " | ".join(VERDICTS) + " | total |", "|---|" + "---:|" * (len(VERDICTS) + 1)]
-    for paper, counts in summary(report).iterrows():
-        lines.append(f"| {paper} | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
-                     + f" | {int(counts['total'])} |")
-    lines += ["", "### By paper and evidence class", "",
-              "| paper | evidence | " + " | ".join(VERDICTS) + " | total |",
-              "|---|---|" + "---:|" * (len(VERDICTS) + 1)]
-    for (paper, evidence), counts in summary_by_evidence(report).iterrows():
-        lines.append(f"| {paper} | {evidence} | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
-                     + f" | {int(counts['total'])} |")
-    if checks.scales:
-        lines += ["", "## Experiments", "", "| experiment | rows used (scale) | claims mapped | reproduced | differs |",
-                  "|---|---|---:|---:|---:|"]
-        for name in sorted(checks.scales):
-            mine = checks.checks[checks.checks["experiment"] == name]
-            n_rows = int(mine["rows"].iloc[0]) if len(mine) else 0
-            lines.append(f"| {name} | {n_rows} ({checks.scales[name]}) | {len(mine)} | "
-                         f"{int((mine['verdict'] == 'reproduced').sum())} | {int((mine['verdict'] == 'differs').sum())} |")
-    if checks.problems:
-        lines += ["", "## Problems met while collecting claims", ""]
-        lines += [f"- {p.strip().splitlines()[0]}" for p in checks.problems]
-    for paper, group in report.groupby("paper", sort=False):
-        lines += ["", f"## {PAPER_TITLES.get(paper, paper)}", ""]
-        mapped = group[group["experiment"] != ""]
-        if len(mapped):
-            lines += ["| claim_id | quantity | setting | paper | this suite | tolerance | verdict | evidence | command "
-                      "| note |", "|---|---|---|---:|---:|---|---|---|---|---|"]
-            for row in mapped.itertuples():
-                unit = "" if row.unit in ("-", "") else f" {row.unit}"
-                lines.append(
-                    f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
-                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | {row.evidence} | "
-                    f"`{row.command}` | {_short(row.note)} |")
-        rest = group[group["experiment"] == ""]
-        if len(rest):
-            lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]
-            for verdict, sub in rest.groupby("verdict", sort=True):
-                lines.append(f"- *{verdict}*: " + ", ".join(f"`{c}`" for c in sub["claim_id"]))
-    return "\n".join(lines) + "\n"
 
 
 def write_report(report: pd.DataFrame, markdown: str, out_dir: Path) -> tuple[Path, Path]:

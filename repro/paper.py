@@ -99,8 +99,54 @@ def load_claims(path: Path | None = None) -> pd.DataFrame:
     return _load(str(path)).copy()
 
 
-def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> float:
-    """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell)."""
+class PaperNumber(float):
+    """A number printed in (or computed from) a paper, as :func:`paper_value` returns it: a float that remembers
+    which claim it is, so that the code computing a claim row can tell from its inputs whether the row is the
+    paper's own arithmetic (:func:`evidence_from`). Arithmetic on it gives plain floats: pass the inputs themselves
+    to :func:`evidence_from`, not a value computed from them."""
+
+    paper: str
+    claim_id: str
+
+    def __new__(cls, value: float, paper: str, claim_id: str) -> "PaperNumber":
+        number = super().__new__(cls, value)
+        number.paper, number.claim_id = paper, claim_id
+        return number
+
+    def __reduce__(self):  # pickles (spawned ranks) keep the origin
+        return PaperNumber, (float(self), self.paper, self.claim_id)
+
+
+def printed(value: float, paper: str, claim_id: str) -> PaperNumber:
+    """Mark a number that code holds as a constant as the paper's printed ``claim_id`` (a value the claims table
+    also has: used where a formula's input is written out beside the formula, e.g. Table 1's model sizes)."""
+    return PaperNumber(float(value), paper, claim_id)
+
+
+def is_paper_number(value: object) -> bool:
+    """True for a :class:`PaperNumber`, and for a sequence or mapping whose every item is one."""
+    if isinstance(value, PaperNumber):
+        return True
+    if isinstance(value, dict):
+        return bool(value) and all(is_paper_number(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(is_paper_number(v) for v in value)
+    return False
+
+
+def evidence_from(*inputs: object, otherwise: str = "derived") -> str:
+    """The evidence class of a value computed from ``inputs``: ``consistency`` (the paper's own formula or arithmetic
+    evaluated on numbers printed in the paper: a check that the paper agrees with itself, never counted as
+    reproduced) when every input is a :class:`PaperNumber`; else ``otherwise`` (what the code computed from
+    something it built, counted or measured itself: ``derived`` by default)."""
+    if not inputs:
+        raise ValueError("evidence_from needs the inputs the value was computed from")
+    return "consistency" if all(is_paper_number(x) for x in inputs) else otherwise
+
+
+def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:
+    """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell), as a
+    :class:`PaperNumber`."""
     claims = load_claims() if claims is None else claims
     hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
     if hit.empty:
@@ -108,7 +154,7 @@ def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -
     value = float(hit["value_num"].iloc[0])
     if pd.isna(value):
         raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {hit['value'].iloc[0]!r}")
-    return value
+    return PaperNumber(value, paper, claim_id)
 
 
 def paper_range(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> tuple[float, float]:

@@ -23,22 +23,38 @@ CPU_SCALES = ("ci", "smoke")
 #: Keys the runner adds to every row; a row returned by ``run_point`` may not use them.
 RESERVED_ROW_KEYS = ("experiment", "scale", "point", "run_id", "provenance")
 
-#: Verdicts of the claims report. "not counted": the row's value is a configuration the suite was given or an input
-#: of a fit (evidence ``configuration`` / ``fitted``), shown beside the paper but never counted as reproduced.
-VERDICTS = ("reproduced", "differs", "not counted", "not run", "needs GPU")
+#: Verdicts of the claims report:
+#:
+#: * ``reproduced`` / ``differs``: independent evidence (:data:`COUNTED_EVIDENCE`) within / outside the tolerance;
+#: * ``consistent`` / ``inconsistent``: the paper's own arithmetic on its printed numbers (``consistency``) agrees
+#:   with / differs from the number it prints (shown apart, never counted as reproduced);
+#: * ``same quantity``: the claim states a quantity another claim states (the same number in the abstract, a figure
+#:   and a table); that claim counts and this row points to it (``same_as``);
+#: * ``not counted``: a configuration the suite was given or an input of a fit (``configuration`` / ``fitted``);
+#: * ``not decidable``: the rows' scale cannot decide the claim (the note names the scale that can);
+#: * ``not run``: no value yet; ``needs GPU``: only a GPU or cluster run can give the value.
+VERDICTS = ("reproduced", "differs", "consistent", "inconsistent", "same quantity", "not counted", "not decidable",
+            "not run", "needs GPU")
 
-#: What kind of evidence a claim row is, decided by the code that produces it (issue 13):
+#: What kind of evidence a claim row is, decided by the code that produces it (issues 13 and 26):
 #:
 #: * ``measured``: measured by this suite (CPU or GPU; the device is in the rows' provenance);
 #: * ``simulated``: computed by one of the suite's simulators (GNA tile simulator, T3 GPU model, pipeline timeline);
 #: * ``predicted``: a model's output for a claim that was not an input of its fit;
-#: * ``derived``: a closed form or a count the suite implements (parameter counts, memory formulas, byte counts);
-#: * ``arithmetic``: computed only from other numbers printed in the paper;
+#: * ``derived``: computed from something the suite built or counted itself (an instantiated module's parameters,
+#:   a data file's tokens, a ledger), or a closed form applied to a different quantity than the paper's printed one;
+#: * ``consistency``: the paper's own formula or arithmetic evaluated on numbers printed in the paper
+#:   (:func:`repro.paper.evidence_from` decides it from the inputs): the paper agrees with itself, nothing more;
 #: * ``configuration``: a setting the suite was given (shown, never counted as reproduced);
-#: * ``fitted``: an input of a fit (shown, never counted as reproduced).
-EVIDENCE = ("measured", "simulated", "predicted", "derived", "arithmetic", "configuration", "fitted")
-#: The classes the headline "reproduced" count includes.
+#: * ``fitted``: an input of a fit, or a statistic over the same set as a fitted target (never counted).
+#:
+#: A row without a value yet (``needs GPU``, ``not run``) carries the class its run will give; the report shows it
+#: as ``pending``.
+EVIDENCE = ("measured", "simulated", "predicted", "derived", "consistency", "configuration", "fitted")
+#: Independent evidence: the classes the headline "reproduced" count includes.
 COUNTED_EVIDENCE = ("measured", "simulated", "predicted", "derived")
+#: The paper's arithmetic on its own numbers: counted apart ("the paper's arithmetic checks out").
+CONSISTENCY_EVIDENCE = ("consistency",)
 #: The classes whose rows get the verdict "not counted" whatever their value.
 NOT_COUNTED_EVIDENCE = ("configuration", "fitted")
 
@@ -122,6 +138,8 @@ class ClaimCheck:
     verdict: str
     note: str = ""
     evidence: str = ""
+    #: for the verdict "same quantity": the claim id (same paper) whose row counts this quantity
+    same_as: str = ""
 
 
 @dataclass(frozen=True)

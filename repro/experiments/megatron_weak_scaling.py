@@ -122,8 +122,8 @@ NOTES = {
 #: Text claims that restate a Fig. 5 bar or the headline.
 ALIASES = {"fig5_eff_mp_8gpu": ("eff_8way_mp_text",), "fig5_eff_mpdp_512gpu": ("eff_512gpu_text", "eff_abstract")}
 #: Evidence class per row metric (issue 13); model rows are ``predicted`` unless their claim is in FITTED.
-EVIDENCE_OF_METRIC = {"config": "configuration", "tokens_per_epoch": "arithmetic",
-                      "tflops_from_epoch_time": "arithmetic", "efficiency_from_sustained": "arithmetic"}
+EVIDENCE_OF_METRIC = {"config": "configuration", "tokens_per_epoch": "consistency",
+                      "tflops_from_epoch_time": "consistency", "efficiency_from_sustained": "consistency"}
 
 
 def evidence_of(metric: str, claim_id: str) -> str:

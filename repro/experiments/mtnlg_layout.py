@@ -106,8 +106,8 @@ NOTES = {
 EVIDENCE_OF_METRIC = {
     "config": "configuration", "tiny_run_setting": "configuration", "num_params": "derived",
     "model_state_tb": "derived", "bytes_per_param": "derived", "tokens_per_param": "derived",
-    "gpus_per_replica": "arithmetic", "dp_size": "arithmetic", "gpus_total": "arithmetic",
-    "tokens_per_step": "arithmetic", "tflops_from_paper_time": "arithmetic",
+    "gpus_per_replica": "consistency", "dp_size": "consistency", "gpus_total": "consistency",
+    "tokens_per_step": "consistency", "tflops_from_paper_time": "consistency",
 }
 
 

@@ -102,7 +102,7 @@ def claims(rows) -> list[ClaimCheck]:
                                       evidence="derived"))
             continue
         checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label),
-                                  note="hidden / heads, both printed in the paper", evidence="arithmetic"))
+                                  note="hidden / heads, both printed in the paper", evidence="consistency"))
         for key in ("layers", "hidden", "heads"):
             checks.append(check_value(paper, f"{prefix}_{key}", _value(rows, f"built_{key}", label),
                                       note="configuration the suite runs (repro.perfmodel.megatron.TABLE2), read "
@@ -110,7 +110,7 @@ def claims(rows) -> list[ClaimCheck]:
     per_head = {_value(rows, "hidden_per_head", f"t1_{c.label}") for c in TABLE1}
     if len(per_head) == 1:
         checks.append(check_value("megatron_lm_2019", "t1_hidden_per_head", per_head.pop(),
-                                  note="h / heads of all four Table 1 configs", evidence="arithmetic"))
+                                  note="h / heads of all four Table 1 configs", evidence="consistency"))
     checks.append(check_value("megatron_lm_2019", "padded_vocab", _value(rows, "padded_vocab", "gpt2"),
                               note="50,257 padded by the suite's rule (GPTConfig.padded_vocab_size)",
                               evidence="derived"))

@@ -21,6 +21,7 @@ import pandas as pd
 
 from repro import claims as C
 from repro import results as R
+from repro.claims_render import render_markdown
 from repro.experiments import Registry
 from repro.experiments.base import Experiment
 from repro.experiments.resources import NeedsGPU
@@ -78,7 +79,7 @@ def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
     runs = rows.groupby("experiment")["run_id"].nunique() if len(rows) else pd.Series(dtype=int)
     info = (f"Rows: {len(rows)} from {int(runs.sum())} run(s) of {len(runs)} experiment(s) under `results/runs/` "
             "(newest run of each point).")
-    markdown = C.render_markdown(report, checks, scale=scale, rows_info=info)
+    markdown = render_markdown(report, checks, scale=scale, rows_info=info)
     files = C.write_report(report, markdown, root)
     return Outputs(report, checks, files)
 

@@ -137,7 +137,7 @@ def claims(rows) -> list[ClaimCheck]:
     for _, row in rows[rows["claim_id"].notna() & ~rows["claim_id"].isin(FORMULA_CLAIMS)].iterrows():
         claim_id = row["claim_id"]
         note = NOTES.get(claim_id, "formula from a secondary transcription (ZINF-SEC)")
-        evidence = "arithmetic" if claim_id in ARITHMETIC else "derived"
+        evidence = "consistency" if claim_id in ARITHMETIC else "derived"
         checks.append(check_value(PAPER, claim_id, row["value"], note=note, evidence=evidence, **TOLERANCE[claim_id]))
     ckpt_2k = rows[rows["claim_id"] == "bw_ckpt_2GBs_derived"]["value"]
     if len(ckpt_2k):

@@ -212,7 +212,7 @@ ARITHMETIC = ("gpt2_1p5B_fp16_weights", "trillion_compute_ratio")
 
 
 def _evidence(claim_id: str) -> str:
-    return "arithmetic" if claim_id in ARITHMETIC else "derived"
+    return "consistency" if claim_id in ARITHMETIC else "derived"
 
 
 def _flag(row, key: str) -> bool:

@@ -2,7 +2,7 @@
 
 Drawn from the very table ``results/claims.md`` is written from (:func:`repro.claims.build_report` on the same
 checks), so its counts are claims.md's: each panel's title gives the paper's verdict counts of the summary table.
-Colour is the verdict, marker the evidence class (measured, simulated, predicted, derived, arithmetic,
+Colour is the verdict, marker the evidence class (measured, simulated, predicted, derived, consistency,
 configuration, fitted); a threshold claim ("> 50 %", "<= 8 GB") is drawn as its bound, an arrow from the bound
 towards the side that satisfies it, with the suite's value as the point.
 """
@@ -17,14 +17,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from repro.claims import CheckSet, build_report, summary
+from repro.claims import CheckSet, build_report
+from repro.claims_render import summary
 from repro.experiments.base import EVIDENCE, VERDICTS
 from repro.figures.common import MIN_FONT_PT, FigureContext, caption, mark_missing, save
 from repro.paper import PAPER_TITLES
 
-COLORS = {"reproduced": "#55A868", "differs": "#C44E52", "not counted": "#DD8452", "needs GPU": "#8172B3",
+COLORS = {"reproduced": "#55A868", "differs": "#C44E52", "consistent": "#64B5CD", "inconsistent": "#8C613C",
+          "same quantity": "#CCB974", "not counted": "#DD8452", "not decidable": "#BBBBBB", "needs GPU": "#8172B3",
           "not run": "#999999"}
-MARKERS = {"measured": "o", "simulated": "s", "predicted": "D", "derived": "^", "arithmetic": "v",
+MARKERS = {"measured": "o", "simulated": "s", "predicted": "D", "derived": "^", "consistency": "v",
            "configuration": "x", "fitted": "P"}
 _BOUND = re.compile(r"^\s*(>=|<=|>|<)\s*([-+0-9.eE]+)")
 
@@ -53,10 +55,12 @@ def report_of(ctx: FigureContext) -> pd.DataFrame:
 
 
 def panel_title(paper: str, counts: pd.Series, drawn: int) -> str:
-    """The paper's name and its verdict counts, as claims.md's summary table gives them, and how many are drawn."""
-    parts = [f"{int(counts[v])} {v}" for v in VERDICTS]
-    return (f"{PAPER_TITLES.get(paper, paper)}\n{int(counts['total'])} claims: " + ", ".join(parts[:3]) + "\n"
-            + ", ".join(parts[3:]) + f"; {drawn} drawn")
+    """The paper's name and its verdict counts (those not zero), as claims.md's table by paper gives them, and how
+    many are drawn."""
+    parts = [f"{int(counts[v])} {v}" for v in VERDICTS if int(counts[v])]
+    lines = [", ".join(parts[i:i + 3]) for i in range(0, len(parts), 3)]
+    return (f"{PAPER_TITLES.get(paper, paper)}\n{int(counts['total'])} claims: " + ",\n".join(lines)
+            + f"; {drawn} drawn")
 
 
 def claims_overview(ctx: FigureContext) -> list[Path]:

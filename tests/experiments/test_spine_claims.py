@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from repro import claims as C
+from repro.claims_render import render_markdown
 from repro.experiments.base import VERDICTS, ClaimCheck, Experiment, Point
 from repro.paper import load_claims, paper_value, parse_value, table_key
 
@@ -72,8 +73,8 @@ def test_bad_mappings_are_reported_not_fatal():
     checks = C.collect_checks([bad, Experiment(**{**bad.__dict__, "name": "broken", "claims": broken})], rows)
     text = "\n".join(checks.problems)
     assert "no_such_claim is not in paper_claims.csv" in text and "'great'" in text and "KeyError" in text
-    markdown = C.render_markdown(C.build_report(checks), checks, scale="ci")
-    assert "## Summary" in markdown and "Problems met" in markdown
+    markdown = render_markdown(C.build_report(checks), checks, scale="ci")
+    assert "## Headline" in markdown and "Problems met" in markdown
 
 
 def test_disagreeing_experiments_show_differs():

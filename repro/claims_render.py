@@ -1,0 +1,170 @@
+"""The claims report in numbers and words: counts by verdict, evidence class, paper and origin of the paper value,
+and ``results/claims.md``. The report itself (one row per claim) is :func:`repro.claims.build_report`.
+
+The headline counts independent evidence only (measured, simulated, predicted, derived). The paper's own arithmetic
+on its printed numbers (``consistency``) is counted apart ("the paper's arithmetic checks out: N of M"), as are
+rows that restate a quantity another claim counts (``same quantity``), configurations and fit inputs (``not
+counted``) and claims the rows' scale cannot decide (``not decidable``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from repro.claims import PENDING, CheckSet
+from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, VERDICTS
+from repro.paper import PAPER_TITLES
+
+#: Evidence label of rows no experiment maps.
+UNMAPPED = "unmapped"
+#: Where a paper value comes from (``verbatim_or_derived`` of the claims table), in words.
+ORIGINS = {"verbatim": "printed in the paper", "derived": "computed from the paper's numbers",
+           "secondary": "from a secondary source"}
+
+
+def summary(report: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each verdict per paper (plus a total row)."""
+    table = pd.crosstab(report["paper"], report["verdict"]).reindex(columns=list(VERDICTS), fill_value=0)
+    table["total"] = table.sum(axis=1)
+    table.loc["all"] = table.sum(axis=0)
+    return table
+
+
+def summary_by_evidence(report: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each verdict per (paper, evidence class): classes in :data:`EVIDENCE` order, then ``pending``
+    (rows without a value yet), then ``unmapped``."""
+    evidence = report["evidence"].fillna("").replace("", UNMAPPED)
+    order = {name: i for i, name in enumerate((*EVIDENCE, PENDING, UNMAPPED))}
+    table = pd.crosstab([report["paper"], evidence.rename("evidence")], report["verdict"])
+    table = table.reindex(columns=list(VERDICTS), fill_value=0)
+    table = table.iloc[sorted(range(len(table)), key=lambda i: (table.index[i][0], order[table.index[i][1]]))]
+    table["total"] = table.sum(axis=1)
+    return table
+
+
+def headline(report: pd.DataFrame) -> dict[str, int]:
+    """The counts the report leads with: claims reproduced by independent evidence (per class and per origin of the
+    paper value), those that differ, the paper's arithmetic (consistent of all consistency rows), and the rows
+    shown but not counted."""
+    verdict, evidence = report["verdict"], report["evidence"]
+    independent = evidence.isin(COUNTED_EVIDENCE)
+    reproduced = (verdict == "reproduced") & independent
+    origin = report["verbatim_or_derived"].fillna("")
+    return {
+        "claims": len(report),
+        "reproduced": int(reproduced.sum()),
+        "differs": int(((verdict == "differs") & independent).sum()),
+        "consistent": int((verdict == "consistent").sum()),
+        "consistency": int(verdict.isin(["consistent", "inconsistent"]).sum()),
+        "same_quantity": int((verdict == "same quantity").sum()),
+        "not_counted": int((verdict == "not counted").sum()),
+        "not_decidable": int((verdict == "not decidable").sum()),
+        **{f"reproduced_{c}": int((reproduced & (evidence == c)).sum()) for c in COUNTED_EVIDENCE},
+        **{f"origin_{o}": int((reproduced & (origin == o)).sum()) for o in ORIGINS},
+    }
+
+
+def headline_sentence(report: pd.DataFrame) -> str:
+    """The headline in one paragraph (the README quotes it)."""
+    head = headline(report)
+    by_class = ", ".join(f"{head['reproduced_' + c]} {c}" for c in COUNTED_EVIDENCE)
+    by_origin = ", ".join(f"{head['origin_' + o]} {words}" for o, words in ORIGINS.items())
+    return (f"**{head['reproduced']} of {head['claims']} claims reproduced by independent evidence** ({by_class}); "
+            f"{head['differs']} differ. Their paper values: {by_origin}. Counted apart: the paper's arithmetic "
+            f"checks out for {head['consistent']} of {head['consistency']} claims computed from its own printed "
+            f"numbers (consistency); {head['same_quantity']} claims restate a quantity another claim counts; "
+            f"{head['not_counted']} configuration or fitted rows are shown, never counted; "
+            f"{head['not_decidable']} are not decidable at the rows' scale.")
+
+
+def _fmt(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _short(text: object, width: int = 120) -> str:
+    text = _fmt(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(frame: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
+    lines = ["| " + " | ".join(keys) + " | " + " | ".join(VERDICTS) + " | total |",
+             "|" + "---|" * len(keys) + "---:|" * (len(VERDICTS) + 1)]
+    for index, counts in frame.iterrows():
+        index = index if isinstance(index, tuple) else (index,)
+        lines.append("| " + " | ".join(map(str, index)) + " | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
+                     + f" | {int(counts['total'])} |")
+    return lines
+
+
+INTRO = (
+    "Every claim of `results/paper/paper_claims.csv` that has a value, set beside what this suite computed or "
+    "measured. Evidence classes, decided by the code that computes each row from what its inputs are: "
+    "**measured** (by this suite, on the device in the `device` column of claims.csv), **simulated** (the suite's "
+    "simulators), **predicted** (a model whose fit did not use the claim), **derived** (computed from something the "
+    "suite built or counted itself) are independent evidence; **consistency** (the paper's own formula or "
+    "arithmetic on numbers printed in the paper) only shows that the paper agrees with itself; **configuration** "
+    "(a setting the suite was given) and **fitted** (an input of a fit) are shown, never counted; **pending**: no "
+    "value yet (`evidence_when_run` in claims.csv says what its run will give); *unmapped*: no experiment maps the "
+    "claim. Verdicts: reproduced / differs (independent evidence), consistent / inconsistent (consistency), same "
+    "quantity (another claim states it and counts it), not counted, not decidable (not at the rows' scale), not "
+    "run, needs GPU.")
+
+
+def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_info: str = "") -> str:
+    """The human-readable report: the verdict by paper and evidence class, the headline, per experiment, then per
+    paper the checked claims in full."""
+    lines = [f"# Claims report (scale: {scale})", "", INTRO, ""]
+    lines += _table(summary_by_evidence(report), ("paper", "evidence")) + [""]
+    lines += ["## Headline", "", headline_sentence(report), "",
+              f"Regenerate with `repro claims --scale {scale}` (or `repro reproduce --scale ci`)."]
+    if rows_info:
+        lines += ["", rows_info]
+    lines += ["", "### By paper", ""] + _table(summary(report), ("paper",))
+    consistency = report[report["verdict"].isin(["consistent", "inconsistent"])]
+    if len(consistency):
+        ok = int((consistency["verdict"] == "consistent").sum())
+        lines += ["", "## The paper's arithmetic checks out", "",
+                  f"{ok} of {len(consistency)} claims that this suite computes only from numbers the paper prints "
+                  "(its formulas on its own inputs) agree with the number it prints. This shows the papers are "
+                  "self-consistent; it reproduces nothing, so these rows are not in the headline.", "",
+                  "| paper | consistent | inconsistent |", "|---|---:|---:|"]
+        for paper, group in consistency.groupby("paper"):
+            lines.append(f"| {paper} | {int((group['verdict'] == 'consistent').sum())} | "
+                         f"{int((group['verdict'] == 'inconsistent').sum())} |")
+    if checks.scales:
+        lines += ["", "## Experiments", "", "| experiment | rows used (scale) | claims mapped | reproduced | differs | "
+                  "consistent |", "|---|---|---:|---:|---:|---:|"]
+        for name in sorted(checks.scales):
+            mine = checks.checks[checks.checks["experiment"] == name]
+            n_rows = int(mine["rows"].iloc[0]) if len(mine) else 0
+            counts = [int((mine["verdict"] == v).sum()) for v in ("reproduced", "differs", "consistent")]
+            lines.append(f"| {name} | {n_rows} ({checks.scales[name]}) | {len(mine)} | "
+                         + " | ".join(map(str, counts)) + " |")
+    if checks.problems:
+        lines += ["", "## Problems met while collecting claims", ""]
+        lines += [f"- {p.strip().splitlines()[0]}" for p in checks.problems]
+    for paper, group in report.groupby("paper", sort=False):
+        lines += ["", f"## {PAPER_TITLES.get(paper, paper)}", ""]
+        mapped = group[group["experiment"] != ""]
+        if len(mapped):
+            lines += ["| claim_id | quantity | setting | paper | this suite | tolerance | verdict | evidence | command "
+                      "| note |", "|---|---|---|---:|---:|---|---|---|---|---|"]
+            for row in mapped.itertuples():
+                unit = "" if row.unit in ("-", "") else f" {row.unit}"
+                evidence = f"pending ({row.evidence_when_run})" if row.evidence == PENDING else row.evidence
+                lines.append(
+                    f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
+                    f"{_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | {evidence} | "
+                    f"`{row.command}` | {_short(row.note)} |")
+        rest = group[group["experiment"] == ""]
+        if len(rest):
+            lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]
+            for verdict, sub in rest.groupby("verdict", sort=True):
+                lines.append(f"- *{verdict}*: " + ", ".join(f"`{c}`" for c in sub["claim_id"]))
+    return "\n".join(lines) + "\n"
