@@ -161,10 +161,50 @@ def choose_scale(rows: pd.DataFrame, scale: str) -> str:
     return "ci"
 
 
+def _at_scale(rows: pd.DataFrame, experiment: str, scale: str) -> pd.DataFrame:
+    mine = rows[rows["experiment"] == experiment] if len(rows) else rows
+    return mine[mine["scale"] == scale].reset_index(drop=True) if len(mine) else mine
+
+
+def _decided_elsewhere(exp, checks: list, used: str, all_rows: pd.DataFrame | None) -> tuple[list, dict[str, str]]:
+    """The checks with every claim the ``used`` scale cannot decide (``exp.decided_at``) replaced: by the check its
+    deciding scale's rows give, where ``all_rows`` hold such rows, else by "not decidable" naming that scale.
+    Returns the checks and, per replaced claim decided elsewhere, the scale its verdict came from."""
+    elsewhere = {claim: scale for claim, scale in dict(getattr(exp, "decided_at", {}) or {}).items() if scale != used}
+    if not elsewhere:
+        return checks, {}
+    verdicts: dict[str, ClaimCheck] = {}
+    for scale in sorted(set(elsewhere.values())):
+        rows = _at_scale(all_rows, exp.name, scale) if all_rows is not None else pd.DataFrame()
+        if len(rows):
+            verdicts.update({c.claim_id: c for c in exp.claims(rows) if elsewhere.get(c.claim_id) == scale})
+    out, came_from = [], {}
+    for check in checks:
+        scale = elsewhere.get(check.claim_id)
+        if scale is None:
+            out.append(check)
+        elif check.claim_id in verdicts:
+            decided = verdicts[check.claim_id]
+            note = f"decided at scale {scale} (scale {used} cannot decide it)" + (
+                f"; {decided.note}" if decided.note else "")
+            out.append(ClaimCheck(decided.paper, decided.claim_id, decided.reproduced_value, decided.tolerance,
+                                  decided.verdict, note, decided.evidence, decided.same_as))
+            came_from[check.claim_id] = scale
+        else:
+            out.append(ClaimCheck(check.paper, check.claim_id, None, check.tolerance, "not decidable",
+                                  f"scale {used} cannot decide this claim; scale {scale} can "
+                                  f"(repro run {exp.name} --scale {scale})", check.evidence))
+    return out, came_from
+
+
 def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "any",
-                   claims: pd.DataFrame | None = None) -> CheckSet:
-    """Call every experiment's ``claims(rows)`` on its newest rows at the chosen scale."""
+                   claims: pd.DataFrame | None = None, all_rows: pd.DataFrame | None = None) -> CheckSet:
+    """Call every experiment's ``claims(rows)`` on its newest rows at the chosen scale. A claim that scale cannot
+    decide (``Experiment.decided_at``) takes its verdict from the deciding scale's rows in ``all_rows`` (every
+    scale's newest rows; default ``rows``), or is "not decidable"; the ``scale`` column says where each verdict came
+    from."""
     claims = load_claims() if claims is None else claims
+    all_rows = rows if all_rows is None else all_rows
     known = set(zip(claims["paper"], claims["claim_id"]))
     records, problems, scales = [], [], {}
     for exp in experiments:
@@ -173,10 +213,10 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
         mine = rows[rows["experiment"] == exp.name] if len(rows) else rows
         used = choose_scale(mine, scale)
         scales[exp.name] = used
-        mine = mine[mine["scale"] == used].reset_index(drop=True) if len(mine) else mine
+        mine = _at_scale(rows, exp.name, used)
         devices = _devices(mine)
         try:
-            checks = exp.claims(mine)
+            checks, came_from = _decided_elsewhere(exp, exp.claims(mine), used, all_rows)
         except Exception:  # noqa: BLE001 - one broken mapping must not hide the report
             problems.append(f"{exp.name}.claims raised:\n{traceback.format_exc()}")
             continue
@@ -202,8 +242,10 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
                 problems.append(f"{exp.name}: {check.claim_id} is the same quantity as {check.same_as!r}, which is not "
                                 f"a claim of {check.paper}")
                 continue
-            device = devices if check.evidence == "measured" and check.reproduced_value is not None else ""
-            records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": used,
+            where = came_from.get(check.claim_id, used)
+            device = _devices(_at_scale(all_rows, exp.name, where)) if where != used else devices
+            device = device if check.evidence == "measured" and check.reproduced_value is not None else ""
+            records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": where,
                             "rows": len(mine)})
     frame = pd.DataFrame.from_records(
         records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",

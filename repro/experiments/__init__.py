@@ -99,6 +99,9 @@ def validate_experiment(experiment: object) -> list[str]:
         problems.append(f"{name}: scales {unknown} are not among {list(SCALES)}")
     if not callable(experiment.run_point):
         problems.append(f"{name}: run_point is not callable")
+    for claim, scale in dict(experiment.decided_at).items():
+        if scale not in experiment.points:
+            problems.append(f"{name}: claim {claim!r} is decided at scale {scale!r}, which it does not declare")
     for scale, points in experiment.points.items():
         if len(points) == 0:
             problems.append(f"{name}: scale {scale!r} has no points")

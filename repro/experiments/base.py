@@ -155,7 +155,8 @@ class Experiment:
     Optional, for the runner and ``repro reproduce``:
     ``budget_s[scale]`` is the wall-clock budget of the whole scale in seconds (the ``ci`` budgets of all
     experiments together must stay under 20 minutes on 2 CPU cores); ``metrics``, when given, lists every
-    ``metric`` its rows may carry, and the runner rejects a row with any other metric.
+    ``metric`` its rows may carry, and the runner rejects a row with any other metric; ``decided_at`` names the
+    claims only one scale can decide.
     """
 
     name: str
@@ -168,6 +169,10 @@ class Experiment:
     description: str = ""
     budget_s: Mapping[str, float] = field(default_factory=dict)
     metrics: Sequence[str] = ()
+    #: claim id -> the only scale whose rows can decide it (e.g. a model larger than memory needs the paper-scale
+    #: point); at any other scale the claim is "not decidable", and the report takes its verdict from that scale's
+    #: rows where they exist. Claims not listed are decided at every scale.
+    decided_at: Mapping[str, str] = field(default_factory=dict)
 
     def points_for(self, scale: str) -> Sequence[Point]:
         if scale not in self.points:
