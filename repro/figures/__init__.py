@@ -73,6 +73,7 @@ def render_all(ctx: FigureContext, names: list[str] | None = None) -> Rendered:
         raise ValueError(f"unknown figure(s) {unknown}; known: {', '.join(FIGURES)}")
     out = Rendered()
     for name in names or list(FIGURES):
+        ctx.touched = set()  # the provenance line names what this figure reads
         try:
             out.files[name] = FIGURES[name](ctx)
         except Exception:  # noqa: BLE001 - keep drawing the others, report this one

@@ -37,6 +37,8 @@ class FigureContext:
     scale: str
     out_dir: Path
     known: frozenset[str] = field(default_factory=frozenset)
+    #: the experiments whose rows or claim checks the figure being drawn has read (its provenance line)
+    touched: set[str] = field(default_factory=set)
 
     def paper(self, paper: str, pattern: str) -> pd.DataFrame:
         """Claims of ``paper`` whose id matches the regex ``pattern`` (full match), in file order."""
@@ -49,6 +51,8 @@ class FigureContext:
         ids = set(claim_ids)
         hit = self.checks[(self.checks["paper"] == paper) & self.checks["claim_id"].isin(ids)]
         hit = hit[hit["reproduced_value"].notna()]
+        if "experiment" in hit:
+            self.touched.update(str(e) for e in hit["experiment"] if e)
         out: dict[str, float] = {}
         for row in hit.itertuples():
             try:
@@ -59,6 +63,7 @@ class FigureContext:
 
     def rows_of(self, experiment: str, metric: str | None = None, pattern: str | None = None) -> pd.DataFrame:
         """Newest rows of ``experiment`` (optionally one metric, or metrics matching a regex)."""
+        self.touched.add(experiment)
         if self.rows.empty:
             return self.rows
         mine = self.rows[self.rows["experiment"] == experiment]
@@ -71,6 +76,7 @@ class FigureContext:
 
     def status(self, experiment: str) -> str:
         """``name (ci scale, 12 rows, run 2026...)``, ``name: not yet run`` or ``name: not yet registered``."""
+        self.touched.add(experiment)
         mine = self.rows[self.rows["experiment"] == experiment] if len(self.rows) else self.rows
         if len(mine):
             scales = "/".join(sorted(set(mine["scale"])))
@@ -81,7 +87,13 @@ class FigureContext:
         return f"{experiment}: not yet run"
 
     def has_rows(self, experiment: str) -> bool:
+        self.touched.add(experiment)
         return len(self.rows) > 0 and bool((self.rows["experiment"] == experiment).any())
+
+    def provenance(self) -> str:
+        """The provenance line of the figure being drawn: the runs of the experiments it read."""
+        mine = self.rows[self.rows["experiment"].isin(self.touched)] if len(self.rows) else self.rows
+        return rows_provenance(mine, self.scale)
 
 
 #: Smallest font anywhere on a figure, in points: 9 pt at the saved 120 dpi is 15 pixels, readable at 100 %.
@@ -157,12 +169,38 @@ def not_run_text(experiment: str, ctx: FigureContext) -> str:
     return f"reproduced: {state}\n(repro run {experiment} --scale {ctx.scale})"
 
 
+def rows_provenance(rows: pd.DataFrame, scale: str) -> str:
+    """``Provenance: scale any; exp: run R (rows at commit C) ...``: the runs a figure was drawn from and the commit
+    each was made at (from the rows' provenance), or that it shows the papers' values only."""
+    if rows is None or not len(rows):
+        return f"Provenance: scale {scale}; no result rows (paper values from results/paper/paper_claims.csv)."
+    parts = []
+    for experiment, mine in rows.groupby("experiment", sort=True):
+        commits = sorted({str(c)[:10] for c in mine.get("prov_git_commit", pd.Series(dtype=str)).dropna() if c})
+        dirty = "prov_git_dirty" in mine and bool(mine["prov_git_dirty"].fillna(False).astype(bool).any())
+        at = f" at commit {', '.join(commits)}{' (uncommitted changes)' if dirty else ''}" if commits else ""
+        runs = sorted(set(mine["run_id"]))
+        scales = "/".join(sorted(set(mine["scale"])))
+        parts.append(f"{experiment}: {scales} scale, run{'s' if len(runs) > 1 else ''} {', '.join(runs)}{at}")
+    return f"Provenance (scale {scale}): " + "; ".join(parts) + "."
+
+
 def save(fig: plt.Figure, ctx: FigureContext, name: str) -> list[Path]:
-    """Write ``<name>.png`` and ``<name>.svg`` under the output folder (no timestamps inside): legends made by
-    :func:`legend_below` go under their axes, the caption under everything, and the saved area grows to hold
-    them (``bbox_inches="tight"``), so nothing is clipped."""
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    png, svg = ctx.out_dir / f"{name}.png", ctx.out_dir / f"{name}.svg"
+    """:func:`save_figure` under the context's output folder, with the provenance of the rows the figure read."""
+    return save_figure(fig, ctx.out_dir, name, ctx.provenance())
+
+
+def save_figure(fig: plt.Figure, out_dir: Path, name: str, provenance: str) -> list[Path]:
+    """Write ``<name>.png``, ``<name>.svg`` and ``<name>.json`` (what the figure shows, as data:
+    :mod:`repro.figures.figure_data`) under ``out_dir``, no timestamps inside. The caption ends with
+    ``provenance``; legends made by :func:`legend_below` go under their axes, the caption under everything, and the
+    saved area grows to hold them (``bbox_inches="tight"``), so nothing is clipped."""
+    from repro.figures.figure_data import write_data
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, svg, data = out_dir / f"{name}.png", out_dir / f"{name}.svg", out_dir / f"{name}.json"
+    existing = getattr(fig, "_repro_caption", None)
+    caption(fig, f"{existing}\n{provenance}" if existing else provenance)
     fig.set_dpi(DPI)
     renderer = fig.canvas.get_renderer()
     fig.canvas.draw()
@@ -171,8 +209,9 @@ def save(fig: plt.Figure, ctx: FigureContext, name: str) -> list[Path]:
     _place_caption(fig, renderer)
     fig.savefig(png, dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
     fig.savefig(svg, metadata={"Date": None, "Creator": None}, bbox_inches="tight", pad_inches=0.15)
+    write_data(fig, data)
     plt.close(fig)
-    return [png, svg]
+    return [png, svg, data]
 
 
 def numeric(series: pd.Series) -> pd.Series:
