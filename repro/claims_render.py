@@ -153,15 +153,16 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
         lines += ["", f"## {PAPER_TITLES.get(paper, paper)}", ""]
         mapped = group[group["experiment"] != ""]
         if len(mapped):
-            lines += ["| claim_id | quantity | setting | paper | paper value's origin | this suite | tolerance | verdict "
-                      "| evidence | command | note |", "|---|---|---|---:|---|---:|---|---|---|---|---|"]
+            lines += ["| claim_id | quantity | setting | paper | paper value's origin | this suite | tolerance "
+                      "| verdict | evidence | command | note |", "|---|---|---|---:|---|---:|---|---|---|---|---|"]
             for row in mapped.itertuples():
                 unit = "" if row.unit in ("-", "") else f" {row.unit}"
                 evidence = f"pending ({row.evidence_when_run})" if row.evidence == PENDING else row.evidence
+                origin = ORIGINS.get(row.verbatim_or_derived, _fmt(row.verbatim_or_derived))
                 lines.append(
                     f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
-                    f"{ORIGINS.get(row.verbatim_or_derived, _fmt(row.verbatim_or_derived))} | {_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | {evidence} | "
-                    f"`{row.command}` | {_short(row.note)} |")
+                    f"{origin} | {_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | "
+                    f"{evidence} | `{row.command}` | {_short(row.note)} |")
         rest = group[group["experiment"] == ""]
         if len(rest):
             lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]

@@ -151,8 +151,8 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their results by rank.
 
-    The ranks start as :func:`choose_start_method` says (``start_method`` here overrides): with ``fork``, ``fn`` may be a
-    closure and ranks run single-threaded; otherwise ``fn`` and its arguments must be picklable.
+    The ranks start as :func:`choose_start_method` says (``start_method`` here overrides): with ``fork``, ``fn`` may
+    be a closure and ranks run single-threaded; otherwise ``fn`` and its arguments must be picklable.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be a positive integer")

@@ -163,8 +163,8 @@ def test_plain_comparison_pairs_the_points_of_one_run():
     def row(variant, value, run_id):
         return dict(_row("tokens_per_s", value, variant=variant), run_id=run_id)
 
-    rows = pd.DataFrame([row("repro", 9500.0, "r2"), row("repro_eager", 7000.0, "r2"), row("plain_compiled", 10000.0, "r2"),
-                         row("plain_compiled", 5000.0, "r1")])
+    rows = pd.DataFrame([row("repro", 9500.0, "r2"), row("repro_eager", 7000.0, "r2"),
+                         row("plain_compiled", 10000.0, "r2"), row("plain_compiled", 5000.0, "r1")])
     assert "0.95x the tokens/s of the plain GPT compiled whole in the same run (r2: 9500 vs 10000" in \
         mod.plain_comparison(rows)
     assert mod.plain_comparison(rows[rows.run_id == "r1"]) == ""
