@@ -60,6 +60,11 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
     one = {"REPRO_STANDIN_GPUS": "1"} if rehearse else {}
     first = Part("provenance", 10 if rehearse else 15, 3, provenance, one,
                  "this machine (CPU stand-in)" if rehearse else "GPU, driver, torch, CUDA, cuDNN, triton")
+    # the toy 1-GPU baseline both rehearsals run: repro's compiled layers then eager, and the plain GPT apart
+    toy_repro = Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
+                     "toy GPT: repro compiled layers, then eager")
+    toy_plain = Part("plain_gpt", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
+                     "toy plain GPT compiled whole")
     if name == "zero_offload":
         point = ("--scale", "smoke", "--point", "search_1rank") if rehearse else (
             "--scale", "paper", "--point", "offload_1gpu")
@@ -68,13 +73,9 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
                             "ZeRO-Offload: the largest model on one GPU, offloaded and not")]
     if name == "node":
         if rehearse:
-            return [first,
-                    Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
-                         "toy GPT on the stand-in GPU"),
+            return [first, toy_repro,
                     Part("multi_gpu", 50, 10, megatron + ("--scale", "smoke", "--point", "toy_tp2"),
-                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs"),
-                    Part("plain_gpt", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
-                         "toy plain GPT compiled whole")]
+                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs"), toy_plain]
         return [first,
                 Part("megatron_no_ckpt", 150, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt"),
                      what="1.2B GPT on 1 GPU without activation checkpointing: compiled layers, then eager"),
@@ -86,14 +87,10 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
     tests = (py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "-o", "addopts=",
              f"--junitxml={out / 'tests-cuda.xml'}", str(REPO / "tests"))
     if rehearse:
-        return [first,
-                Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
-                     "toy GPT: repro compiled layers, then eager"),
+        return [first, toy_repro,
                 Part("gna", 20, 8, run + ("gna_speedup_gpu", "--scale", "smoke", "--device", "cuda"), one,
                      "GNA toy grids, forward"),
-                Part("cuda_tests", 25, 5, tests, what="tests marked cuda (skipped without a GPU)"),
-                Part("plain_gpt", 60, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
-                     "toy plain GPT compiled whole")]
+                Part("cuda_tests", 30, 5, tests, what="tests marked cuda (skipped without a GPU)"), toy_plain]
     return [first,
             Part("megatron_1gpu", 170, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu"),
                  what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
