@@ -14,6 +14,14 @@ With them, every FLOP-wise and simulator cell of Tables 2-4, Fig. 3 and the non-
 printed values. Table 5's two WSA rows (stride = window) differ: their printed simulator values (1.44x, 2.06x) need
 op-level speedups near 2.0x and 6.5-6.6x, which no worst-tile count with these tile shapes gives (we get 2.4x and
 6.7x).
+
+Evidence (issue 26), decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
+stored in the row's ``evidence``): the token grids, windows, strides, diffusion steps and Table 1 shares are the
+paper's printed numbers (held as :class:`repro.paper.PaperNumber`), so sparsity, the FLOP-wise bounds, Amdahl of
+them, the GNA share and its limit are the paper's own arithmetic (``consistency``), even where the suite counts
+them over a mask it builds: the count is a function of the printed configuration only. A value computed from the
+tile simulator's count (which KV tiles each query tile of a static-tiling kernel visits, NATTEN-Sim's bound; the
+paper gives no closed form for it, and the WSA rows show it can disagree) is ``simulated``.
 """
 
 from __future__ import annotations
@@ -24,90 +32,155 @@ from repro.claims import check_value, not_run
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.gna import GNASpec, dynamic_tiling_block_sparse, end_to_end_speedup, simulate, sparsity
 from repro.gna.simulator import flopwise_speedup, paper_end_to_end_speedup
-from repro.paper import paper_value
+from repro.paper import PaperNumber, evidence_from, paper_value, printed
 
 PAPER = "gna_2025"
 
 
-@dataclass(frozen=True)
-class Model:
-    grid: tuple[int, ...]
-    total_steps: int
-    q_tile: tuple[int, ...] | None
-    kv_tile: tuple[int, ...] | None
-    table: str  # claim id prefix of its table
+def _printed(values, claim_id: str) -> tuple[PaperNumber, ...]:
+    """A shape the paper prints (token layout, window, stride, tile), held here as PaperNumbers of the claim whose
+    value or setting prints it: rows computed from it alone are the paper's own arithmetic (``consistency``)."""
+    return tuple(printed(v, PAPER, claim_id) for v in values)
 
 
-MODELS = {
-    "flux1dev_4k": Model((256, 256), 28, (16, 16), (16, 8), "t2"),
-    "cosmos7b": Model((16, 44, 80), 35, None, None, "t3"),
-    "hunyuanvideo": Model((30, 48, 80), 50, (4, 8, 8), (2, 8, 8), "t4"),
-}
-
-# (window, strides, initial self-attention steps) per model: the rows of Tables 2-4.
-TABLE_ROWS = {
-    "flux1dev_4k": [((80, 80), [(1, 1), (16, 1), (16, 16)], (0, 9))],
-    "cosmos7b": [
-        ((16, 32, 48), [(1, 1, 1), (1, 8, 1), (1, 1, 16), (1, 8, 16)], (0, 12)),
-        ((16, 24, 16), [(1, 1, 1), (1, 8, 1), (1, 1, 16), (1, 8, 16)], (0, 12)),
-    ],
-    "hunyuanvideo": [
-        ((30, 40, 40), [(1, 1, 1), (1, 1, 8), (1, 32, 8)], (0, 15)),
-        ((18, 24, 24), [(1, 1, 1), (2, 1, 1), (1, 1, 8), (2, 1, 8), (1, 8, 8), (2, 8, 8), (16, 8, 8)], (0, 15)),
-    ],
-}
-
-# Table 5 (HunyuanVideo, GNA in all 50 steps): label -> (window, stride).
-TABLE5 = {
-    "na58": ((30, 40, 40), (1, 1, 1)),
-    "wsa58": ((30, 40, 40), (30, 40, 40)),
-    "gna58": ((30, 40, 40), (1, 32, 8)),
-    "na91": ((18, 24, 24), (1, 1, 1)),
-    "wsa91": ((18, 24, 24), (18, 24, 24)),
-    "gna91": ((18, 24, 24), (16, 8, 8)),
-}
+def _ints(values) -> tuple[int, ...]:
+    """The integers of a shape, as GNASpec and the simulator take them."""
+    return tuple(int(v) for v in values)
 
 
 def _shape(values) -> str:
-    return "x".join(str(v) for v in values)
+    return "x".join(str(int(v)) for v in values)
+
+
+@dataclass(frozen=True)
+class Model:
+    grid: tuple[PaperNumber, ...]  # token layout (§4.2-4.3)
+    total_steps: PaperNumber  # diffusion steps
+    q_tile: tuple[float, ...] | None  # the simulator's kernel tiles (None: not stated)
+    kv_tile: tuple[float, ...] | None
+    table: str  # claim id prefix of its table
+
+
+MODELS = {  # FLUX's tiles are NATTEN's Blackwell example (its docs), not the paper's: plain numbers
+    "flux1dev_4k": Model(_printed((256, 256), "flux1dev_4k_token_layout"), printed(28, PAPER, "flux_sa_steps"),
+                         (16, 16), (16, 8), "t2"),
+    "cosmos7b": Model(_printed((16, 44, 80), "cosmos7b_token_layout"), printed(35, PAPER, "cosmos_sa_steps"),
+                      None, None, "t3"),
+    "hunyuanvideo": Model(_printed((30, 48, 80), "hunyuanvideo_token_layout"), printed(50, PAPER, "hunyuan_sa_steps"),
+                          _printed((4, 8, 8), "fig3_na_limit"), _printed((2, 8, 8), "fig3_na_limit"), "t4"),
+}
+
+
+def _table_block(model: str, window, strides, sa_options):
+    """(window, strides, initial self-attention steps) of one window of Tables 2-4, each number held as printed by
+    the table's FLOP-wise cell of its configuration (e.g. ``t2_flux1dev_4k_w80x80_s16x1_sa0_flopwise``)."""
+    def cell(stride, sa: int) -> str:
+        return f"{MODELS[model].table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{sa}_flopwise"
+
+    return (_printed(window, cell(strides[0], sa_options[0])), [_printed(s, cell(s, sa_options[0])) for s in strides],
+            tuple(printed(sa, PAPER, cell(strides[0], sa)) for sa in sa_options))
+
+
+# (window, strides, initial self-attention steps) per model: the rows of Tables 2-4.
+TABLE_ROWS = {
+    "flux1dev_4k": [_table_block("flux1dev_4k", (80, 80), [(1, 1), (16, 1), (16, 16)], (0, 9))],
+    "cosmos7b": [
+        _table_block("cosmos7b", (16, 32, 48), [(1, 1, 1), (1, 8, 1), (1, 1, 16), (1, 8, 16)], (0, 12)),
+        _table_block("cosmos7b", (16, 24, 16), [(1, 1, 1), (1, 8, 1), (1, 1, 16), (1, 8, 16)], (0, 12)),
+    ],
+    "hunyuanvideo": [
+        _table_block("hunyuanvideo", (30, 40, 40), [(1, 1, 1), (1, 1, 8), (1, 32, 8)], (0, 15)),
+        _table_block("hunyuanvideo", (18, 24, 24), [(1, 1, 1), (2, 1, 1), (1, 1, 8), (2, 1, 8), (1, 8, 8), (2, 8, 8),
+                                                    (16, 8, 8)], (0, 15)),
+    ],
+}
+
+# Table 5 (HunyuanVideo, GNA in all 50 steps): label -> (window, stride), as its FLOP-wise cells print them.
+TABLE5 = {
+    label: (_printed(window, f"t5_{label}_e2e_flopwise"), _printed(stride, f"t5_{label}_e2e_flopwise"))
+    for label, (window, stride) in {
+        "na58": ((30, 40, 40), (1, 1, 1)),
+        "wsa58": ((30, 40, 40), (30, 40, 40)),
+        "gna58": ((30, 40, 40), (1, 32, 8)),
+        "na91": ((18, 24, 24), (1, 1, 1)),
+        "wsa91": ((18, 24, 24), (18, 24, 24)),
+        "gna91": ((18, 24, 24), (16, 8, 8)),
+    }.items()
+}
+
+
+def table1_shares(model: str) -> tuple[PaperNumber, ...]:
+    """The GNA Table 1 numbers self attention's end-to-end share is computed from: its "% SA in DiT" and "% DiT in
+    E2E" columns (one more digit than the printed "% SA in E2E"), or the printed "% SA in E2E" alone where "% DiT in
+    E2E" is not a number (Cosmos: ">99")."""
+    try:
+        return paper_value(PAPER, f"t1_{model}_sa_in_dit"), paper_value(PAPER, f"t1_{model}_dit_in_e2e")
+    except ValueError:
+        return (paper_value(PAPER, f"t1_{model}_sa_in_e2e"),)
 
 
 def attention_share(model: str) -> float:
-    """Self attention's share of the end-to-end runtime (GNA Table 1), from the paper claims table: the product of
-    its "% SA in DiT" and "% DiT in E2E" columns (one more digit than the printed "% SA in E2E"), or the printed
-    "% SA in E2E" where "% DiT in E2E" is not a number (Cosmos: ">99")."""
-    try:
-        return paper_value(PAPER, f"t1_{model}_sa_in_dit") * paper_value(PAPER, f"t1_{model}_dit_in_e2e") / 1e4
-    except ValueError:
-        return paper_value(PAPER, f"t1_{model}_sa_in_e2e") / 100.0
+    """Self attention's share of the end-to-end runtime (GNA Table 1), from :func:`table1_shares`."""
+    shares = table1_shares(model)
+    return shares[0] * shares[1] / 1e4 if len(shares) == 2 else shares[0] / 100.0
 
 
-def _rows_for(model_name: str, window, stride, sa_steps: int, claim_prefix: str, **extra) -> list[dict]:
+def _rows_for(model_name: str, window, stride, sa_steps, claim_prefix: str, **extra) -> list[dict]:
     model = MODELS[model_name]
-    spec = GNASpec(window, stride=stride)
+    grid, spec = _ints(model.grid), GNASpec(_ints(window), stride=_ints(stride))
     share, fraction = attention_share(model_name), (model.total_steps - sa_steps) / model.total_steps
-    config = dict(model=model_name, window=_shape(window), stride=_shape(stride), sa_steps=sa_steps, **extra)
-    flop = flopwise_speedup(model.grid, spec)
+    config = dict(model=model_name, window=_shape(window), stride=_shape(stride), sa_steps=int(sa_steps), **extra)
+    # Sparsity and the FLOP-wise bound count the mask the grid, window and stride define; Amdahl adds the steps and
+    # Table 1's shares: with the paper's printed inputs, the paper's own arithmetic (evidence_from decides).
+    mask = evidence_from(model.grid, window, stride)
+    amdahl = evidence_from(model.grid, window, stride, model.total_steps, sa_steps, table1_shares(model_name))
+    flop = flopwise_speedup(grid, spec)
     rows = [
-        dict(metric="sparsity", value=100 * sparsity(model.grid, spec), unit="%", claim_id=None, **config),
-        dict(metric="op_flopwise_speedup", value=flop, unit="x", claim_id=None, **config),
+        dict(metric="sparsity", value=100 * sparsity(grid, spec), unit="%", claim_id=None, evidence=mask, **config),
+        dict(metric="op_flopwise_speedup", value=flop, unit="x", claim_id=None, evidence=mask, **config),
         dict(metric="e2e_flopwise_speedup", value=paper_end_to_end_speedup(flop, share, fraction), unit="x",
-             claim_id=f"{claim_prefix}_flopwise", exact_amdahl=end_to_end_speedup(flop, share, fraction), **config),
+             claim_id=f"{claim_prefix}_flopwise", exact_amdahl=end_to_end_speedup(flop, share, fraction),
+             evidence=amdahl, **config),
     ]
     if model.q_tile is not None:
-        sim = simulate(model.grid, spec, model.q_tile, model.kv_tile)
+        sim = simulate(grid, spec, _ints(model.q_tile), _ints(model.kv_tile))
         tiles = dict(q_tile=_shape(model.q_tile), kv_tile=_shape(model.kv_tile))
+        # The simulator's tile count (a static-tiling kernel's schedule) is an input of these: simulated.
+        op_sim = evidence_from(model.grid, window, stride, sim, otherwise="simulated")
+        e2e_sim = evidence_from(model.grid, window, stride, model.total_steps, sa_steps, table1_shares(model_name),
+                                sim, otherwise="simulated")
+        condition = evidence_from(window, stride, model.q_tile, model.kv_tile)  # §3.2's rule on these numbers
         rows += [
-            dict(metric="op_sim_speedup", value=sim.worst_tile_speedup, unit="x", claim_id=None, **config, **tiles),
+            dict(metric="op_sim_speedup", value=sim.worst_tile_speedup, unit="x", claim_id=None, evidence=op_sim,
+                 **config, **tiles),
             dict(metric="e2e_sim_speedup", value=paper_end_to_end_speedup(sim.worst_tile_speedup, share, fraction),
-                 unit="x", claim_id=f"{claim_prefix}_sim",
+                 unit="x", claim_id=f"{claim_prefix}_sim", evidence=e2e_sim,
                  exact_amdahl=end_to_end_speedup(sim.worst_tile_speedup, share, fraction), **config, **tiles),
-            dict(metric="block_sparse", value=float(sim.block_sparse), unit="bool", claim_id=None, **config, **tiles),
+            dict(metric="block_sparse", value=float(sim.block_sparse), unit="bool", claim_id=None, evidence=op_sim,
+                 **config, **tiles),
             dict(metric="paper_block_sparse_condition",
-                 value=float(dynamic_tiling_block_sparse(spec, model.q_tile, model.kv_tile)), unit="bool",
-                 claim_id=None, **config, **tiles),
+                 value=float(dynamic_tiling_block_sparse(spec, _ints(model.q_tile), _ints(model.kv_tile))),
+                 unit="bool", claim_id=None, evidence=condition, **config, **tiles),
         ]
     return rows
+
+
+# Figure 3 (HunyuanVideo, window 18x24x24, its caption's tiles) and §4.3 (FLUX 4K, stride 16x16): claim -> window,
+# stride of an op-level simulated bound.
+FIG3 = {
+    "fig3_na_limit": (_printed((18, 24, 24), "fig3_na_limit"), _printed((1, 1, 1), "fig3_na_limit")),
+    "fig3_na_limit_repro": (_printed((18, 24, 24), "fig3_na_limit"), _printed((1, 1, 1), "fig3_na_limit")),
+    "fig3_blocksparse": (_printed((18, 24, 24), "fig3_na_limit"), _printed((16, 8, 8), "hunyuan_stride_main")),
+}
+
+
+def _op_sim_row(claim_id: str, model_name: str, window, stride, table: str) -> dict:
+    model = MODELS[model_name]
+    sim = simulate(_ints(model.grid), GNASpec(_ints(window), stride=_ints(stride)), _ints(model.q_tile),
+                   _ints(model.kv_tile))
+    return dict(metric="op_sim_speedup", value=sim.worst_tile_speedup, unit="x", claim_id=claim_id,
+                model=model_name, window=_shape(window), stride=_shape(stride), table=table,
+                evidence=evidence_from(model.grid, window, stride, sim, otherwise="simulated"))
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
@@ -119,26 +192,22 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         for window, strides, sa_options in TABLE_ROWS[model]:
             for sa_steps in sa_options:
                 for stride in strides:
-                    prefix = f"{table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{sa_steps}"
+                    prefix = f"{table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{int(sa_steps)}"
                     rows += _rows_for(model, window, stride, sa_steps, prefix, table=table)
     elif kind == "table5":
         for label, (window, stride) in TABLE5.items():
-            rows += _rows_for("hunyuanvideo", window, stride, 0, f"t5_{label}_e2e", table="t5")
+            rows += _rows_for("hunyuanvideo", window, stride, printed(0, PAPER, f"t5_{label}_e2e_flopwise"),
+                              f"t5_{label}_e2e", table="t5")
     elif kind == "table6":  # FLUX 4K with URAE adapters, window 80x80, self attention in the first 9 of 28 steps
         for stride in ((1, 1), (16, 1), (16, 16)):
-            rows += _rows_for("flux1dev_4k", (80, 80), stride, 9, f"t6_s{_shape(stride)}_e2e", table="t6")
+            cell = f"t6_s{_shape(stride)}_e2e_flopwise"
+            rows += _rows_for("flux1dev_4k", _printed((80, 80), cell), _printed(stride, cell),
+                              printed(9, PAPER, cell), f"t6_s{_shape(stride)}_e2e", table="t6")
     elif kind == "fig3":
-        model = MODELS["hunyuanvideo"]
-        for claim_id, stride in (
-            ("fig3_na_limit", (1, 1, 1)), ("fig3_na_limit_repro", (1, 1, 1)), ("fig3_blocksparse", (16, 8, 8))
-        ):
-            sim = simulate(model.grid, GNASpec((18, 24, 24), stride=stride), model.q_tile, model.kv_tile)
-            rows.append(dict(metric="op_sim_speedup", value=sim.worst_tile_speedup, unit="x", claim_id=claim_id,
-                             model="hunyuanvideo", window="18x24x24", stride=_shape(stride), table="fig3"))
-        flux = simulate((256, 256), GNASpec((80, 80), stride=(16, 16)), (16, 16), (16, 8))
-        rows.append(dict(metric="op_sim_speedup", value=flux.worst_tile_speedup, unit="x",
-                         claim_id="flux_op_speedup", model="flux1dev_4k", window="80x80", stride="16x16",
-                         table="text"))
+        rows += [_op_sim_row(claim_id, "hunyuanvideo", window, stride, "fig3")
+                 for claim_id, (window, stride) in FIG3.items()]
+        rows.append(_op_sim_row("flux_op_speedup", "flux1dev_4k", _printed((80, 80), "flux_window"),
+                                _printed((16, 16), "flux_e2e_concl"), "text"))
     elif kind == "text":
         rows += _text_rows()
     else:
@@ -146,53 +215,69 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     return rows
 
 
-# §3.3/§4/§5 prose and the claims table's derived rows: window -> (sparsity claim ids, op FLOP-wise claim id).
-WINDOWS = {
-    ("flux1dev_4k", (80, 80)): (("flux_sparsity", "flux_90_sparsity_repro"), "flux_90_op_flopwise_repro"),
-    ("cosmos7b", (16, 32, 48)): (("cosmos_sparsity", "cosmos7b_56_sparsity_repro"), "cosmos7b_56_op_flopwise_repro"),
-    ("cosmos7b", (16, 24, 16)): (("cosmos7b_89_sparsity_repro",), "cosmos7b_89_op_flopwise_repro"),
-    ("hunyuanvideo", (30, 40, 40)): (("hunyuan_58_sparsity_repro",), "hunyuan_58_op_flopwise_repro"),
-    ("hunyuanvideo", (18, 24, 24)): (("hunyuan_sparsity", "hunyuan_91_sparsity_repro"), "hunyuan_91_op_flopwise_repro"),
-}
+# §3.3/§4/§5 prose and the claims table's derived rows: (model, window as printed, sparsity claim ids, op FLOP-wise
+# claim id).
+WINDOWS = (
+    ("flux1dev_4k", _printed((80, 80), "flux_window"), ("flux_sparsity", "flux_90_sparsity_repro"),
+     "flux_90_op_flopwise_repro"),
+    ("cosmos7b", _printed((16, 32, 48), "cosmos_window_main"), ("cosmos_sparsity", "cosmos7b_56_sparsity_repro"),
+     "cosmos7b_56_op_flopwise_repro"),
+    ("cosmos7b", TABLE_ROWS["cosmos7b"][1][0], ("cosmos7b_89_sparsity_repro",), "cosmos7b_89_op_flopwise_repro"),
+    ("hunyuanvideo", TABLE_ROWS["hunyuanvideo"][0][0], ("hunyuan_58_sparsity_repro",), "hunyuan_58_op_flopwise_repro"),
+    ("hunyuanvideo", _printed((18, 24, 24), "hunyuan_window_main"), ("hunyuan_sparsity", "hunyuan_91_sparsity_repro"),
+     "hunyuan_91_op_flopwise_repro"),
+)
 # GNA share of the end-to-end workload and its limit (§5): model -> (initial self-attention steps, claim prefix).
-SHARES = {"flux1dev_4k": (9, "flux"), "cosmos7b": (12, "cosmos"), "hunyuanvideo": (15, "hunyuan")}
+SHARES = {"flux1dev_4k": (printed(9, PAPER, "flux_sa_steps"), "flux"),
+          "cosmos7b": (printed(12, PAPER, "cosmos_sa_steps"), "cosmos"),
+          "hunyuanvideo": (printed(15, PAPER, "hunyuan_sa_steps"), "hunyuan")}
+# §5's FLOP-wise end-to-end bounds of the chosen configurations: claim -> (model, window, stride, initial SA steps).
+CONCLUSIONS = {
+    "cosmos_e2e_flop_concl": ("cosmos7b", _printed((16, 32, 48), "cosmos_window_main"),
+                              _printed((1, 8, 16), "cosmos_e2e_concl"), SHARES["cosmos7b"][0]),
+    "flux_e2e_bound": ("flux1dev_4k", _printed((80, 80), "flux_window"), _printed((16, 16), "flux_e2e_concl"),
+                       SHARES["flux1dev_4k"][0]),
+}
 
 
 def _text_rows() -> list[dict]:
     rows = []
-    for (model, window), (sparsity_ids, flop_id) in WINDOWS.items():
-        spec = GNASpec(window)
-        for claim_id in sparsity_ids:
-            rows.append(dict(metric="sparsity", value=100 * sparsity(MODELS[model].grid, spec), unit="%",
-                             claim_id=claim_id, model=model, window=_shape(window), table="text"))
-        rows.append(dict(metric="op_flopwise_speedup", value=flopwise_speedup(MODELS[model].grid, spec), unit="x",
-                         claim_id=flop_id, model=model, window=_shape(window), table="text"))
-    # §5: the FLOP-wise end-to-end bounds quoted for the chosen configurations.
-    for claim_id, model, window, sa_steps in (
-        ("cosmos_e2e_flop_concl", "cosmos7b", (16, 32, 48), 12), ("flux_e2e_bound", "flux1dev_4k", (80, 80), 9)
-    ):
+    for model, window, sparsity_ids, flop_id in WINDOWS:
+        grid, spec = _ints(MODELS[model].grid), GNASpec(_ints(window))
+        config = dict(model=model, window=_shape(window), table="text",
+                      evidence=evidence_from(MODELS[model].grid, window))
+        rows += [dict(metric="sparsity", value=100 * sparsity(grid, spec), unit="%", claim_id=claim_id, **config)
+                 for claim_id in sparsity_ids]
+        rows.append(dict(metric="op_flopwise_speedup", value=flopwise_speedup(grid, spec), unit="x", claim_id=flop_id,
+                         **config))
+    for claim_id, (model, window, stride, sa_steps) in CONCLUSIONS.items():
         total = MODELS[model].total_steps
-        flop = flopwise_speedup(MODELS[model].grid, GNASpec(window))
+        flop = flopwise_speedup(_ints(MODELS[model].grid), GNASpec(_ints(window), stride=_ints(stride)))
         args = (flop, attention_share(model), (total - sa_steps) / total)
         rows.append(dict(metric="e2e_flopwise_speedup", value=paper_end_to_end_speedup(*args), unit="x",
                          claim_id=claim_id, exact_amdahl=end_to_end_speedup(*args), model=model,
-                         window=_shape(window), sa_steps=sa_steps, table="text"))
+                         window=_shape(window), stride=_shape(stride), sa_steps=int(sa_steps), table="text",
+                         evidence=evidence_from(MODELS[model].grid, window, stride, total, sa_steps,
+                                                table1_shares(model))))
     for model, (sa_steps, prefix) in SHARES.items():
         total = MODELS[model].total_steps
         share = 100 * attention_share(model) * (total - sa_steps) / total
+        evidence = evidence_from(total, sa_steps, table1_shares(model))
         rows.append(dict(metric="gna_share_of_e2e", value=share, unit="%", claim_id=f"{prefix}_gna_share",
-                         model=model, sa_steps=sa_steps, table="text"))
+                         model=model, sa_steps=int(sa_steps), table="text", evidence=evidence))
         # The paper derives the limit (infinite op speedup) from the share as it prints it (whole percent).
         limit = 1.0 / (1.0 - round(share) / 100.0)
         rows.append(dict(metric="e2e_limit", value=limit, unit="x",
                          claim_id=None if model == "flux1dev_4k" else f"{prefix}_limit", model=model,
-                         sa_steps=sa_steps, exact_share_limit=1.0 / (1.0 - share / 100.0), table="text"))
+                         sa_steps=int(sa_steps), exact_share_limit=1.0 / (1.0 - share / 100.0), table="text",
+                         evidence=evidence))
     return rows
 
 
 def _paper_condition_check(rows) -> ClaimCheck:
     """§3.2: T_KV | window and T_Q | stride make a configuration perfectly block-sparse; with static tiling the
-    condition is sufficient (windows spanning a whole dimension are block-sparse without it)."""
+    condition is sufficient (windows spanning a whole dimension are block-sparse without it). Checked against the
+    simulator's tile counts: simulated."""
     condition = rows[rows["metric"] == "paper_block_sparse_condition"].reset_index(drop=True)
     found = rows[rows["metric"] == "block_sparse"].reset_index(drop=True)
     if len(condition) == 0:
@@ -223,63 +308,63 @@ def _known_ids() -> set[str]:
     return set(claims[claims["paper"] == PAPER]["claim_id"])
 
 
-#: Evidence class per row metric (issue 13): tile-simulator outputs are ``simulated``; FLOP and token counts are
-#: ``derived``; the shares and limits computed from Table 1's printed shares alone are ``arithmetic``.
-EVIDENCE_OF_METRIC = {
-    "op_sim_speedup": "simulated", "e2e_sim_speedup": "simulated", "op_flopwise_speedup": "derived",
-    "e2e_flopwise_speedup": "derived", "sparsity": "derived", "gna_share_of_e2e": "consistency",
-    "e2e_limit": "consistency",
-}
+def _evidence(row) -> str:
+    evidence = row.get("evidence")
+    if not isinstance(evidence, str):
+        raise ValueError(f"gna_simulator row {row['metric']} ({row.get('claim_id')}) of run {row.get('run_id')} has no "
+                         f"evidence class: written before rows carried it (issue 26); rerun `repro run gna_simulator "
+                         f"--scale {row.get('scale', 'ci')}`")
+    return evidence
 
 
-def _check_row(row, known: set[str]) -> list[ClaimCheck]:
-    claim_id, value = row["claim_id"], float(row["value"])
-    evidence = EVIDENCE_OF_METRIC[row["metric"]]
+def _specs(row, known) -> list[dict]:
+    """check_value keywords of the claims a row with a claim id checks."""
+    claim_id, value, evidence = row["claim_id"], float(row["value"]), _evidence(row)
+
+    def spec(claim, checked, **kw) -> dict:
+        return dict(claim_id=claim, value=checked, evidence=evidence, **kw)
+
     if row["metric"] == "e2e_flopwise_speedup":
         note = (f"Amdahl (Table 1 share) of the op speedup at the paper's 1 decimal; unrounded {value:.4f}, "
                 f"exact Amdahl {float(row['exact_amdahl']):.4f}")
-        checks = [check_value(PAPER, claim_id, round(value, _decimals(claim_id)), note=note, evidence=evidence)]
+        specs = [spec(claim_id, round(value, _decimals(claim_id)), note=note)]
         if f"{claim_id}_repro" in known:  # the claims table's re-derivation: exact Amdahl
-            checks.append(check_value(PAPER, f"{claim_id}_repro", float(row["exact_amdahl"]), abs=0.01, note=note,
-                                      evidence=evidence))
-        return checks
+            specs.append(spec(f"{claim_id}_repro", float(row["exact_amdahl"]), abs=0.01, note=note))
+        return specs
     if claim_id.endswith("_gna_share"):
-        return [check_value(PAPER, claim_id, value, abs=1.0, note="paper prints an approximate whole percent",
-                            evidence=evidence)]
+        return [spec(claim_id, value, abs=1.0, note="paper prints an approximate whole percent")]
     if row["metric"] == "e2e_limit":
-        return [check_value(PAPER, claim_id, round(value, 2), abs=1e-9,
-                            note=f"1 / (1 - share) with the share rounded as printed; exact share gives "
-                                 f"{row['exact_share_limit']:.3f}", evidence=evidence)]
+        return [spec(claim_id, round(value, 2), abs=1e-9, note=f"1 / (1 - share) with the share rounded as printed; "
+                                                                f"exact share gives {row['exact_share_limit']:.3f}")]
     if claim_id == "hunyuan_sparsity":
-        return [check_value(PAPER, claim_id, value, abs=0.5, note="paper prints ~91%", evidence=evidence)]
+        return [spec(claim_id, value, abs=0.5, note="paper prints ~91%")]
     # Simulator columns and exact derived numbers: rounded as the paper prints them, they must be equal.
     decimals = _decimals(claim_id)
     tiles = f"; Q tile {row['q_tile']}, KV tile {row['kv_tile']}" if isinstance(row.get("q_tile"), str) else ""
     note = f"unrounded {value:.4f}, compared at the paper's {decimals} decimals{tiles}"
     if row["metric"] == "e2e_sim_speedup":
         note += f"; Amdahl of the op speedup at 1 decimal, exact Amdahl {float(row['exact_amdahl']):.4f}"
-    checks = [check_value(PAPER, claim_id, round(value, decimals), note=note, evidence=evidence)]
+    specs = [spec(claim_id, round(value, decimals), note=note)]
     if claim_id.endswith("_sim") and f"{claim_id}_e2e_repro" in known:
-        checks.append(check_value(PAPER, f"{claim_id}_e2e_repro", float(row["exact_amdahl"]), abs=0.01,
-                                  note=f"claims-table re-derivation: exact Amdahl {float(row['exact_amdahl']):.4f}",
-                                  evidence=evidence))
-    return checks
+        specs.append(spec(f"{claim_id}_e2e_repro", float(row["exact_amdahl"]), abs=0.01,
+                          note=f"claims-table re-derivation: exact Amdahl {float(row['exact_amdahl']):.4f}"))
+    return specs
 
 
 def claims(rows) -> list[ClaimCheck]:
     checks: list[ClaimCheck] = []
     known = _known_ids()
     if rows is not None and len(rows) and "claim_id" in rows:
-        for _, row in rows[rows["claim_id"].notna()].iterrows():
-            checks += _check_row(row, known)
+        specs = [spec for _, row in rows[rows["claim_id"].notna()].iterrows() for spec in _specs(row, known)]
         # Op-level simulated speedups of the tables, against the claims table's derived re-implementation rows.
         op = rows[(rows["metric"] == "op_sim_speedup") & rows["claim_id"].isna()]
         for _, row in op.iterrows():
             config = f"w{row['window']}_s{row['stride']}_sa{int(row['sa_steps'])}"
             claim_id = f"{row['table']}_{row['model']}_{config}_sim_op_repro"
             if claim_id in known:
-                checks.append(check_value(PAPER, claim_id, round(float(row["value"]), _decimals(claim_id)),
-                                          note="op-level worst-query-tile bound", evidence="simulated"))
+                specs.append(dict(claim_id=claim_id, value=round(float(row["value"]), _decimals(claim_id)),
+                                  note="op-level worst-query-tile bound", evidence=_evidence(row)))
+        checks += [check_value(PAPER, **kw) for kw in specs]
         if "metric" in rows:
             checks.append(_paper_condition_check(rows))
     mapped = {c.claim_id for c in checks}
@@ -289,7 +374,8 @@ def claims(rows) -> list[ClaimCheck]:
         for window, strides, sa_options in blocks:
             for sa_steps in sa_options:
                 for stride in strides:
-                    claim_id = f"{MODELS[model].table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{sa_steps}_sim"
+                    claim_id = (f"{MODELS[model].table}_{model}_w{_shape(window)}_s{_shape(stride)}_sa{int(sa_steps)}"
+                                f"_sim")
                     if claim_id not in mapped:
                         checks.append(not_run(PAPER, claim_id, "the paper does not state Cosmos' tile shapes",
                                               evidence="simulated"))
