@@ -21,11 +21,14 @@ paper's printed numbers (held as :class:`repro.paper.PaperNumber`), so sparsity,
 them, the GNA share and its limit are the paper's own arithmetic (``consistency``), even where the suite counts
 them over a mask it builds: the count is a function of the printed configuration only. A value computed from the
 tile simulator's count (which KV tiles each query tile of a static-tiling kernel visits, NATTEN-Sim's bound; the
-paper gives no closed form for it, and the WSA rows show it can disagree) is ``simulated``.
+paper gives no closed form for it, and the WSA rows show it can disagree) is ``simulated``. Where several claims
+state one quantity (Tables 5-6 restate Tables 2 and 4, §5 restates table cells, the claims table re-derives printed
+ones), the printed claim counts and the others are "same quantity" pointing to it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from repro.claims import check_value, not_run
@@ -301,11 +304,27 @@ def _decimals(claim_id: str) -> int:
     return len(text.split(".")[1]) if "." in text else 0
 
 
-def _known_ids() -> set[str]:
+def _origins() -> dict[str, str]:
+    """claim id -> where the claims table has it from: ``verbatim`` (printed in the paper) or ``derived``."""
     from repro.paper import load_claims
 
     claims = load_claims()
-    return set(claims[claims["paper"] == PAPER]["claim_id"])
+    mine = claims[claims["paper"] == PAPER]
+    return dict(zip(mine["claim_id"], mine["verbatim_or_derived"]))
+
+
+def _cell(row, name: str) -> str:
+    value = row.get(name)
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return ""
+    return str(int(value)) if isinstance(value, (int, float)) else str(value)
+
+
+def _quantity(row) -> tuple[str, ...]:
+    """The quantity a row's value is: its metric and configuration (an op-level quantity does not depend on the
+    diffusion steps, which only Amdahl uses). Claims of one quantity are counted once (:func:`_counted_once`)."""
+    names = ("model", "window", "stride") + (() if row["metric"].startswith("op_") else ("sa_steps",))
+    return (row["metric"],) + tuple(_cell(row, name) for name in names)
 
 
 def _evidence(row) -> str:
@@ -317,12 +336,12 @@ def _evidence(row) -> str:
     return evidence
 
 
-def _specs(row, known) -> list[dict]:
-    """check_value keywords of the claims a row with a claim id checks."""
-    claim_id, value, evidence = row["claim_id"], float(row["value"]), _evidence(row)
+def _specs(row, known) -> list[tuple[tuple, dict]]:
+    """(quantity, check_value keywords) of the claims a row with a claim id checks."""
+    claim_id, value, evidence, quantity = row["claim_id"], float(row["value"]), _evidence(row), _quantity(row)
 
-    def spec(claim, checked, **kw) -> dict:
-        return dict(claim_id=claim, value=checked, evidence=evidence, **kw)
+    def spec(claim, checked, **kw) -> tuple[tuple, dict]:
+        return quantity, dict(claim_id=claim, value=checked, evidence=evidence, **kw)
 
     if row["metric"] == "e2e_flopwise_speedup":
         note = (f"Amdahl (Table 1 share) of the op speedup at the paper's 1 decimal; unrounded {value:.4f}, "
@@ -351,20 +370,32 @@ def _specs(row, known) -> list[dict]:
     return specs
 
 
+def _counted_once(specs: list[tuple[tuple, dict]], origins: dict[str, str]) -> list[ClaimCheck]:
+    """One check per spec; where several claims state one quantity (Tables 5-6 restate Tables 2 and 4, §5 restates
+    table cells, the claims table re-derives printed numbers), the first the paper prints counts (else the first)
+    and the others are "same quantity" pointing to it."""
+    counting: dict[tuple, str] = {}
+    for quantity, kw in sorted(specs, key=lambda s: origins.get(s[1]["claim_id"]) != "verbatim"):  # stable
+        counting.setdefault(quantity, kw["claim_id"])
+    return [check_value(PAPER, **kw, same_as="" if counting[q] == kw["claim_id"] else counting[q])
+            for q, kw in specs]
+
+
 def claims(rows) -> list[ClaimCheck]:
     checks: list[ClaimCheck] = []
-    known = _known_ids()
+    origins = _origins()
     if rows is not None and len(rows) and "claim_id" in rows:
-        specs = [spec for _, row in rows[rows["claim_id"].notna()].iterrows() for spec in _specs(row, known)]
+        specs = [spec for _, row in rows[rows["claim_id"].notna()].iterrows() for spec in _specs(row, origins)]
         # Op-level simulated speedups of the tables, against the claims table's derived re-implementation rows.
         op = rows[(rows["metric"] == "op_sim_speedup") & rows["claim_id"].isna()]
         for _, row in op.iterrows():
             config = f"w{row['window']}_s{row['stride']}_sa{int(row['sa_steps'])}"
             claim_id = f"{row['table']}_{row['model']}_{config}_sim_op_repro"
-            if claim_id in known:
-                specs.append(dict(claim_id=claim_id, value=round(float(row["value"]), _decimals(claim_id)),
-                                  note="op-level worst-query-tile bound", evidence=_evidence(row)))
-        checks += [check_value(PAPER, **kw) for kw in specs]
+            if claim_id in origins:
+                specs.append((_quantity(row), dict(claim_id=claim_id, value=round(float(row["value"]),
+                                                                                  _decimals(claim_id)),
+                                                   note="op-level worst-query-tile bound", evidence=_evidence(row))))
+        checks += _counted_once(specs, origins)
         if "metric" in rows:
             checks.append(_paper_condition_check(rows))
     mapped = {c.claim_id for c in checks}

@@ -1,6 +1,6 @@
 """GNA claim rows are labelled by what they are computed from (issue 26): the FLOP-wise bounds, sparsity and Amdahl on
 Table 1's shares are the paper's arithmetic on its printed configuration (consistency); the tile simulator's bounds
-are simulated."""
+are simulated; a claim that restates another's quantity points to it (same quantity)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from repro.experiments import gna_simulator
+from repro.experiments import gna_simulator, gna_speedup_gpu
 from repro.experiments.base import RunContext
 from repro.experiments.runner import run_rank
 from repro.paper import CLAIMS_FILE, PaperNumber, printed
@@ -97,7 +97,7 @@ def test_a_sample_of_consistency_rows_is_the_papers_formula_on_its_numbers(check
         op, paper, exact = _cell(table, claim_id)
         assert checks[claim_id].evidence == "consistency" and checks[claim_id].verdict == "consistent", claim_id
         assert checks[claim_id].reproduced_value == round(paper, 2), claim_id
-        repro = checks[f"{claim_id}_repro"]  # the claims table's re-derivation: exact Amdahl
+        repro = checks[f"{claim_id}_repro"]  # the claims table's re-derivation: exact Amdahl, same quantity
         assert repro.evidence == "consistency" and repro.reproduced_value == pytest.approx(exact), claim_id
     for prefix, model in (("cosmos", "cosmos7b"), ("hunyuan", "hunyuanvideo")):  # §5: GNA share and its limit
         steps = re.search(r"GNA in (\d+)/(\d+) steps", table.loc[f"{prefix}_gna_share", "setting"])
@@ -172,6 +172,49 @@ def test_every_printed_input_names_a_claim_that_prints_it(table):
         text = " ".join([claim_id, *table.loc[claim_id, ["quantity", "setting", "value"]]])
         printed_as = "x".join(str(int(v)) for v in shape)
         assert printed_as in text or set(printed_as.split("x")) == {"1"} and "stride 1" in text, (claim_id, shape)
+
+
+# ---- same quantity ---------------------------------------------------------------------------------------------------
+
+
+def test_claims_of_one_quantity_are_counted_once(checks):
+    same = {
+        "t5_na58_e2e_sim": "t4_hunyuanvideo_w30x40x40_s1x1x1_sa0_sim",  # Table 5 restates Table 4
+        "t5_gna91_e2e_flopwise": "t4_hunyuanvideo_w18x24x24_s16x8x8_sa0_flopwise",
+        "t6_s16x1_e2e_sim": "t2_flux1dev_4k_w80x80_s16x1_sa9_sim",  # Table 6 restates Table 2
+        "flux_e2e_bound": "t2_flux1dev_4k_w80x80_s16x16_sa9_flopwise",  # §5 restates table cells
+        "cosmos_e2e_flop_concl": "t3_cosmos7b_w16x32x48_s1x8x16_sa12_flopwise",
+        "fig3_na_limit_repro": "fig3_na_limit",  # the claims table's re-derivations of printed numbers
+        "t4_hunyuanvideo_w18x24x24_s1x1x1_sa15_sim_op_repro": "fig3_na_limit",
+        "t4_hunyuanvideo_w18x24x24_s16x8x8_sa0_sim_op_repro": "fig3_blocksparse",
+        "t2_flux1dev_4k_w80x80_s16x16_sa0_sim_op_repro": "flux_op_speedup",
+        "t2_flux1dev_4k_w80x80_s1x1_sa9_sim_op_repro": "t2_flux1dev_4k_w80x80_s1x1_sa0_sim_op_repro",
+        "t4_hunyuanvideo_w30x40x40_s1x1x8_sa15_sim_e2e_repro": "t4_hunyuanvideo_w30x40x40_s1x1x8_sa15_sim",
+        "hunyuan_91_sparsity_repro": "hunyuan_sparsity",
+    }
+    for claim_id, counted in same.items():
+        assert (checks[claim_id].verdict, checks[claim_id].same_as) == ("same quantity", counted), claim_id
+    for check in checks.values():  # every pointer ends at a row that counts, of the same class
+        if check.verdict == "same quantity":
+            target = checks[check.same_as]
+            assert target.verdict != "same quantity" and target.evidence == check.evidence, check.claim_id
+            assert "equals the paper's value" in check.note, check.claim_id
+    # Different configurations stay apart even where the formula gives the same number (FLOP-wise per stride)
+    assert checks["t2_flux1dev_4k_w80x80_s16x1_sa0_flopwise"].verdict == "consistent"
+    assert checks["t5_wsa58_e2e_flopwise"].verdict == "consistent"
+
+
+def test_gpu_measurements_of_one_quantity_point_to_the_table_cell():
+    common = dict(model="hunyuanvideo", window="30x40x40", stride="1x1x1", gpu="NVIDIA B200", dense_backend="cudnn")
+    rows = pd.DataFrame([dict(metric="op_speedup", value=1.3, passes="fwd", **common),
+                         dict(metric="bound", value=1.43, passes="fwd", **common)])
+    by_id = {c.claim_id: c for c in gna_speedup_gpu.EXPERIMENT.claims(rows)}
+    cell, restated = by_id["t4_hunyuanvideo_w30x40x40_s1x1x1_sa0_actual"], by_id["t5_na58_e2e_actual"]
+    assert cell.evidence == restated.evidence == "measured"  # Amdahl on a measured speedup: measured
+    assert cell.verdict in ("reproduced", "differs") and not cell.same_as
+    assert restated.verdict == "same quantity" and restated.same_as == cell.claim_id
+    assert gna_speedup_gpu.counted_as("hunyuan_e2e_concl") == "t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_actual"
+    assert gna_speedup_gpu.counted_as("t6_s16x16_e2e_actual") == "t2_flux1dev_4k_w80x80_s16x16_sa9_actual"
 
 
 def test_rows_without_an_evidence_class_are_refused(rows):
