@@ -83,3 +83,19 @@ def test_every_spawn_target_is_a_module_level_function():
     bad = [hit for folder in ("repro", "evals", "tests", "bench") for path in sorted((REPO / folder).rglob("*.py"))
            for hit in _spawn_targets(path)]
     assert not bad, "spawn targets that are not module-level functions:\n" + "\n".join(bad)
+
+
+def test_every_registered_experiment_pickles():
+    """The local runner passes the Experiment to its ranks (repro.experiments.runner.execute_point): a lambda in
+    one (e.g. ``claims=lambda rows: []``) fails under forkserver with "Can't pickle <function <lambda>"."""
+    import pickle
+
+    from repro.experiments import registry
+
+    bad = []
+    for name, experiment in registry().experiments.items():
+        try:
+            pickle.dumps(experiment)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            bad.append(f"{name}: {err}")
+    assert not bad, "experiments that cannot be pickled to a rank:\n" + "\n".join(bad)
