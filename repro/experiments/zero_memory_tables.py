@@ -13,6 +13,17 @@ memory (sec 3.2, 6.1, 6.2) on Table 4's 1.5B and 100B configurations, the commun
 activation checkpoints against Megatron-LM's (sec 8, SC20 sec VII-C), sec 1's N_d x N_m reduction, sec 5.4's
 1T at N_d = 1024 and sec 9's 1T vs BERT-Large compute. Four of the paper's activation numbers differ from the
 stated formulas (sec 3.2's 8 GB with checkpointing, the 100B model's 60 GB and 33 GB / 2 GB): see the notes.
+
+Evidence (issue 26), decided where each row is computed, from what its inputs are (:func:`repro.paper.evidence_from`,
+stored in the row's ``evidence``): the model sizes, N_d, MP degrees, the 32 GB V100, K = 12, the GPT-2 1.5B and
+100B configurations (Table 4) and the batch and sequence lengths of sec 3.2 / 6.1 are numbers the paper prints, held
+here as :class:`repro.paper.PaperNumber`; every row of this module is the paper's formulas evaluated on them, so
+every row is the paper's own arithmetic (``consistency``: consistent / inconsistent, never counted as reproduced).
+Where a claim's value is itself a formula (``4*psi + K*psi/Nd``, ``Nd*Nm``), the values given to its symbols are
+the formula's own (:func:`_symbols`): the paper states it at every value, so evaluating it anywhere is the paper
+checked against itself. What ZeRO memory this suite measures is in ``zero_memory_measured`` (its ledger), which
+speaks for the claims both map. Where several claims state one quantity (sec 1, 5 and Fig. 1 restate Table 1 and
+Table 2 cells), the table cell counts and the others are "same quantity" pointing to it (:data:`SAME_QUANTITY`).
 """
 
 from __future__ import annotations
@@ -22,8 +33,8 @@ import math
 import numpy as np
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
-from repro.paper import half_last_digit, load_claims, paper_value
+from repro.experiments.base import CONSISTENCY_EVIDENCE, ClaimCheck, Experiment, Point, RunContext
+from repro.paper import PaperNumber, evidence_from, half_last_digit, load_claims, paper_value, printed
 from repro.zero import residual_model as zr
 from repro.zero.memory_model import (
     STAGE_NAMES, bytes_per_param, max_params, memory_reduction, model_state_bytes, paper_table1_display,
@@ -31,72 +42,120 @@ from repro.zero.memory_model import (
 )
 
 PAPER = "zero_2019"
-MODELS = {"7.5B": 7.5e9, "128B": 128e9, "1T": 1e12}
-ND = (1, 4, 16, 64, 256, 1024)
+#: Table 1's model sizes (psi), its N_d and Table 2's MP degrees, N_d = 64 and 32 GB V100: the paper's numbers.
+MODELS = {model: printed(psi, PAPER, f"t1_{model}_baseline") for model, psi in (("7.5B", 7.5e9), ("128B", 128e9),
+                                                                                 ("1T", 1e12))}
+ND = tuple(printed(nd, PAPER, f"t1_7.5B_Pos_nd{nd}") for nd in (1, 4, 16, 64, 256, 1024))
+MP = tuple(printed(mp, PAPER, f"t2_mp{mp}_theo_baseline") for mp in (1, 2, 4, 8, 16))
+T2_ND = printed(64, PAPER, "t2_mp1_theo_baseline")
+DEVICE_GB = printed(32, PAPER, "t2_mp1_theo_baseline")  # Table 2: 32 GB V100
 KEY = {0: "baseline", 1: "Pos", 2: "Posg", 3: "Posgp"}
 
 
-def _row(metric, value, unit, claim_id=None, **config) -> dict:
-    return {"metric": metric, "value": float(value), "unit": unit, "claim_id": claim_id, **config}
+def _k_adam() -> float:
+    """K = 12 optimizer-state bytes per parameter (sec 3.1), as the paper prints it."""
+    return paper_value(PAPER, "K_adam")
+
+
+def _row(metric, value, unit, claim_id=None, *, inputs: tuple, **config) -> dict:
+    """A result row; ``inputs`` are the numbers the value was computed from, whose kind decides its evidence
+    class (:func:`repro.paper.evidence_from`). Configuration columns are written as plain numbers."""
+    plain = {key: _plain(v) for key, v in config.items()}
+    return {"metric": metric, "value": float(value), "unit": unit, "claim_id": claim_id, **plain,
+            "evidence": evidence_from(*inputs)}
+
+
+def _plain(value):
+    """A paper's number as the plain int or float it is (a row holds values, not their origin)."""
+    if isinstance(value, PaperNumber):
+        return int(value) if value.is_integer() else float(value)
+    return value
+
+
+def _symbols(claim_id: str, **values: float) -> dict:
+    """Values given to the symbols of a formula the paper prints (claim ``claim_id``'s value is the formula): the
+    paper states the formula at every value of its symbols, so the formula evaluated there is the paper's own
+    number (a :class:`repro.paper.PaperNumber` of that claim)."""
+    return {name: printed(value, PAPER, claim_id) for name, value in values.items()}
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    k = _k_adam()
     rows = []
     for model, psi in MODELS.items():
-        rows.append(_row("model_state_gb", model_state_bytes(num_params=psi, stage=0, dp_size=1) / 1e9, "GB",
-                         f"t1_{model}_baseline", table="table_1", model=model, stage="baseline"))
+        rows.append(_row("model_state_gb", model_state_bytes(num_params=psi, stage=0, dp_size=1, k=k) / 1e9, "GB",
+                         f"t1_{model}_baseline", inputs=(psi, k), table="table_1", model=model, stage="baseline"))
         for stage in (1, 2, 3):
             for nd in ND:
-                exact = model_state_bytes(num_params=psi, stage=stage, dp_size=nd) / 1e9
-                printed = paper_table1_display(exact)
-                rows.append(_row("model_state_gb", printed, "GB", f"t1_{model}_{KEY[stage]}_nd{nd}",
-                                 table="table_1", model=model, stage=STAGE_NAMES[stage], nd=nd, exact_gb=exact,
-                                 truncated_by_paper=bool(exact >= 100 and printed != round(exact))))
-    for mp in (1, 2, 4, 8, 16):
+                exact = model_state_bytes(num_params=psi, stage=stage, dp_size=nd, k=k) / 1e9
+                shown = paper_table1_display(exact)
+                rows.append(_row("model_state_gb", shown, "GB", f"t1_{model}_{KEY[stage]}_nd{int(nd)}",
+                                 inputs=(psi, nd, k), table="table_1", model=model, stage=STAGE_NAMES[stage], nd=nd,
+                                 exact_gb=exact, truncated_by_paper=bool(exact >= 100 and shown != round(exact))))
+    for mp in MP:
         for stage in (0, 1, 2, 3):
-            exact = max_params(device_bytes=32e9, stage=stage, dp_size=64) / 1e9 * mp
-            paper_rule = paper_table2_theoretical(device_gb=32, stage=stage, dp_size=64, mp_size=mp)
-            rows.append(_row("max_model_billion_params", exact, "billion params", f"t2_mp{mp}_theo_{KEY[stage]}",
-                             table="table_2", mp_size=mp, stage=STAGE_NAMES[stage], nd=64,
-                             with_paper_rounding=paper_rule, rounded_by_paper=bool(stage == 3 and mp >= 4)))
+            exact = max_params(device_bytes=DEVICE_GB * 1e9, stage=stage, dp_size=T2_ND, k=k) / 1e9 * mp
+            paper_rule = paper_table2_theoretical(device_gb=32, stage=stage, dp_size=64, mp_size=int(mp))
+            rows.append(_row("max_model_billion_params", exact, "billion params",
+                             f"t2_mp{int(mp)}_theo_{KEY[stage]}", inputs=(DEVICE_GB, T2_ND, mp, k), table="table_2",
+                             mp_size=mp, stage=STAGE_NAMES[stage], nd=T2_ND, with_paper_rounding=paper_rule,
+                             rounded_by_paper=bool(stage == 3 and mp >= 4)))
     for stage, key in ((1, "Pos"), (2, "Posg"), (3, "Posgp")):
-        rows.append(_row("max_model_billion_params", max_params(device_bytes=32e9, stage=stage, dp_size=64) / 1e9,
-                         "billion params", f"max_model_nd64_{key}", table="text", nd=64, stage=STAGE_NAMES[stage]))
-    large = 10**9
-    rows += [
-        _row("bytes_per_param", bytes_per_param(stage=0, dp_size=1), "bytes/param", "mem_formula"),
-        _row("reduction", bytes_per_param(stage=0, dp_size=large) / bytes_per_param(stage=1, dp_size=large), "x",
-             "reduction_pos"),
-        _row("reduction", bytes_per_param(stage=0, dp_size=large) / bytes_per_param(stage=2, dp_size=large), "x",
-             "reduction_posg"),
-        _row("model_state_gb", model_state_bytes(num_params=1.5e9, stage=0, dp_size=1) / 1e9, "GB",
-             "gpt2_1p5B_states"),
-        _row("fp16_weights_gb", 2 * 1.5e9 / 1e9, "GB", "gpt2_1p5B_fp16_weights"),
-        _row("model_state_tb", model_state_bytes(num_params=1e12, stage=0, dp_size=1) / 1e12, "TB",
-             "trillion_states"),
-        _row("model_state_gb", model_state_bytes(num_params=1e12, stage=3, dp_size=1024) / 1e9, "GB",
-             "trillion_per_gpu"),
-        _row("model_state_gb", model_state_bytes(num_params=7.5e9, stage=1, dp_size=64) / 1e9, "GB",
-             "fig1_7p5B_nd64_pos"),
-        _row("model_state_gb", model_state_bytes(num_params=7.5e9, stage=2, dp_size=64) / 1e9, "GB",
-             "fig1_7p5B_nd64_posg"),
-        _row("model_state_gb", model_state_bytes(num_params=7.5e9, stage=3, dp_size=64) / 1e9, "GB",
-             "fig1_7p5B_nd64_posgp"),
-    ]
+        rows.append(_row("max_model_billion_params",
+                         max_params(device_bytes=DEVICE_GB * 1e9, stage=stage, dp_size=T2_ND, k=k) / 1e9,
+                         "billion params", f"max_model_nd64_{key}", inputs=(DEVICE_GB, T2_ND, k), table="text",
+                         nd=T2_ND, stage=STAGE_NAMES[stage]))
+    rows += text_rows(k)
     return rows + residual_rows()
+
+
+def text_rows(k: float) -> list[dict]:
+    """Sec 1, 3 and 5's model-state numbers: 16 B/param, the large-N_d reductions, GPT-2 1.5B's 24 GB and 3 GB,
+    the 1T model's 16 TB and 16 GB per GPU at N_d = 1024, Fig. 1's 7.5B model at N_d = 64."""
+    gpt2 = {claim: printed(1.5e9, PAPER, claim) for claim in ("gpt2_1p5B_states", "gpt2_1p5B_fp16_weights")}
+    trillion, trillion_nd = printed(1e12, PAPER, "trillion_states"), printed(1024, PAPER, "trillion_per_gpu")
+    psi_7p5, nd_64 = MODELS["7.5B"], ND[3]
+    # sec 1 / 5.4: the reduction "at large N_d" is the limit N_d -> infinity, evaluated at N_d = 1e9
+    large = {claim: printed(10**9, PAPER, claim) for claim in ("reduction_pos", "reduction_posg")}
+    return [
+        _row("bytes_per_param", bytes_per_param(stage=0, dp_size=1, k=k), "bytes/param", "mem_formula",
+             inputs=(k,)),
+        _row("reduction", bytes_per_param(stage=0, dp_size=large["reduction_pos"], k=k)
+             / bytes_per_param(stage=1, dp_size=large["reduction_pos"], k=k), "x", "reduction_pos",
+             inputs=(k, large["reduction_pos"])),
+        _row("reduction", bytes_per_param(stage=0, dp_size=large["reduction_posg"], k=k)
+             / bytes_per_param(stage=2, dp_size=large["reduction_posg"], k=k), "x", "reduction_posg",
+             inputs=(k, large["reduction_posg"])),
+        _row("model_state_gb", model_state_bytes(num_params=gpt2["gpt2_1p5B_states"], stage=0, dp_size=1, k=k) / 1e9,
+             "GB", "gpt2_1p5B_states", inputs=(gpt2["gpt2_1p5B_states"], k)),
+        _row("fp16_weights_gb", 2 * gpt2["gpt2_1p5B_fp16_weights"] / 1e9, "GB", "gpt2_1p5B_fp16_weights",
+             inputs=(gpt2["gpt2_1p5B_fp16_weights"],)),
+        _row("model_state_tb", model_state_bytes(num_params=trillion, stage=0, dp_size=1, k=k) / 1e12, "TB",
+             "trillion_states", inputs=(trillion, k)),
+        _row("model_state_gb", model_state_bytes(num_params=trillion, stage=3, dp_size=trillion_nd, k=k) / 1e9, "GB",
+             "trillion_per_gpu", inputs=(trillion, trillion_nd, k)),
+        *(_row("model_state_gb", model_state_bytes(num_params=psi_7p5, stage=stage, dp_size=nd_64, k=k) / 1e9, "GB",
+               f"fig1_7p5B_nd64_{key}", inputs=(psi_7p5, nd_64, k))
+          for stage, key in ((1, "pos"), (2, "posg"), (3, "posgp"))),
+    ]
 
 
 # Model configurations from the paper's text. GPT-2 1.5B: Table 4 (48 layers, hidden 1600), sec 3.2 trains it
 # with sequence length 1K and batch 32. The 100B model of sec 6.1 is Table 4's 8192-hidden family at 125 layers
 # (12 x 125 x 8192^2 = 100.7B; its neighbours 100 and 150 layers give 80.5B and 120.8B), batch 32, seq 1024, MP 16.
-GPT2_1P5B = {"layers": 48, "hidden": 1600, "batch": 32, "seq": 1024}
-GPT_100B = {"layers": 125, "hidden": 8192, "batch": 32, "seq": 1024}
-MP_DGX2 = 16  # sec 8: MP as large as the 16 GPUs of a DGX-2 node (sec 6.1 uses MP 16)
+# Every number is one the paper prints (the claim named beside it prints it).
+GPT2_1P5B = {"layers": printed(48, PAPER, "t4_fig2_1p5B"), "hidden": printed(1600, PAPER, "t4_fig2_1p5B"),
+             "batch": printed(32, PAPER, "act_1p5B"), "seq": printed(1024, PAPER, "act_1p5B")}
+GPT_100B = {"layers": printed(125, PAPER, "t4_fig2_80B-170B"), "hidden": printed(8192, PAPER, "t4_fig2_80B-170B"),
+            "batch": printed(32, PAPER, "act_ckpt_100B_mp16"), "seq": printed(1024, PAPER, "act_ckpt_100B_mp16")}
+# sec 8: MP as large as the 16 GPUs of a DGX-2 node (sec 6.1 uses MP 16)
+MP_DGX2 = printed(16, PAPER, "act_ckpt_100B_mp16")
 
 
 def residual_rows() -> list[dict]:
     """ZeRO-R (sec 3.2, 4.2.1, 6, 8), sec 1's N_d x N_m, sec 5.4's 1T at N_d = 1024 and sec 9's 1T vs
     BERT-Large, all from ``repro.zero.residual_model`` / ``memory_model`` on the configurations above."""
+    k, coeff = _k_adam(), paper_value(PAPER, "act_formula_coeff")  # sec 3.1's K, sec 3.2's 12 x h x b x s x l
     small = dict(num_layers=GPT2_1P5B["layers"], hidden_size=GPT2_1P5B["hidden"], batch_size=GPT2_1P5B["batch"],
                  seq_length=GPT2_1P5B["seq"])
     big = dict(num_layers=GPT_100B["layers"], hidden_size=GPT_100B["hidden"], batch_size=GPT_100B["batch"],
@@ -104,36 +163,52 @@ def residual_rows() -> list[dict]:
     block = dict(batch_size=GPT2_1P5B["batch"], seq_length=GPT2_1P5B["seq"], hidden_size=GPT2_1P5B["hidden"])
     replicated = zr.checkpoint_bytes_per_gpu(**big, mp_size=MP_DGX2)
     partitioned = zr.checkpoint_bytes_per_gpu(**big, mp_size=MP_DGX2, partitioned=True)
+    fused = {claim: printed(psi, PAPER, claim) for claim, psi in (("fused_buf_1p5B", 1.5e9), ("fused_buf_3B", 3e9))}
+    nd_1024 = printed(1024, PAPER, "max_model_nd1024_posgp")
+    # sec 9: "1 trillion / 330 million"; per sample, training FLOPs are ~6 x params per token at equal length
+    trillion, bert = printed(1e12, PAPER, "trillion_compute_ratio"), printed(330e6, PAPER, "trillion_compute_ratio")
+    on_small, on_big, on_block = tuple(small.values()), tuple(big.values()), tuple(block.values())
     rows = [
-        _row("activation_gb", zr.activation_bytes(**small) / 1e9, "GB", "act_1p5B", **GPT2_1P5B),
+        _row("activation_gb", zr.activation_bytes(**small, coeff=coeff) / 1e9, "GB", "act_1p5B",
+             inputs=(*on_small, coeff), **GPT2_1P5B),
         _row("activation_gb", zr.sqrt_checkpointed_activation_bytes(**small) / 1e9, "GB", "act_1p5B_ckpt",
+             inputs=on_small, **GPT2_1P5B),
+        _row("recompute_overhead", 100 * zr.recompute_overhead(**block), "%", "recompute_overhead", inputs=on_block,
              **GPT2_1P5B),
-        _row("recompute_overhead", 100 * zr.recompute_overhead(**block), "%", "recompute_overhead", **GPT2_1P5B),
-        _row("checkpoint_gb", zr.checkpoint_bytes_per_gpu(**big) / 1e9, "GB", "act_100B_ckpt", **GPT_100B),
-        _row("checkpoint_gb_per_gpu", replicated / 1e9, "GB", "act_ckpt_100B_mp16", mp_size=MP_DGX2, **GPT_100B),
-        _row("checkpoint_gb_per_gpu", partitioned / 1e9, "GB", "act_ckpt_100B_mp16_pa", mp_size=MP_DGX2,
+        _row("checkpoint_gb", zr.checkpoint_bytes_per_gpu(**big) / 1e9, "GB", "act_100B_ckpt", inputs=on_big,
              **GPT_100B),
-        _row("batch_gain", replicated / partitioned, "x", "mp_batch_gain", mp_size=MP_DGX2, **GPT_100B),
-        _row("cpu_traffic_over_partition", zr.pa_cpu_transfer_bytes(partitioned) / partitioned, "x", "pa_cpu_extra"),
-        _row("fused_buffer_gb", zr.fused_buffer_bytes(1.5e9) / 1e9, "GB", "fused_buf_1p5B", params=1.5e9),
-        _row("fused_buffer_gb", zr.fused_buffer_bytes(3e9) / 1e9, "GB", "fused_buf_3B", params=3e9),
+        _row("checkpoint_gb_per_gpu", replicated / 1e9, "GB", "act_ckpt_100B_mp16", inputs=(*on_big, MP_DGX2),
+             mp_size=MP_DGX2, **GPT_100B),
+        _row("checkpoint_gb_per_gpu", partitioned / 1e9, "GB", "act_ckpt_100B_mp16_pa", inputs=(*on_big, MP_DGX2),
+             mp_size=MP_DGX2, **GPT_100B),
+        _row("batch_gain", replicated / partitioned, "x", "mp_batch_gain", inputs=(*on_big, MP_DGX2), mp_size=MP_DGX2,
+             **GPT_100B),
+        _row("cpu_traffic_over_partition", zr.pa_cpu_transfer_bytes(partitioned) / partitioned, "x", "pa_cpu_extra",
+             inputs=(*on_big, MP_DGX2)),
+        *(_row("fused_buffer_gb", zr.fused_buffer_bytes(psi) / 1e9, "GB", claim, inputs=(psi,), params=float(psi))
+          for claim, psi in fused.items()),
         _row("mp_volume_per_block", zr.mp_allreduce_volume_per_block(**block) / (
             block["batch_size"] * block["seq_length"] * block["hidden_size"]), "x batch x seq x hidden",
-            "mp_comm_per_block", **GPT2_1P5B),
-        _row("pa_overhead", 100 * zr.pa_overhead_fraction(**block), "%", "pa_overhead", **GPT2_1P5B),
-        _row("checkpoint_ait", zr.checkpoint_arithmetic_intensity(**block), "FLOPs/byte", "ait_gpt2", **GPT2_1P5B),
-        _row("max_model_billion_params", max_params(device_bytes=32e9, stage=3, dp_size=1024) / 1e9,
-             "billion params", "max_model_nd1024_posgp", nd=1024, stage="Pos+g+p"),
-        # sec 9: per sample, training FLOPs are ~6 x params per token at equal sequence length
-        _row("compute_ratio", 6 * 1e12 / (6 * 330e6), "x", "trillion_compute_ratio"),
+            "mp_comm_per_block", inputs=on_block, **GPT2_1P5B),
+        _row("pa_overhead", 100 * zr.pa_overhead_fraction(**block), "%", "pa_overhead", inputs=on_block,
+             **GPT2_1P5B),
+        _row("checkpoint_ait", zr.checkpoint_arithmetic_intensity(**block), "FLOPs/byte", "ait_gpt2",
+             inputs=on_block, **GPT2_1P5B),
+        _row("max_model_billion_params", max_params(device_bytes=DEVICE_GB * 1e9, stage=3, dp_size=nd_1024, k=k) / 1e9,
+             "billion params", "max_model_nd1024_posgp", inputs=(DEVICE_GB, nd_1024, k), nd=nd_1024,
+             stage="Pos+g+p"),
+        _row("compute_ratio", 6 * trillion / (6 * bert), "x", "trillion_compute_ratio", inputs=(trillion, bert)),
     ]
     for nd, mp in ((64, 16), (1024, 8), (1, 1)):
-        rows.append(_row("memory_reduction", memory_reduction(stage=3, dp_size=nd, mp_size=mp), "x",
-                         "formula_zero_mp", nd=nd, mp_size=mp))
+        at = _symbols("formula_zero_mp", dp_size=nd, mp_size=mp)
+        rows.append(_row("memory_reduction", memory_reduction(stage=3, **at, k=k), "x", "formula_zero_mp",
+                         inputs=(*at.values(), k), nd=nd, mp_size=mp))
     for layers, hidden, batch, seq in ((48, 1600, 32, 1024), (125, 8192, 512, 2048)):
-        rows.append(_row("mp_over_zero_dp_volume", zr.mp_to_zero_dp_comm_ratio(
-            batch_size=batch, seq_length=seq, hidden_size=hidden, num_layers=layers), "ratio",
-            "mp_vs_zero_comm_ratio", layers=layers, hidden=hidden, batch=batch, seq=seq))
+        at = _symbols("mp_vs_zero_comm_ratio", num_layers=layers, hidden_size=hidden, batch_size=batch,
+                      seq_length=seq)
+        rows.append(_row("mp_over_zero_dp_volume", zr.mp_to_zero_dp_comm_ratio(**at), "ratio",
+                         "mp_vs_zero_comm_ratio", inputs=tuple(at.values()), layers=layers, hidden=hidden,
+                         batch=batch, seq=seq))
     return rows
 
 
@@ -171,6 +246,30 @@ RESIDUAL_NOTES = {
 }
 
 
+def _verdict(agree: bool, evidence: str) -> str:
+    """The verdict of a check built here (a bound, a formula): the paper's own arithmetic is consistent or
+    inconsistent, independent evidence reproduced or differs (as :func:`repro.claims.check_value` decides)."""
+    if evidence in CONSISTENCY_EVIDENCE:
+        return "consistent" if agree else "inconsistent"
+    return "reproduced" if agree else "differs"
+
+
+def _evidence(row) -> str:
+    """The evidence class the row's computation gave it (``run_point`` decides it from the inputs)."""
+    evidence = row.get("evidence")
+    if not isinstance(evidence, str):
+        raise ValueError(f"zero_memory_tables row {row.get('claim_id')} of run {row.get('run_id')} has no evidence "
+                         f"class: written before rows carried it (issue 26); rerun `repro run zero_memory_tables "
+                         f"--scale {row.get('scale', 'ci')}`")
+    return evidence
+
+
+def _rows_evidence(rows) -> str:
+    """One class for a check over several rows: the paper's arithmetic only when every row is."""
+    classes = [_evidence(row) for _, row in rows.iterrows()]
+    return next((c for c in classes if c not in CONSISTENCY_EVIDENCE), classes[0])
+
+
 def _row_formula_check(claim_id: str, rows) -> ClaimCheck:
     """Evaluate the paper's formula (e.g. ``Nd*Nm``) at each row's configuration against the row's value."""
     claims = load_claims()
@@ -181,38 +280,46 @@ def _row_formula_check(claim_id: str, rows) -> ClaimCheck:
              for _, row in rows.iterrows()]
     first = rows.iloc[0]
     where = ", ".join(f"{s}={int(first[c])}" for s, c in symbols.items())
+    evidence = _rows_evidence(rows)
     return ClaimCheck(PAPER, claim_id, float(first["value"]), "same formula (rel 1e-9)",
-                      "reproduced" if all(agree) else "differs",
+                      _verdict(all(agree), evidence),
                       f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} configurations",
-                      evidence="derived")
+                      evidence=evidence)
 
 
-def _bound_check(claim_id: str, value: float) -> ClaimCheck:
+def _bound_check(claim_id: str, row) -> ClaimCheck:
     op, note = BOUNDS[claim_id]
-    bound = paper_value(PAPER, claim_id)
+    bound, value = paper_value(PAPER, claim_id), float(row["value"])
     ok = value <= bound if op == "<=" else value >= bound
-    return ClaimCheck(PAPER, claim_id, value, f"{op} {bound:g}", "reproduced" if ok else "differs", note,
-                      evidence="derived")
+    evidence = _evidence(row)
+    return ClaimCheck(PAPER, claim_id, value, f"{op} {bound:g}", _verdict(ok, evidence), note, evidence=evidence)
 
 
 def _formula_check(claim_id: str, stage: int) -> ClaimCheck:
-    """Evaluate the paper's formula string (e.g. ``4*psi + K*psi/Nd``) against ours at several (psi, Nd)."""
+    """Evaluate the paper's formula string (e.g. ``4*psi + K*psi/Nd``) against ``zero.memory_model`` at several
+    (psi, Nd): the suite's transcription of sec 5's table against the paper's formula, the paper's arithmetic."""
     claims = load_claims()
     text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
-    agree = all(math.isclose(eval(text, {"__builtins__": {}}, {"psi": psi, "Nd": nd, "K": 12}),  # noqa: S307
-                             model_state_bytes(num_params=psi, stage=stage, dp_size=nd))
-                for psi in (1.0, 7.5e9) for nd in (1, 4, 64))
-    return ClaimCheck(PAPER, claim_id, text, "same formula", "reproduced" if agree else "differs",
-                      "zero.memory_model evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}", evidence="derived")
+    k = _k_adam()
+    points = [_symbols(claim_id, psi=psi, Nd=nd) for psi in (1.0, 7.5e9) for nd in (1, 4, 64)]
+    agree = all(math.isclose(eval(text, {"__builtins__": {}}, {**at, "K": k}),  # noqa: S307 - the CSV's formula
+                             model_state_bytes(num_params=at["psi"], stage=stage, dp_size=at["Nd"], k=k))
+                for at in points)
+    evidence = evidence_from(*(tuple(at.values()) for at in points), k)
+    return ClaimCheck(PAPER, claim_id, text, "same formula", _verdict(agree, evidence),
+                      "zero.memory_model evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}", evidence=evidence)
 
 
-#: Rows computed from the paper's printed numbers alone (2 bytes x 1.5B; 1e12 / 330e6); every other row is one of
-#: the suite's closed forms (``repro.zero.memory_model``, ``residual_model``): ``derived``.
-ARITHMETIC = ("gpt2_1p5B_fp16_weights", "trillion_compute_ratio")
-
-
-def _evidence(claim_id: str) -> str:
-    return "consistency" if claim_id in ARITHMETIC else "derived"
+#: Claims that state a quantity another claim states (sec 1, 5 and Fig. 1 restate Table 1 and Table 2 cells):
+#: claim -> the claim that counts it (the table's cell). The restatement is checked, shown, and not counted twice.
+SAME_QUANTITY = {
+    "fig1_7p5B_nd64_pos": "t1_7.5B_Pos_nd64", "fig1_7p5B_nd64_posg": "t1_7.5B_Posg_nd64",
+    "fig1_7p5B_nd64_posgp": "t1_7.5B_Posgp_nd64",  # sec 5.3's "1.9 GB" is Table 1's 1.88
+    "max_model_nd64_Pos": "t2_mp1_theo_Pos", "max_model_nd64_Posg": "t2_mp1_theo_Posg",
+    "max_model_nd64_Posgp": "t2_mp1_theo_Posgp",  # sec 5.4's 7.5B / 14B / 128B are Table 2's MP-1 column
+    "trillion_states": "t1_1T_baseline",  # sec 1's 16 TB is Table 1's 16,000 GB
+    "trillion_per_gpu": "t1_1T_Posgp_nd1024",  # sec 1's 16 GB per GPU is Table 1's 15.6 GB
+}
 
 
 def _flag(row, key: str) -> bool:
@@ -251,9 +358,10 @@ def claims(rows) -> list[ClaimCheck]:
             if not math.isclose(row["with_paper_rounding"], row["value"], abs_tol=1e-9):
                 note = (f"exact {row['value']:.4g}B; the paper rounds the MP-1 value to 0.1 B before multiplying "
                         f"by MP {int(row['mp_size'])}, which gives its {row['with_paper_rounding']:g}")
-        checks.append(check_value(PAPER, claim_id, row["value"], note=note, evidence=_evidence(claim_id), **tol))
+        checks.append(check_value(PAPER, claim_id, row["value"], note=note, evidence=_evidence(row),
+                                  same_as=SAME_QUANTITY.get(claim_id, ""), **tol))
     for _, row in rows[rows["claim_id"].isin(list(BOUNDS))].iterrows():
-        checks.append(_bound_check(row["claim_id"], float(row["value"])))
+        checks.append(_bound_check(row["claim_id"], row))
     for mp in (1, 2, 4, 8, 16):
         for key in ("baseline", "Pos"):
             checks.append(needs_gpu(PAPER, f"t2_mp{mp}_meas_{key}", "measured on a V100 cluster"))

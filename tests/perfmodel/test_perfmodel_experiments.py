@@ -12,7 +12,7 @@ from repro.experiments import (
     megatron_weak_scaling, mtnlg_layout, parameter_counts, zero_infinity_model, zero_memory_tables,
 )
 
-#: (module, claims allowed to differ: the model's documented misses)
+#: (module, claims allowed to differ or be inconsistent: the model's documented misses)
 EXPERIMENTS = [
     (megatron_weak_scaling, {"fig5_eff_mpdp_128gpu", "t8_strong_4gpu", "t8_strong_8gpu"}),
     # the paper's activation numbers that its own formulas do not give (see zero_memory_tables.RESIDUAL_NOTES), and
@@ -34,8 +34,8 @@ def test_experiment_rows_and_claims(module, allowed, tmp_path):
     assert rows and all({"metric", "value", "unit"} <= set(row) for row in rows)
     checks = experiment.claims(pd.DataFrame(rows))
     verdicts = collections.Counter(check.verdict for check in checks)
-    assert verdicts["reproduced"] > 0
-    differs = {check.claim_id for check in checks if check.verdict == "differs"}
+    assert verdicts["reproduced"] + verdicts["consistent"] > 0  # the paper's own arithmetic agrees as "consistent"
+    differs = {check.claim_id for check in checks if check.verdict in ("differs", "inconsistent")}
     assert differs == allowed
     assert experiment.claims(pd.DataFrame()) == [] or all(c.verdict != "reproduced"
                                                           for c in experiment.claims(pd.DataFrame()))
