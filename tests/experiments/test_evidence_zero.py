@@ -1,0 +1,174 @@
+"""ZeRO and ZeRO-Infinity claim rows take their evidence class from their inputs (issue 26).
+
+The memory tables, ZeRO-R's closed forms, the bandwidth-efficiency rows and the abstract's arithmetic are the papers'
+formulas on the papers' printed numbers: ``consistency``, and a value recomputed by hand from paper_claims.csv alone
+equals the row's. The 1T model's states (16 B/param on the suite's own 1T configuration) stay ``derived``; the
+ledger experiments stay ``measured``. Handing a computation a plain number instead of the paper's makes it derived.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from repro.experiments import zero_infinity_model as zinf
+from repro.experiments import zero_memory_tables as ztab
+from repro.experiments.base import COUNTED_EVIDENCE, RunContext
+from repro.results import REPO_ROOT
+
+CTX = RunContext(scale="ci", rank=0, world_size=1, device="cpu", scratch_dir=None)
+
+
+def _rows(module) -> pd.DataFrame:
+    return pd.DataFrame([row for point in module.EXPERIMENT.points_for("ci") for row in module.run_point(point, CTX)])
+
+
+def _checks(module) -> dict:
+    return {check.claim_id: check for check in module.claims(_rows(module))}
+
+
+@pytest.fixture(scope="module")
+def paper() -> pd.DataFrame:
+    """paper_claims.csv as the paper's numbers, read by hand: claim id -> value, quantity and setting."""
+    raw = pd.read_csv(REPO_ROOT / "results" / "paper" / "paper_claims.csv", dtype={"value": str})
+    return raw[raw["paper"].isin(["zero_2019", "zero_infinity_2021"])].set_index("claim_id")
+
+
+def _num(paper: pd.DataFrame, claim_id: str) -> float:
+    return float(paper.loc[claim_id, "value"])
+
+
+def _in_setting(paper: pd.DataFrame, claim_id: str, pattern: str, column: str = "setting") -> float:
+    """A number the claim's setting (or value) prints (``'MP=16, 1024 GPUs (Nd=64), 32GB V100'``,
+    ``r'Nd=(\\d+)'`` -> 64)."""
+    return float(re.search(pattern, str(paper.loc[claim_id, column])).group(1))
+
+
+def _formula(paper: pd.DataFrame, claim_id: str, **symbols: float) -> float:
+    return eval(str(paper.loc[claim_id, "value"]).replace("^", "**"), {"__builtins__": {}}, symbols)  # noqa: S307
+
+
+@pytest.fixture(scope="module")
+def zero() -> dict:
+    return _checks(ztab)
+
+
+@pytest.fixture(scope="module")
+def infinity() -> dict:
+    return _checks(zinf)
+
+
+def test_zero_memory_rows_are_the_papers_arithmetic_recomputed_from_the_claims_table(zero, paper):
+    k = _num(paper, "K_adam")
+    # Table 1 / Fig. 1: sec 5.1's formula at the 7.5B model and N_d = 64 (Fig. 1's restatement keeps the exact value)
+    psi = _in_setting(paper, "t1_7.5B_Pos_nd64", r"([\d.]+)B model") * 1e9
+    nd = _in_setting(paper, "t1_7.5B_Pos_nd64", r"Nd=(\d+)")
+    exact = _formula(paper, "formula_pos", psi=psi, K=k, Nd=nd) / 1e9
+    assert zero["fig1_7p5B_nd64_pos"].reproduced_value == pytest.approx(exact, rel=1e-12)
+    assert zero["t1_7.5B_Pos_nd64"].reproduced_value == pytest.approx(round(exact, 1))  # Table 1 prints 0.1 GB
+    # Table 2: MP x 32 GB over sec 5.1's bytes per parameter at N_d = 64
+    setting = dict(mp=r"MP=(\d+)", nd=r"Nd=(\d+)", gb=r"(\d+)GB V100")
+    mp, nd, gb = (_in_setting(paper, "t2_mp16_theo_Pos", p) for p in setting.values())
+    assert zero["t2_mp16_theo_Pos"].reproduced_value == pytest.approx(
+        mp * gb / _formula(paper, "formula_pos", psi=1.0, K=k, Nd=nd), rel=1e-12)
+    # sec 3.2: 12 x hidden x batch x seq x layers fp16 activations, GPT-2 1.5B (Table 4's layers and hidden)
+    layers = _in_setting(paper, "t4_fig2_1p5B", r"layers=(\d+)", "value")
+    hidden = _in_setting(paper, "t4_fig2_1p5B", r"hidden=(\d+)", "value")
+    batch = _in_setting(paper, "act_1p5B", r"batch (\d+)")
+    coeff = _num(paper, "act_formula_coeff")
+    assert zero["act_1p5B"].reproduced_value == pytest.approx(
+        coeff * hidden * batch * 1024 * layers * 2 / 1e9, rel=1e-12)  # seq 1K
+    # sec 9: 1 trillion / 330 million
+    assert zero["trillion_compute_ratio"].reproduced_value == pytest.approx(1e12 / 330e6)
+    for claim_id in ("fig1_7p5B_nd64_pos", "t1_7.5B_Pos_nd64", "t2_mp16_theo_Pos", "act_1p5B",
+                     "trillion_compute_ratio"):
+        assert zero[claim_id].evidence == "consistency", claim_id
+    assert zero["t1_7.5B_Pos_nd64"].verdict == "consistent"
+    assert zero["t2_mp16_theo_Pos"].verdict == "inconsistent"  # the paper rounds the MP-1 value before x 16
+    assert (zero["fig1_7p5B_nd64_pos"].verdict, zero["fig1_7p5B_nd64_pos"].same_as) == ("same quantity",
+                                                                                        "t1_7.5B_Pos_nd64")
+
+
+def test_zero_infinity_rows_are_the_papers_arithmetic_recomputed_from_the_claims_table(infinity, paper):
+    per_gpu = _num(paper, "pflops_512") * 1e3 / _in_setting(paper, "pflops_512", r"(\d+) NVIDIA")
+    assert infinity["tflops_per_gpu_512"].reproduced_value == pytest.approx(per_gpu, rel=1e-12)
+    assert infinity["implied_peak"].reproduced_value == pytest.approx(per_gpu / (_num(paper, "pct_peak_512") / 100))
+    # Fig. 3c: efficiency ait bw / (ait bw + peak) with ait = 24 hd ci at hd 2K, 2 GB/s, 70 TFLOP/s
+    hd = _in_setting(paper, "bw_ckpt_2GBs_derived", r"hd=(\d+)")
+    ait = _formula(paper, "ait_ckpt", hd=hd, ci=_in_setting(paper, "bw_ckpt_2GBs_derived", r"ci=(\d+)"))
+    efficiency = 100 * _formula(paper, "eff_formula", ait=ait, bw=_num(paper, "bw_ckpt_2GBs") * 1e9,
+                                peak_tp=_num(paper, "peak_tp_assumed") * 1e12)
+    assert infinity["bw_ckpt_2GBs"].reproduced_value == pytest.approx(efficiency, rel=1e-12)
+    # Fig. 3a: the bandwidth at which ait = seq x bsz reaches 50 %: bw = peak / ait
+    ait = _formula(paper, "ait_params", seq=1024, bsz=1)
+    assert infinity["bw_params_50pct"].reproduced_value == pytest.approx(
+        _num(paper, "peak_tp_assumed") * 1e12 / ait / 1e9, rel=1e-12)
+    for claim_id in ("tflops_per_gpu_512", "implied_peak", "bw_ckpt_2GBs", "bw_params_50pct", "ait_ckpt"):
+        assert (infinity[claim_id].evidence, infinity[claim_id].verdict) == ("consistency", "consistent"), claim_id
+    derived = infinity["bw_ckpt_2GBs_derived"]  # the claims table's 58.4 % states what bw_ckpt_2GBs states
+    assert (derived.evidence, derived.verdict, derived.same_as) == ("consistency", "same quantity", "bw_ckpt_2GBs")
+
+
+def test_every_same_quantity_pointer_ends_at_a_row_that_counts(zero, infinity):
+    for checks in (zero, infinity):
+        pointers = {c.claim_id: c.same_as for c in checks.values() if c.verdict == "same quantity"}
+        assert pointers
+        for claim_id, target in pointers.items():
+            assert checks[target].verdict not in ("same quantity", "not run"), claim_id
+            assert checks[target].evidence == checks[claim_id].evidence, claim_id
+
+
+def test_no_zero_closed_form_is_counted_unless_the_suite_chose_its_input(zero, infinity):
+    """Nothing in the memory tables is independent evidence; of ZeRO-Infinity's closed forms only the 1T model's
+    states, on the suite's own 1T configuration (not a number the paper prints), and the note says so."""
+    counted = {c.claim_id for c in zero.values() if c.evidence in COUNTED_EVIDENCE and c.reproduced_value is not None}
+    assert counted == set()
+    counted = {c.claim_id: c for c in infinity.values()
+               if c.evidence in COUNTED_EVIDENCE and c.reproduced_value is not None}
+    assert set(counted) == {"states_1T_16B", "v100s_for_1T"}
+    assert all(c.evidence == "derived" and "suite's 1T configuration" in c.note for c in counted.values())
+    assert counted["states_1T_16B"].verdict == "reproduced" and counted["v100s_for_1T"].verdict == "differs"
+
+
+@pytest.mark.parametrize("experiment", ["zero_memory_measured", "zero_communication", "zero_infinity_offload"])
+def test_ledger_rows_stay_measured(experiment):
+    """The committed runs of the ledger experiments (a GPT instantiated and trained, its bytes and collectives
+    counted): every claim they give a value is measured."""
+    from repro.experiments import registry
+    from repro.results import load_rows
+
+    rows = load_rows(REPO_ROOT / "results", experiments=[experiment], scale="ci")
+    assert len(rows), f"no committed ci rows of {experiment}"
+    (exp,) = [e for e in registry() if e.name == experiment]
+    valued = [c for c in exp.claims(rows) if c.reproduced_value is not None]
+    assert valued and {c.evidence for c in valued} == {"measured"}
+
+
+def test_the_class_follows_the_inputs(monkeypatch):
+    """A plain number where the paper's printed one was makes the rows computed from it derived, and only those."""
+    monkeypatch.setitem(ztab.MODELS, "7.5B", 7.5e9)  # as if the suite had counted the model itself
+    checks = _checks(ztab)
+    assert {checks[c].evidence for c in checks if c.startswith("t1_7.5B_")} == {"derived"}
+    assert checks["t1_7.5B_Pos_nd64"].verdict == "reproduced"
+    assert {checks[c].evidence for c in checks if c.startswith("t1_128B_")} == {"consistency"}
+    monkeypatch.setattr(ztab, "_k_adam", lambda: 12.0)  # K no longer the paper's
+    checks = _checks(ztab)
+    assert checks["t1_128B_Pos_nd64"].evidence == checks["mem_formula"].evidence == "derived"
+    assert checks["act_1p5B"].evidence == "consistency"  # does not use K
+
+    monkeypatch.setattr(zinf, "PEAK", 70e12)
+    checks = _checks(zinf)
+    assert {checks[c].evidence for c in ("bw_params_50pct", "bw_ckpt_2GBs", "ckpt_eff_8K")} == {"derived"}
+    assert checks["bw_params_50pct"].verdict == "reproduced" and checks["tflops_per_gpu_512"].evidence == "consistency"
+    monkeypatch.setattr(zinf, "_symbols", lambda claim_id, point: dict(point))  # a formula fed plain numbers
+    checks = _checks(zinf)
+    assert {checks[c].evidence for c in zinf.FORMULA_CLAIMS} == {"derived"}
+
+
+def test_rows_written_before_the_evidence_column_are_refused():
+    for module, name in ((ztab, "zero_memory_tables"), (zinf, "zero_infinity_model")):
+        rows = _rows(module).drop(columns="evidence")
+        with pytest.raises(ValueError, match=f"rerun `repro run {name} --scale ci`"):
+            module.claims(rows)
