@@ -43,6 +43,10 @@ _METRICS = ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "share_of_pea
 _UNITS = {"iteration_s": "s", "tokens_per_s": "tokens/s", "model_tflops_per_gpu": "TFLOP/s", "share_of_peak": "%",
           "bubble_share": "fraction", "layers_per_stage": "layers", "peak_memory_gib": "GiB", "setup_s": "s",
           "loss": "nats"}
+#: Row classes other than ``measured``: the bubble (p-1)/(m+p-1) is a closed form on the point's pipeline, whose
+#: micro-batches follow from the suite's micro-batch size 1 (not printed in the paper), so it is ``derived`` even at
+#: the 530B layout; the layers per stage are the point's configuration. The 530B layout's own arithmetic (dp, GPUs
+#: per replica) is mapped by mtnlg_layout and mtnlg_3d_tiny (``consistency``), not here.
 _EVIDENCE = {"bubble_share": "derived", "layers_per_stage": "configuration"}
 
 

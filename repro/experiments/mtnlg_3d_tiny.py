@@ -11,6 +11,8 @@ the stages' measured idle share next to the 1F1B bubble (p-1)/(m+p-1).
 
 The 530B model itself (8 x 35 x 8 on 2240 A100s) needs GPUs: its throughput claims are marked "needs GPU" here;
 its layout arithmetic (GPUs per replica, dp per node count) is computed with the same rank grid the tiny run uses.
+That grid is built from the paper's printed tp, pp, GPUs per node and node counts alone, so its rows are the paper's
+own arithmetic (evidence ``consistency``, issue 26), as ``mtnlg_layout``'s rows of the same quantities are.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from repro.claims import check_value, needs_gpu
 from repro.dist.groups import GridCoord, init_parallel, resolve_grid
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig
+from repro.paper import evidence_from, printed
 from repro.pipeline.measure import measure_idle
 from repro.pipeline.partition import layers_per_stage
 from repro.pipeline.schedule import bubble_fraction
@@ -31,7 +34,15 @@ from repro.pipeline.tied import check_tied_embedding_equal
 from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
 
 PAPER = "mt_nlg_2022"
-MTNLG_TP, MTNLG_PP, MTNLG_LAYERS, GPUS_PER_NODE = 8, 35, 105, 8
+#: MT-NLG 530B's layout as the paper prints it (sec 2.4, 3; secondary sources in paper_claims.csv): 8-way tensor
+#: parallelism inside a DGX A100 node of 8 GPUs (the "560 x 8" of ``gpus_total``), 35-way pipeline parallelism over
+#: 105 layers, and the node counts of its throughput runs and of Selene. The layout rows are computed from these
+#: alone, so :func:`repro.paper.evidence_from` makes them the paper's arithmetic (``consistency``).
+MTNLG_TP, MTNLG_PP = printed(8, PAPER, "tp"), printed(35, PAPER, "pp")
+MTNLG_LAYERS = printed(105, PAPER, "layers")
+GPUS_PER_NODE = printed(8, PAPER, "gpus_total")
+MTNLG_NODES = {280: printed(280, PAPER, "iter_time_280n"), 350: printed(350, PAPER, "iter_time_350n"),
+               420: printed(420, PAPER, "iter_time_420n"), 560: printed(560, PAPER, "nodes")}
 
 
 def tiny_config(params: dict) -> GPTConfig:
@@ -53,22 +64,38 @@ def _train(config: GPTConfig, groups, settings: TrainSettings, data: torch.Tenso
 
 
 def layout_rows() -> list[dict]:
-    """MT-NLG 530B's layout through the rank grid and partition code the tiny run uses."""
-    rows = [{"metric": "layers_per_stage", "value": float(layers_per_stage(MTNLG_LAYERS, MTNLG_PP)),
-             "unit": "layers", "claim_id": None, "model": "530B"}]
-    for nodes in (280, 350, 420, 560):
-        grid = resolve_grid(nodes * GPUS_PER_NODE, tp=MTNLG_TP, pp=MTNLG_PP)
+    """MT-NLG 530B's layout through the rank grid and partition code the tiny run uses, each row with the evidence
+    class its inputs give (all printed in the paper: ``consistency``)."""
+    tp, pp, per_node = int(MTNLG_TP), int(MTNLG_PP), int(GPUS_PER_NODE)
+    rows = [{"metric": "layers_per_stage", "value": float(layers_per_stage(int(MTNLG_LAYERS), pp)),
+             "unit": "layers", "claim_id": None, "model": "530B", "evidence": evidence_from(MTNLG_LAYERS, MTNLG_PP)}]
+    for nodes, printed_nodes in MTNLG_NODES.items():
+        grid = resolve_grid(nodes * per_node, tp=tp, pp=pp)
         replica = {grid.rank(GridCoord(t, 0, p)) for t in range(grid.tp) for p in range(grid.pp)}
-        tp_on_one_node = all(max(g) // GPUS_PER_NODE == min(g) // GPUS_PER_NODE for g in grid.tp_groups())
+        tp_on_one_node = all(max(g) // per_node == min(g) // per_node for g in grid.tp_groups())
         claim = "dp_full" if nodes == 560 else f"dp_{nodes}n"
         rows += [
-            {"metric": "dp_size", "value": float(grid.dp), "unit": "way", "claim_id": claim, "nodes": nodes},
+            {"metric": "dp_size", "value": float(grid.dp), "unit": "way", "claim_id": claim, "nodes": nodes,
+             "evidence": evidence_from(MTNLG_TP, MTNLG_PP, GPUS_PER_NODE, printed_nodes)},
             {"metric": "gpus_per_replica", "value": float(len(replica)), "unit": "GPUs",
-             "claim_id": "gpus_per_replica" if nodes == 280 else None, "nodes": nodes},
+             "claim_id": "gpus_per_replica" if nodes == 280 else None, "nodes": nodes,
+             "evidence": evidence_from(MTNLG_TP, MTNLG_PP)},
             {"metric": "tp_group_within_node", "value": float(tp_on_one_node), "unit": "bool", "claim_id": None,
-             "nodes": nodes},
+             "nodes": nodes, "evidence": evidence_from(MTNLG_TP, GPUS_PER_NODE)},
         ]
     return rows
+
+
+def _layout_evidence(row) -> str:
+    """The evidence class of a layout row: the one it carries; rows written before issue 26 carry none, and since
+    the layout rows depend on nothing the run measured, the class :func:`layout_rows` gives the same row now."""
+    evidence = row.get("evidence")
+    if isinstance(evidence, str) and evidence:
+        return evidence
+    same = [r["evidence"] for r in layout_rows() if r["metric"] == row["metric"] and r["claim_id"] == row["claim_id"]]
+    if not same:
+        raise ValueError(f"row {row['metric']}/{row['claim_id']} is not a layout row of mtnlg_3d_tiny")
+    return same[0]
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
@@ -147,8 +174,9 @@ def claims(rows) -> list[ClaimCheck]:
         mapped = rows[rows["claim_id"].notna()].drop_duplicates("claim_id", keep="last")
         for _, row in mapped.iterrows():
             checks.append(check_value(PAPER, row["claim_id"], row["value"],
-                                      note="rank grid of repro.dist (tp innermost), as used by the tiny 3-D run",
-                                      evidence="derived"))
+                                      note="rank grid of repro.dist (tp innermost), as used by the tiny 3-D run, "
+                                           "built from the paper's printed tp, pp, GPUs per node and nodes",
+                                      evidence=_layout_evidence(row)))
     checks += [needs_gpu(PAPER, claim, note="the 530B model under 8 x 35 x dp needs 2240+ A100s; the tiny run "
                          "checks the 3-D mechanics (losses equal to one process) on CPU")
                for claim in MEASURED_ON_GPUS]

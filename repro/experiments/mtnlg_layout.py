@@ -5,8 +5,15 @@ paper_claims.csv (quoted by third parties), not read in the paper itself.
 
 Also emitted: the configuration the suite runs (layers, hidden, heads, sequence, global batch, tp, pp, nodes from
 ``repro.perfmodel.mtnlg``; Adam betas / eps, weight decay and clipping from the settings of the tiny 3-D run,
-``repro.experiments.mtnlg_3d_tiny``), and derived quantities: GPUs = tp x pp x dp, bytes per parameter of
-mixed-precision Adam, tokens per step, tokens per parameter.
+``repro.experiments.mtnlg_3d_tiny``), and the paper's derived quantities: GPUs = tp x pp x dp, bytes per parameter
+of mixed-precision Adam, tokens per step, tokens per parameter.
+
+Evidence (issue 26), decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
+stored in the row's ``evidence``): the layout (tp 8, pp 35, 8 GPUs per node, the node counts) and the model's shape
+are the paper's printed numbers, so the layout, the closed-form parameter count and what follows from them (model
+state, tokens per parameter, TFLOP/s from the paper's iteration time) are the paper's own arithmetic
+(``consistency``), whichever experiment computes them (``mtnlg_3d_tiny`` computes the layout with its rank grid).
+The parameter count of an instantiated module is ``parameter_counts``' (``derived``), which speaks for ``params``.
 """
 
 from __future__ import annotations
@@ -14,53 +21,94 @@ from __future__ import annotations
 from repro.claims import check_value
 from repro.experiments import mtnlg_3d_tiny
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
-from repro.paper import paper_value
+from repro.experiments.mtnlg_3d_tiny import GPUS_PER_NODE, MTNLG_NODES, MTNLG_PP, MTNLG_TP
+from repro.paper import evidence_from, paper_value, printed
 from repro.perfmodel.mtnlg import (
     BYTES_PER_PARAM, GLOBAL_BATCH, MTNLG_530B, PP_SIZE, SELENE_NODES, TP_SIZE, calibrate_a100, layout_for_nodes,
     memory_per_gpu_530b, mixed_precision_adam_bytes_per_param, predict_iteration, predict_tflops_per_gpu,
     tflops_from_iteration_time, tokens_per_parameter, tokens_per_step, total_gpus,
 )
+from repro.zero.memory_model import K_ADAM
 
 PAPER = "mt_nlg_2022"
 NODES = (280, 350, 420)
+#: The node count whose iteration time the throughput model's one constant is fitted on.
+FIT_NODES = 280
+#: The inputs of the closed-form parameter count 12 l h^2 + 13 l h + (V + s) h + 2 h as the paper prints them
+#: (sec 3): layers, hidden size, sequence length, and the padded GPT-2 vocabulary the claims table's recomputation
+#: (``params_repro``) states; the suite's model (``MTNLG_530B``) is this configuration.
+MODEL_INPUTS = (printed(MTNLG_530B.num_layers, PAPER, "layers"), printed(MTNLG_530B.hidden_size, PAPER, "hidden"),
+                printed(MTNLG_530B.seq_length, PAPER, "seq_len"), printed(MTNLG_530B.vocab_size, PAPER, "params_repro"))
+GLOBAL_BATCH_PRINTED = printed(GLOBAL_BATCH, PAPER, "global_batch")
+#: Mixed-precision Adam's bytes per parameter (sec 2.1 prints only the total): the 2 + 2 of fp16 weights and
+#: gradients and the 4 of the fp32 gradient copy are the widths of the formats, not something the suite built or
+#: counted; the one number with content is Adam's K = 12 (fp32 master weights, momentum, variance) as ZeRO prints it.
+BYTES_INPUTS = (printed(K_ADAM, "zero_2019", "K_adam"),)
+#: Same quantity, stated twice: the claims table's recomputation of the count points to the paper's 530B.
+SAME_QUANTITY = {"params_repro": "params"}
 
 
-def _row(metric, value, unit, claim_id=None, **config) -> dict:
-    return {"metric": metric, "value": float(value), "unit": unit, "claim_id": claim_id, **config}
+def _row(metric, value, unit, claim_id=None, *, evidence: str, **config) -> dict:
+    return {"metric": metric, "value": float(value), "unit": unit, "claim_id": claim_id, "evidence": evidence,
+            **config}
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
-    eff = calibrate_a100(num_nodes=280, iteration_time_s=paper_value(PAPER, "iter_time_280n"))
-    params = MTNLG_530B.num_params
-    rows = [
-        _row("fitted_gemm", eff.gemm, "fraction", None, fitted_on=eff.fitted_on),
-        _row("num_params", params / 1e9, "billion params", "params_repro"),
-        _row("num_params", params / 1e9, "billion params", "params"),
-        _row("gpus_per_replica", TP_SIZE * PP_SIZE, "GPUs", "gpus_per_replica"),
-        _row("dp_size", layout_for_nodes(SELENE_NODES).dp_size, "way", "dp_full", nodes=SELENE_NODES),
-        _row("model_state_tb", params * BYTES_PER_PARAM / 1e12, "TB", "model_state_tb"),
-    ]
-    memory = memory_per_gpu_530b()
-    rows += [_row(f"memory_{kind}_gb", getattr(memory, kind) / 1e9, "GB", None, nodes=280)
-             for kind in ("model_states", "activation_checkpoints", "working_activations", "total")]
+    eff = calibrate_a100(num_nodes=FIT_NODES, iteration_time_s=paper_value(PAPER, f"iter_time_{FIT_NODES}n"))
+    rows = [_row("fitted_gemm", eff.gemm, "fraction", None, evidence="fitted", fitted_on=eff.fitted_on)]
     for nodes in NODES:
         step = predict_iteration(nodes, eff=eff)
         rows += [
-            _row("dp_size", layout_for_nodes(nodes).dp_size, "way", f"dp_{nodes}n", nodes=nodes),
-            _row("iteration_time", step.total, "s", f"iter_time_{nodes}n", nodes=nodes,
-                 pipeline_s=step.pipeline, dp_comm_s=step.dp_comm_exposed, optimizer_s=step.optimizer),
+            _row("iteration_time", step.total, "s", f"iter_time_{nodes}n", evidence=_model_evidence(nodes),
+                 nodes=nodes, pipeline_s=step.pipeline, dp_comm_s=step.dp_comm_exposed, optimizer_s=step.optimizer),
             _row("tflops_per_gpu", predict_tflops_per_gpu(nodes, eff=eff), "TFLOP/s", f"tflops_{nodes}n",
-                 nodes=nodes),
-            _row("tflops_from_paper_time", tflops_from_iteration_time(nodes, paper_value(PAPER,
-                 f"iter_time_{nodes}n")), "TFLOP/s", f"tflops_{nodes}n_repro", nodes=nodes),
+                 evidence=_model_evidence(nodes), nodes=nodes),
+        ]
+    return rows + static_rows()
+
+
+def _model_evidence(nodes: int) -> str:
+    """The throughput model's rows: ``fitted`` at the node count its constant is fitted on, else ``predicted``."""
+    return "fitted" if nodes == FIT_NODES else "predicted"
+
+
+def static_rows() -> list[dict]:
+    """Every row that does not depend on the fitted constant: the parameter count, the layout, memory, the paper's
+    iteration times through its FLOP formula, the configuration and the derived quantities."""
+    params = MTNLG_530B.num_params
+    rows = [
+        _row("num_params", params / 1e9, "billion params", "params_repro", evidence=evidence_from(*MODEL_INPUTS)),
+        _row("num_params", params / 1e9, "billion params", "params", evidence=evidence_from(*MODEL_INPUTS)),
+        _row("gpus_per_replica", TP_SIZE * PP_SIZE, "GPUs", "gpus_per_replica",
+             evidence=evidence_from(MTNLG_TP, MTNLG_PP)),
+        _layout_row(SELENE_NODES, "dp_full"),
+        _row("model_state_tb", params * BYTES_PER_PARAM / 1e12, "TB", "model_state_tb",
+             evidence=evidence_from(*MODEL_INPUTS, *BYTES_INPUTS)),
+    ]
+    memory = memory_per_gpu_530b()  # the suite's memory model (activations: Korthikanti et al.); no claim
+    rows += [_row(f"memory_{kind}_gb", getattr(memory, kind) / 1e9, "GB", None, evidence="derived", nodes=280)
+             for kind in ("model_states", "activation_checkpoints", "working_activations", "total")]
+    for nodes in NODES:
+        iteration = paper_value(PAPER, f"iter_time_{nodes}n")
+        rows += [
+            _layout_row(nodes, f"dp_{nodes}n"),
+            _row("tflops_from_paper_time", tflops_from_iteration_time(nodes, iteration), "TFLOP/s",
+                 f"tflops_{nodes}n_repro", evidence=evidence_from(iteration, MTNLG_NODES[nodes], GPUS_PER_NODE,
+                                                                  *MODEL_INPUTS, GLOBAL_BATCH_PRINTED), nodes=nodes),
         ]
     return rows + config_rows() + derived_rows()
+
+
+def _layout_row(nodes: int, claim_id: str) -> dict:
+    """dp of the 8 x 35 x dp layout on ``nodes`` nodes: GPUs / (tp x pp), on the paper's printed numbers."""
+    return _row("dp_size", layout_for_nodes(nodes).dp_size, "way", claim_id, nodes=nodes,
+                evidence=evidence_from(MTNLG_TP, MTNLG_PP, GPUS_PER_NODE, MTNLG_NODES[nodes]))
 
 
 def config_rows() -> list[dict]:
     """The configuration the suite runs: the 530B model and layout, and the tiny 3-D run's optimizer settings."""
     model = MTNLG_530B
-    rows = [_row("config", value, unit, claim_id) for value, unit, claim_id in (
+    rows = [_row("config", value, unit, claim_id, evidence="configuration") for value, unit, claim_id in (
         (model.num_layers, "count", "layers"), (model.hidden_size, "count", "hidden"),
         (model.num_heads, "count", "heads"), (model.seq_length, "tokens", "seq_len"),
         (GLOBAL_BATCH, "sequences", "global_batch"), (TP_SIZE, "way", "tp"), (PP_SIZE, "way", "pp"),
@@ -68,20 +116,25 @@ def config_rows() -> list[dict]:
     point = mtnlg_3d_tiny.POINTS["ci"][0]
     settings = mtnlg_3d_tiny.settings_for(dict(point.params), point.params["micro_batches"],
                                           point.params["micro_batch_size"], point.params["zero_stage"])
-    rows += [_row("tiny_run_setting", value, "-", claim_id, tiny_point=point.name) for value, claim_id in (
-        (settings.betas[0], "adam_b1"), (settings.betas[1], "adam_b2"), (settings.eps, "adam_eps"),
-        (settings.weight_decay, "weight_decay"), (settings.clip_grad, "grad_clip"))]
+    rows += [_row("tiny_run_setting", value, "-", claim_id, evidence="configuration", tiny_point=point.name)
+             for value, claim_id in (
+                 (settings.betas[0], "adam_b1"), (settings.betas[1], "adam_b2"), (settings.eps, "adam_eps"),
+                 (settings.weight_decay, "weight_decay"), (settings.clip_grad, "grad_clip"))]
     return rows
 
 
 def derived_rows() -> list[dict]:
-    """Quantities the paper derives from its configuration (sec 2.1, 2.4, 3)."""
+    """Quantities the paper derives from its configuration (sec 2.1, 2.4, 3), each from the printed numbers."""
+    train_tokens = paper_value(PAPER, "train_tokens")
     return [
-        _row("gpus_total", total_gpus(SELENE_NODES), "GPUs", "gpus_total", nodes=SELENE_NODES),
-        _row("bytes_per_param", mixed_precision_adam_bytes_per_param(), "bytes/param", "bytes_per_param"),
-        _row("tokens_per_step", tokens_per_step() / 1e6, "million tokens", "tokens_per_step"),
-        _row("tokens_per_param", tokens_per_parameter(paper_value(PAPER, "train_tokens") * 1e9), "tokens/param",
-             "tokens_per_param"),
+        _row("gpus_total", total_gpus(SELENE_NODES), "GPUs", "gpus_total", nodes=SELENE_NODES,
+             evidence=evidence_from(MTNLG_TP, MTNLG_PP, GPUS_PER_NODE, MTNLG_NODES[SELENE_NODES])),
+        _row("bytes_per_param", mixed_precision_adam_bytes_per_param(), "bytes/param", "bytes_per_param",
+             evidence=evidence_from(*BYTES_INPUTS)),
+        _row("tokens_per_step", tokens_per_step() / 1e6, "million tokens", "tokens_per_step",
+             evidence=evidence_from(GLOBAL_BATCH_PRINTED, MODEL_INPUTS[2])),
+        _row("tokens_per_param", tokens_per_parameter(train_tokens * 1e9), "tokens/param", "tokens_per_param",
+             evidence=evidence_from(train_tokens, *MODEL_INPUTS)),
     ]
 
 
@@ -97,24 +150,26 @@ NOTES = {
     "bytes_per_param": "2 fp16 weights + 2 fp16 grads + 12 fp32 master/momentum/variance + 4 fp32 grad copy; "
                        "the paper states only the total",
     "tokens_per_step": "global batch x sequence length of the suite's config",
-    "tokens_per_param": "the paper's 270B training tokens over the suite's 529.6B parameter count",
+    "tokens_per_param": "the paper's 270B training tokens over the closed-form 529.6B parameter count",
+    "num_params": "closed form 12 l h^2 + 13 l h + (V + s) h + 2 h on the printed configuration",
+    "gpus_per_replica": "tp x pp",
+    "dp_size": "GPUs / (tp x pp) of the 8 x 35 x dp layout",
+    "model_state_tb": "the closed-form parameter count x 20 bytes",
 }
 
 
-#: Evidence class per row metric (issue 13); the throughput model's rows are ``fitted`` at 280 nodes (its one
-#: constant is fitted on that iteration time) and ``predicted`` at 350 and 420.
-EVIDENCE_OF_METRIC = {
-    "config": "configuration", "tiny_run_setting": "configuration", "num_params": "derived",
-    "model_state_tb": "derived", "bytes_per_param": "derived", "tokens_per_param": "derived",
-    "gpus_per_replica": "consistency", "dp_size": "consistency", "gpus_total": "consistency",
-    "tokens_per_step": "consistency", "tflops_from_paper_time": "consistency",
-}
-
-
-def evidence_of(row) -> str:
+def _evidence(row) -> str:
+    """The class the row carries; rows written before issue 26 carry none: then the class the same row gets now
+    (:func:`static_rows` depend on nothing the run computed; the model's rows on their node count)."""
+    evidence = row.get("evidence")
+    if isinstance(evidence, str) and evidence:
+        return evidence
     if row["metric"] in ("tflops_per_gpu", "iteration_time"):
-        return "fitted" if row.get("nodes") == 280 else "predicted"
-    return EVIDENCE_OF_METRIC[row["metric"]]
+        return _model_evidence(int(row["nodes"]))
+    same = [r["evidence"] for r in static_rows() if (r["metric"], r["claim_id"]) == (row["metric"], row["claim_id"])]
+    if not same:
+        raise ValueError(f"row {row['metric']}/{row['claim_id']} is not a row of mtnlg_layout")
+    return same[0]
 
 
 def claims(rows) -> list[ClaimCheck]:
@@ -124,12 +179,13 @@ def claims(rows) -> list[ClaimCheck]:
     for _, row in rows[rows["claim_id"].notna()].iterrows():
         note = "secondary source in paper_claims.csv"
         if row["metric"] in ("tflops_per_gpu", "iteration_time"):
-            note = ("the model's one constant is fitted on the 280-node iteration time" if row.get("nodes") == 280
+            note = ("the model's one constant is fitted on the 280-node iteration time" if row.get("nodes") == FIT_NODES
                     else "predicted (held out from the fit)") + "; " + note
         if row["metric"] == "tflops_from_paper_time":
             note = "the paper's iteration time through 96 B s l h^2 (1 + s/6h + V/16lh)"
         note = NOTES.get(row["metric"], note)
-        checks.append(check_value(PAPER, row["claim_id"], row["value"], note=note, evidence=evidence_of(row),
+        checks.append(check_value(PAPER, row["claim_id"], row["value"], note=note, evidence=_evidence(row),
+                                  same_as=SAME_QUANTITY.get(row["claim_id"], ""),
                                   **TOLERANCE.get(row["metric"], {})))
     return checks
 
