@@ -9,6 +9,12 @@ too, so Table 2's configuration claims check the models the suite builds.
 The models are built on torch's ``meta`` device, so even the 530B model costs no memory and the "measured"
 count is the real module tree, not the formula again. Megatron pads the 50,257-token GPT-2 vocabulary to a
 multiple of 128 x 8 = 1024 for 8-way model parallelism (sec. 5.1), i.e. V = 51,200.
+
+Evidence (issue 26), decided from each row's inputs (:func:`repro.paper.evidence_from`, stored in the row's
+``evidence``): a parameter count of an instantiated module is ``derived`` (the suite built it); the padded vocabulary
+(50,257, 128 and 8, all printed in sec. 5.1), hidden size per head (both printed) and ZeRO Table 4's 12 L h^2 on its
+printed layers and hidden size are the paper's own arithmetic (``consistency``). A model's count stated twice (printed
+and recomputed by the claims table) or by two tables for one shape counts once (:func:`counted_claims`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 from repro.claims import check_value
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
-from repro.paper import half_last_digit
+from repro.paper import evidence_from, half_last_digit, printed
 from repro.perfmodel.megatron import TABLE1, TABLE2
 from repro.perfmodel.mtnlg import MTNLG_530B
 from repro.perfmodel.zero_infinity import params_per_block
@@ -34,8 +40,12 @@ CONFIGS = {
     "mtnlg530B": (MTNLG_530B.num_layers, MTNLG_530B.hidden_size, MTNLG_530B.num_heads, MTNLG_530B.seq_length,
                   "mt_nlg_2022", "params"),
 }
-#: ZeRO Table 4 checks use 12 L h^2 (the transformer blocks only): label -> (layers, hidden)
-ZERO_T4 = {"60B": (75, 8192), "170B": (212, 8192)}
+#: ZeRO Table 4 checks use 12 L h^2 (the transformer blocks only): label -> (layers, hidden), as Table 4 prints them
+ZERO_T4 = {"60B": (printed(75, "zero_2019", "t4_fig3_60B"), printed(8192, "zero_2019", "t4_fig3_60B")),
+           "170B": (printed(212, "zero_2019", "t4_fig2_80B-170B"), printed(8192, "zero_2019", "t4_fig2_80B-170B"))}
+#: Megatron sec. 5.1: the 50,257-token GPT-2 vocabulary padded to a multiple of 128 x 8 (8-way model parallelism).
+PADDING = {"vocab": printed(GPT2_VOCAB, MEGATRON, "padded_vocab"), "multiple": printed(128, MEGATRON, "padded_vocab"),
+           "tp": printed(8, MEGATRON, "padded_vocab")}
 
 
 def _config(layers: int, hidden: int, heads: int, seq: int) -> GPTConfig:
@@ -64,13 +74,55 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         rows += [{"metric": metric, "value": float(value), "unit": "count", **common}
                  for metric, value in built.items()]
         del model
-    for label, (layers, hidden) in ZERO_T4.items():
-        rows.append({"metric": "block_params_12Lh2", "value": params_per_block(hidden) * layers / 1e9,
-                     "unit": "billion params", "model": label, "paper": "zero_2019", "layers": layers,
-                     "hidden": hidden})
-    rows.append({"metric": "padded_vocab", "value": float(_config(1, 64, 1, 8).padded_vocab_size(1)),
-                 "unit": "tokens", "model": "gpt2", "paper": "megatron_lm_2019"})
-    return rows
+    return rows + zero_t4_rows() + [padded_vocab_row()]
+
+
+def zero_t4_rows() -> list[dict]:
+    """ZeRO Table 4's 60B and 170B shapes through 12 L h^2 (``params_per_block``): the paper's arithmetic."""
+    return [{"metric": "block_params_12Lh2", "value": params_per_block(int(hidden)) * int(layers) / 1e9,
+             "unit": "billion params", "model": label, "paper": "zero_2019", "layers": int(layers),
+             "hidden": int(hidden), "evidence": evidence_from(layers, hidden)}
+            for label, (layers, hidden) in ZERO_T4.items()]
+
+
+def padded_vocab_row() -> dict:
+    """The vocabulary a GPTModel pads 50,257 to at tp 8 (``GPTConfig.padded_vocab_size``): the paper's rule on its
+    printed numbers."""
+    config = GPTConfig(vocab_size=int(PADDING["vocab"]), hidden_size=64, num_layers=1, num_attention_heads=1,
+                       max_position_embeddings=8, make_vocab_size_divisible_by=int(PADDING["multiple"]))
+    return {"metric": "padded_vocab", "value": float(config.padded_vocab_size(int(PADDING["tp"]))), "unit": "tokens",
+            "model": "gpt2", "paper": "megatron_lm_2019", "evidence": evidence_from(*PADDING.values())}
+
+
+def counted_claims() -> dict[str, str]:
+    """Claim id -> the claim that counts the same parameter count (issue 26: one quantity counts once). A model's
+    count is stated printed (``t1_1p2B_params``: 1.2, MT-NLG's ``params``: 530) and recomputed by the claims table
+    (``t1_1p2B_params_recomputed``: 1.213); Table 2's 2.5B and 8.3B have Table 1's layers, hidden size and sequence
+    length (the count does not depend on the heads), so their recomputed counts are the same numbers. The first
+    claim of a shape counts (Table 1's printed one); the others point to it."""
+    first: dict[tuple, str] = {}
+    out = {}
+    for layers, hidden, _, seq, paper, prefix in CONFIGS.values():
+        for claim in _count_claims(paper, prefix):
+            counted = first.setdefault((paper, layers, hidden, seq), claim)
+            if counted != claim:
+                out[claim] = counted
+    return out
+
+
+def _count_claims(paper: str, prefix: str) -> tuple[str, ...]:
+    """The claims that state one configuration's parameter count, the printed one first."""
+    if paper == "mt_nlg_2022":
+        return ("params", "params_repro")
+    return ((f"{prefix}_params",) if prefix.startswith("t1_") else ()) + (f"{prefix}_params_recomputed",)
+
+
+def _evidence(rows, metric: str, model: str, fresh: dict) -> str:
+    """The class the row carries; rows written before issue 26 carry none: then the class the same row gets now
+    (``fresh``: the padded vocabulary and ZeRO's 12 L h^2 depend on no module the run built)."""
+    hit = rows[(rows["metric"] == metric) & (rows["model"] == model)]
+    evidence = hit["evidence"].iloc[0] if len(hit) and "evidence" in hit else None
+    return evidence if isinstance(evidence, str) and evidence else fresh["evidence"]
 
 
 def _value(rows, metric: str, model: str) -> float | None:
@@ -85,21 +137,24 @@ def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0:
         return []
     checks = []
+    same = counted_claims()
     for label, (_, _, _, _, paper, prefix) in CONFIGS.items():
-        got = _value(rows, "instantiated_params", label)
+        got = _value(rows, "instantiated_params", label)  # counted on the module the suite built: derived
         closed = _value(rows, "closed_form_params", label)
         note = (f"GPTModel on the meta device; closed form {closed:.4f}B" if closed is not None else "")
         if paper == "mt_nlg_2022":
-            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note, evidence="derived"))
+            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note, evidence="derived",
+                                      same_as=same.get("params_repro", "")))
             checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B",
-                                      evidence="derived"))
+                                      evidence="derived", same_as=same.get("params", "")))
             continue
         recomputed = f"{prefix}_params_recomputed"
         checks.append(check_value(paper, recomputed, got, abs=half_last_digit(paper, recomputed),
-                                  note=note + "; ±half the paper's last printed digit", evidence="derived"))
+                                  note=note + "; ±half the paper's last printed digit", evidence="derived",
+                                  same_as=same.get(recomputed, "")))
         if prefix.startswith("t1_"):
             checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B",
-                                      evidence="derived"))
+                                      evidence="derived", same_as=same.get(f"{prefix}_params", "")))
             continue
         checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label),
                                   note="hidden / heads, both printed in the paper", evidence="consistency"))
@@ -112,11 +167,14 @@ def claims(rows) -> list[ClaimCheck]:
         checks.append(check_value("megatron_lm_2019", "t1_hidden_per_head", per_head.pop(),
                                   note="h / heads of all four Table 1 configs", evidence="consistency"))
     checks.append(check_value("megatron_lm_2019", "padded_vocab", _value(rows, "padded_vocab", "gpt2"),
-                              note="50,257 padded by the suite's rule (GPTConfig.padded_vocab_size)",
-                              evidence="derived"))
-    for label in ZERO_T4:
+                              note="50,257 padded to a multiple of 128 x 8 by the suite's rule "
+                                   "(GPTConfig.padded_vocab_size at tp 8)",
+                              evidence=_evidence(rows, "padded_vocab", "gpt2", padded_vocab_row())))
+    for fresh in zero_t4_rows():
+        label = fresh["model"]
         checks.append(check_value("zero_2019", f"t4_check_{label}", _value(rows, "block_params_12Lh2", label),
-                                  abs=0.05, evidence="derived"))
+                                  abs=0.05, note="12 L h^2 on Table 4's printed layers and hidden size",
+                                  evidence=_evidence(rows, "block_params_12Lh2", label, fresh)))
     return checks
 
 
