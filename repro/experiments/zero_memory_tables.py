@@ -1,7 +1,7 @@
 """ZeRO Tables 1 and 2 (model-state memory per device, max model size) and sec 5/7 closed forms, computed by
 ``repro.zero.memory_model`` and printed with the paper's own rounding rule.
 
-Table 1: all 54 cells (+3 baselines) are reproduced exactly once the paper's printing is applied: below 10 GB two
+Table 1: all 54 cells (+3 baselines) equal the formulas once the paper's printing is applied: below 10 GB two
 decimals, below 100 GB one decimal, from 100 GB truncated to an integer. The 8 truncated cells (exact value
 differs from the nearest integer by >= 0.5) are flagged in the rows (``truncated_by_paper``).
 Table 2: the 20 theoretical cells follow ``32 GB / bytes-per-param`` (Pos, Pos+g rounded to 0.1B, then x MP);
