@@ -84,13 +84,14 @@ def _decided(paper: str, claim_id: str, value: float, tolerance: str, close: boo
     """The verdict of a compared value: ``reproduced``/``differs`` (independent evidence), ``consistent``/
     ``inconsistent`` (the paper's own arithmetic), ``not counted`` (saying whether it agrees) for a configuration or
     fitted value, ``same quantity`` (saying whether it agrees) when another claim counts it."""
+    if evidence in NOT_COUNTED_EVIDENCE:  # never counted, whether or not another claim states the same quantity
+        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
+        same = f"same quantity as {same_as}; " if same_as else ""
+        note = f"{what}; {same}{agree}" + (f"; {note}" if note else "")
+        return ClaimCheck(paper, claim_id, value, tolerance, "not counted", note, evidence, same_as)
     if same_as:
         note = f"same quantity as {same_as} (counted there); {agree}" + (f"; {note}" if note else "")
         return ClaimCheck(paper, claim_id, value, tolerance, "same quantity", note, evidence, same_as)
-    if evidence in NOT_COUNTED_EVIDENCE:
-        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
-        note = f"{what}; {agree}" + (f"; {note}" if note else "")
-        return ClaimCheck(paper, claim_id, value, tolerance, "not counted", note, evidence)
     if evidence in CONSISTENCY_EVIDENCE:
         return ClaimCheck(paper, claim_id, value, tolerance, "consistent" if close else "inconsistent", note, evidence)
     return ClaimCheck(paper, claim_id, value, tolerance, "reproduced" if close else "differs", note, evidence)
