@@ -47,6 +47,8 @@ def _number(value: object) -> float:
 def report_of(ctx: FigureContext) -> pd.DataFrame:
     """The claims report of the figure's checks: the same rows claims.md and claims.csv hold."""
     checks = ctx.checks.copy()
+    if "experiment" in checks:  # the figure shows every experiment's checks: its provenance names their runs
+        ctx.touched.update(str(name) for name in checks["experiment"] if name)
     for column in ("paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence", "device",
                    "experiment", "scale"):
         if column not in checks:

@@ -246,3 +246,22 @@ def test_same_quantity_points_to_the_claim_that_counts_it():
     checks = C.collect_checks([_mapper("m", [C.check_value("zero_2019", "K_adam", 12.0, evidence="derived",
                                                           same_as="nope")])], rows)
     assert "same quantity as 'nope', which is not a claim of zero_2019" in "\n".join(checks.problems)
+
+
+def test_readme_gives_the_committed_headline():
+    """The README's count of independent evidence is the committed claims report's."""
+    import re
+
+    from repro.claims_render import headline
+
+    committed = pd.read_csv(REPO_ROOT / "results" / "claims.csv", keep_default_na=False, na_values=[""])
+    head = headline(committed)
+    text = " ".join((REPO_ROOT / "README.md").read_text().split())
+    found = re.search(r"\*\*(\d+) of (\d+) claims reproduced by independent evidence\*\* \((\d+) measured, (\d+) "
+                      r"simulated, (\d+) predicted, (\d+) derived\), (\d+) differ; the papers' arithmetic checks out "
+                      r"for (\d+) of (\d+) claims", text)
+    assert found, "README lacks the headline sentence"
+    assert [int(g) for g in found.groups()] == [head["reproduced"], head["claims"], head["reproduced_measured"],
+                                                head["reproduced_simulated"], head["reproduced_predicted"],
+                                                head["reproduced_derived"], head["differs"], head["consistent"],
+                                                head["consistency"]]
