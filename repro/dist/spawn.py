@@ -70,7 +70,8 @@ def free_port() -> int:
 
 
 #: Modules the forkserver imports once, so that each rank forked from it starts without importing torch again.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "repro.dist.launch")
+FORKSERVER_PRELOAD = ("torch", "torch.distributed", "repro.dist.launch", "repro.dist.groups", "repro.models",
+                      "repro.training.trainer", "repro.experiments")
 
 
 def accelerator_built() -> bool:

@@ -24,7 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Iterator, Mapping
 
-from repro.experiments.base import CPU_SCALES, SCALES, ClaimCheck, Experiment, Point, RunContext, Row
+from repro.experiments.base import (CPU_SCALES, EXTRA_MODULE_PREFIX, SCALES, ClaimCheck, Experiment, Point, RunContext,
+                                    Row)
 
 __all__ = [
     "SCALES", "ClaimCheck", "Experiment", "Point", "Registry", "Row", "RunContext",
@@ -144,7 +145,7 @@ def _load_extra(spec: str) -> ModuleType:
         path = Path(spec).resolve()
         if not path.is_file():
             raise FileNotFoundError(f"{EXTRA_ENV} names {spec!r}, which is not a file")
-        mod_name = f"_repro_extra_{path.stem}"
+        mod_name = f"{EXTRA_MODULE_PREFIX}{path.stem}"
         if mod_name in sys.modules:
             return sys.modules[mod_name]
         module_spec = importlib.util.spec_from_file_location(mod_name, path)

@@ -10,6 +10,7 @@ srun) -> result rows (plain dicts, rank 0's are kept) -> provenance added by the
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -142,6 +143,20 @@ class ClaimCheck:
     same_as: str = ""
 
 
+#: Name prefix of the modules loaded from a ``.py`` path (``REPRO_EXTRA_EXPERIMENTS``).
+EXTRA_MODULE_PREFIX = "_repro_extra_"
+
+
+def _experiment_from_file(path: str, name: str) -> "Experiment":
+    """The experiment ``name`` declared by the ``.py`` file at ``path`` (how such an experiment is unpickled)."""
+    from repro.experiments import _declared, _load_extra  # the registry imports this module: import when called
+
+    for experiment in _declared(_load_extra(path)):
+        if experiment.name == name:
+            return experiment
+    raise ValueError(f"{path} declares no experiment named {name!r}")
+
+
 @dataclass(frozen=True)
 class Experiment:
     """A paper figure or table, as data.
@@ -173,6 +188,15 @@ class Experiment:
     #: point); at any other scale the claim is "not decidable", and the report takes its verdict from that scale's
     #: rows where they exist. Claims not listed are decided at every scale.
     decided_at: Mapping[str, str] = field(default_factory=dict)
+
+    def __reduce_ex__(self, protocol):
+        """Ranks started from a forkserver or by spawn receive the experiment pickled. One loaded from a ``.py``
+        path (``REPRO_EXTRA_EXPERIMENTS``) lives in a module no other process can import by name, so it travels as
+        (file, name) and is loaded from the file again there."""
+        module = sys.modules.get(getattr(self.run_point, "__module__", "") or "")
+        if module is not None and module.__name__.startswith(EXTRA_MODULE_PREFIX) and getattr(module, "__file__", ""):
+            return _experiment_from_file, (module.__file__, self.name)
+        return object.__reduce_ex__(self, protocol)
 
     def points_for(self, scale: str) -> Sequence[Point]:
         if scale not in self.points:

@@ -236,8 +236,10 @@ def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
 
     if rows is None or len(rows) == 0 or "tier" not in rows:
         return []
-    scale = next(s for s in ("paper", "ci", "smoke") if (rows["scale"] == s).any() or s == "smoke")
-    rows = rows[rows["scale"] == scale].reset_index(drop=True)  # one scale: the one the claim is decided at
+    scales = set(rows["scale"]) if "scale" in rows else set()
+    scale = next((s for s in ("paper", "ci", "smoke") if s in scales), "ci")
+    if scales:
+        rows = rows[rows["scale"] == scale].reset_index(drop=True)  # one scale: the one the claim is decided at
     tiers = [t for t in ("memory", "nvme") if len(rows[(rows["metric"] == "params") & (rows["tier"] == t)])]
     if not tiers:
         return []

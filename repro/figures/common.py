@@ -174,6 +174,8 @@ def rows_provenance(rows: pd.DataFrame, scale: str) -> str:
     each was made at (from the rows' provenance), or that it shows the papers' values only."""
     if rows is None or not len(rows):
         return f"Provenance: scale {scale}; no result rows (paper values from results/paper/paper_claims.csv)."
+    if not {"experiment", "run_id", "scale"} <= set(rows.columns):
+        return f"Provenance: scale {scale}; {len(rows)} rows handed over directly, not read from a run."
     parts = []
     for experiment, mine in rows.groupby("experiment", sort=True):
         commits = sorted({str(c)[:10] for c in mine.get("prov_git_commit", pd.Series(dtype=str)).dropna() if c})

@@ -61,7 +61,7 @@ def test_parent_after_backward_starts_two_ranks_that_train():
     """The parent runs a backward, then starts 2 ranks (as on a GPU build: from a forkserver) that train tp=2 for
     3 steps; both ranks see the parent's current environment and report the same falling losses."""
     proc = subprocess.run([sys.executable, "-c", _TRAIN_AFTER_BACKWARD], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          timeout=300, env={**{k: v for k, v in os.environ.items() if k != "REPRO_START_METHOD"}, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["method"] == "forkserver"
