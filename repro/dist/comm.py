@@ -134,9 +134,26 @@ def reduce_scatter_tensor(
     if bounds is None:
         return _reduce_scatter_single(output, tensor, op=op, group=group.process_group, async_op=async_op)
     shard, full, n = output.reshape(-1), tensor.reshape(-1), output.numel()
-    works = [dist.reduce_scatter(shard[lo:hi], [full[r * n + lo: r * n + hi] for r in range(group.size)], op=op,
-                                 group=group.process_group, async_op=async_op) for lo, hi in bounds]
+    works = [_reduce_scatter_piece(shard[lo:hi], [full[r * n + lo: r * n + hi] for r in range(group.size)], op,
+                                   group, async_op) for lo, hi in bounds]
     return _Pieces(works) if async_op else None
+
+
+#: Whether gloo has the list form of reduce_scatter (torch < 2.8's does not; learnt at the first piece).
+_LIST_REDUCE_SCATTER = [True]
+
+
+def _reduce_scatter_piece(out: torch.Tensor, parts: list[torch.Tensor], op, group: CommGroup, async_op: bool):
+    """One piece: each rank's slice of this piece reduced into ``out``. The list form reads the slices in place;
+    where gloo lacks it, the slices are copied into one tensor for the tensor form (same sums, one copy more)."""
+    if _LIST_REDUCE_SCATTER[0]:
+        try:
+            return dist.reduce_scatter(out, parts, op=op, group=group.process_group, async_op=async_op)
+        except RuntimeError as err:
+            if "does not support" not in str(err) and "not supported" not in str(err):
+                raise
+            _LIST_REDUCE_SCATTER[0] = False
+    return _reduce_scatter_single(out, torch.cat(parts), op=op, group=group.process_group, async_op=async_op)
 
 
 def broadcast(tensor: torch.Tensor, group: CommGroup, *, src_group_rank: int = 0, async_op: bool = False):

@@ -86,7 +86,7 @@ class _TiledAttention(torch.autograd.Function):
                 allowed = ~c.bucket.blocked[c.groups][:, None].expand(-1, c.heads_count, m, n)
                 allowed = allowed.reshape(1, c.items, m, n)
             o_c = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=allowed, scale=scale)
-            out.index_copy_(0, c.queries.scatter, o_c.view(-1, v.shape[-1]))
+            out.index_copy_(0, c.queries.scatter, o_c.reshape(-1, v.shape[-1]))  # SDPA may return it strided
         ctx.save_for_backward(q, k, v, out)
         ctx.plan, ctx.scale, ctx.compute_dtype = plan, scale, compute_dtype
         return out[:-1].view(v.shape).to(q.dtype)

@@ -10,7 +10,10 @@ with ``compile=True``). Layout [batch, *grid, heads, head_dim].
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 import math
+from types import ModuleType
 from typing import Callable, Sequence
 
 import torch
@@ -36,6 +39,19 @@ def _positions(layouts: Sequence[DimLayout]) -> list[torch.Tensor]:
     return positions
 
 
+def flex_api() -> ModuleType:
+    """``torch.nn.attention.flex_attention``, or one clear error where this torch has none (before 2.5): the flex
+    backend needs it, the rest of the suite does not."""
+    try:
+        return importlib.import_module("torch.nn.attention.flex_attention")
+    except ImportError:
+        from repro.optional import MissingPackage
+
+        raise MissingPackage(f"GNA's flex backend needs FlexAttention (torch >= 2.5); this torch is "
+                             f"{torch.__version__}: upgrade torch, or use backend='fast'",
+                             name="torch.nn.attention.flex_attention") from None
+
+
 def gna_mask_mod(
     grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv_tile: Sequence[int], device="cpu"
 ) -> Callable:
@@ -45,15 +61,16 @@ def gna_mask_mod(
     q_positions = _positions([d.q_layout for d in dims])
     kv_positions = _positions([d.kv_layout for d in dims])
     # Per flattened query index: its KV interval in every dimension; per key index: its position in every dimension.
-    q_lo = torch.stack([d.lo[p] for d, p in zip(dims, q_positions)]).to(device)  # [ndim, Lq]
-    q_hi = torch.stack([d.hi[p] for d, p in zip(dims, q_positions)]).to(device)
-    kv_pos = torch.stack(kv_positions).to(device)  # [ndim, Lk]
-    ndim = len(dims)
+    # One 1-D table per dimension, indexed by the token index alone (``table[idx]``): the lookup every torch with
+    # FlexAttention traces (a 2-D ``table[i, idx]`` is refused as data-dependent by create_block_mask on 2.9-2.10).
+    q_lo = [d.lo[p].to(device) for d, p in zip(dims, q_positions)]  # per dimension: [Lq]
+    q_hi = [d.hi[p].to(device) for d, p in zip(dims, q_positions)]
+    kv_pos = [p.to(device) for p in kv_positions]  # per dimension: [Lk]
 
     def mask_mod(b, h, q_idx, kv_idx):
-        allowed = (kv_pos[0, kv_idx] >= q_lo[0, q_idx]) & (kv_pos[0, kv_idx] <= q_hi[0, q_idx])
-        for i in range(1, ndim):
-            allowed = allowed & (kv_pos[i, kv_idx] >= q_lo[i, q_idx]) & (kv_pos[i, kv_idx] <= q_hi[i, q_idx])
+        allowed = (kv_pos[0][kv_idx] >= q_lo[0][q_idx]) & (kv_pos[0][kv_idx] <= q_hi[0][q_idx])
+        for pos, lo, hi in zip(kv_pos[1:], q_lo[1:], q_hi[1:]):
+            allowed = allowed & (pos[kv_idx] >= lo[q_idx]) & (pos[kv_idx] <= hi[q_idx])
         return allowed
 
     return mask_mod
@@ -84,7 +101,7 @@ def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv
     the mask_mod on every (query, key) pair as ``create_block_mask`` does: the paper's grids have 56k-123k tokens,
     whose dense [N, N] mask (and its int64 intermediates) would not fit in a GPU's memory. Full tiles are listed
     as full blocks (no mask_mod in the kernel), partial tiles as partial blocks, empty tiles not at all."""
-    from torch.nn.attention.flex_attention import BlockMask
+    BlockMask = flex_api().BlockMask
 
     grid = spec.validate_grid(grid)
     dims = all_dim_tiles(grid, spec, q_tile, kv_tile)
@@ -94,6 +111,9 @@ def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv
     full = _tile_product([d.full for d in dims])
     partial_counts, partial_indices = _ordered_blocks(nonempty & ~full, device)
     full_counts, full_indices = _ordered_blocks(full, device)
+    extra = {}
+    if "seq_lengths" in inspect.signature(BlockMask.from_kv_blocks).parameters:  # torch >= 2.6
+        extra["seq_lengths"] = (q_len, kv_len)  # older ones take tiles x tile size, which is the same: padded grids
     return BlockMask.from_kv_blocks(
         partial_counts,
         partial_indices,
@@ -101,15 +121,13 @@ def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv
         full_indices,
         BLOCK_SIZE=(math.prod(q_tile), math.prod(kv_tile)),
         mask_mod=gna_mask_mod(grid, spec, q_tile, kv_tile, device),
-        seq_lengths=(q_len, kv_len),
+        **extra,
     )
 
 
 @functools.lru_cache(maxsize=1)
 def _compiled_flex() -> Callable:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_api().flex_attention, dynamic=False)
 
 
 def flex_gna(
@@ -125,9 +143,9 @@ def flex_gna(
 ) -> torch.Tensor:
     """GNA through ``torch.nn.attention.flex_attention``. ``block_mask`` may be passed in to reuse one built by
     :func:`gna_block_mask` with the same grid, spec and tiles."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     from repro.gna.simulator import choose_tile_shapes
+
+    flex_attention = flex_api().flex_attention
 
     grid = check_qkv(query, key, value, spec)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))

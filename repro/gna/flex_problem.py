@@ -24,7 +24,9 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object, float], tor
 def flex_attend(*, compile: bool) -> Attend:
     """Flex on tile-ordered sequences: compiled (the GPU kernel; ``repro.gna.flex``'s cached compiled function) or
     eager (CPU, forward only; it evaluates the mask_mod densely and ignores the block sparsity)."""
-    from torch.nn.attention.flex_attention import flex_attention
+    from repro.gna.flex import flex_api
+
+    flex_attention = flex_api().flex_attention
 
     def attend(q, k, v, block_mask, scale):
         fn = _compiled_flex() if compile else flex_attention

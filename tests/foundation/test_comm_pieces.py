@@ -52,3 +52,35 @@ def test_piece_bounds_cover_the_shard_in_order():
     for bounds, small, off in spawn(_piece_bounds_rank, 2):
         assert bounds == [(0, 10), (10, 20), (20, 25)]
         assert small is None and off is None
+
+
+def _pieces_without_list_reduce_scatter(rank: int, world_size: int) -> list[list[float]]:
+    """Reduce-scatter in pieces as on a gloo without the list form (torch < 2.8): the fallback's shard, both ways."""
+    import torch.distributed as dist
+
+    from repro.dist import comm as C
+
+    groups = init_parallel()
+    C.GLOO_CHUNK_BYTES = 40
+    full = torch.arange(50, dtype=torch.float32) * (rank + 1)
+    out = []
+    for listed in (True, False):
+        C._LIST_REDUCE_SCATTER[0] = True
+        original = dist.reduce_scatter
+        if not listed:
+            def refuse(*args, **kwargs):
+                raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
+            dist.reduce_scatter = refuse
+        try:
+            shard = torch.empty(25)
+            C.reduce_scatter_tensor(shard, full, groups.dp)
+        finally:
+            dist.reduce_scatter = original
+        out.append(shard.tolist() + [float(C._LIST_REDUCE_SCATTER[0])])
+    return out
+
+
+def test_reduce_scatter_pieces_fall_back_where_gloo_lacks_the_list_form():
+    for listed, fallback in spawn(_pieces_without_list_reduce_scatter, 2):
+        assert listed[:-1] == fallback[:-1]  # the same sums
+        assert listed[-1] == 1.0 and fallback[-1] == 0.0  # the fallback was taken, and remembered
