@@ -18,8 +18,7 @@ Both run eagerly exactly as the Python swap did (same states, same order), so ea
 ``device`` is ``"cpu"`` or ``"cuda"`` (the current CUDA device's generator).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: torch 2.4's custom_op reads the annotations as types, not strings.
 import torch
 from torch import Tensor
 
