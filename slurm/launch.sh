@@ -17,9 +17,11 @@
 #
 # Preemption (issue 12). SIGUSR1 (#SBATCH --signal=B:USR1@120 two minutes before the time limit, or
 # `scancel --full --signal=USR1 JOB`) and SIGTERM (the time limit itself) that reach this shell are passed on to the
-# running step: srun hands them to its tasks, torchrun's agent to its workers. `scancel --signal=USR1 JOB` (without
+# running step: srun hands them to its tasks, and a multi-rank point's torchrun runs under repro.dist.torchrun,
+# which hands them to torchrun's agent, the agent to its workers (issue 27). `scancel --signal=USR1 JOB` (without
 # --full) skips this shell and signals the step's processes directly. A training rank finishes its step, saves and
-# exits 75 (EX_TEMPFAIL, repro.training.preemption.EXIT_PREEMPTED); an experiment point, which keeps no state, stops.
+# exits 75 (EX_TEMPFAIL, repro.training.preemption.EXIT_PREEMPTED); an experiment point, which keeps no state, stops,
+# and repro.dist.torchrun exits 75 for it (plain torchrun would say 1).
 # A step that exits 75, or that ends unsuccessfully after a signal reached this shell, ends the attempt with
 # `scontrol requeue`: Slurm starts the job again under the same job id (SLURM_RESTART_COUNT counts the requeues),
 # appending to the same log (#SBATCH --open-mode=append); a job cancelled by scancel (which sends SIGTERM too) is
@@ -224,9 +226,9 @@ else
   PER_NODE="$(leading_int "${SLURM_NTASKS_PER_NODE:-${SLURM_CPUS_ON_NODE:-1}}")"
 fi
 CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
-# torchrun's agent dies on SIGUSR1 unless it handles it; handled, it passes it on to its workers (torch >= 2.8 reads
-# this variable; older versions ignore it)
-export PET_SIGNALS_TO_HANDLE="${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1}"
+# Multi-rank points start torchrun through repro.dist.torchrun: torchrun's agent dies of SIGUSR1 unless told to
+# handle it, and reports a worker's 75 (or a stop by a signal) as its own 1; the wrapper has the agent handle
+# SIGUSR1 where it can, passes the signals on, waits for every rank, and exits 75 when the point stopped for one.
 
 echo "repro launch: $EXP scale=$SCALE job=$JOB${TASK:+ array_task=$TASK} attempt=$ATTEMPT nodes=$NODES head=$HEAD gpus/node=$GPUS ranks/node=$PER_NODE run_id=$RUN_ID"
 
@@ -263,7 +265,7 @@ $NODES node(s): resubmit with --nodes=$NN (repro submit sizes this)" 4
     PPN=$(( WS / NN ))
     if [ "$LAUNCHER" = torchrun ]; then
       run_step srun --nodes="$NN" --ntasks="$NN" --ntasks-per-node=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 \
-        "$PY" -m torch.distributed.run --nnodes="$NN" --nproc-per-node="$PPN" \
+        "$PY" -m repro.dist.torchrun --nnodes="$NN" --nproc-per-node="$PPN" \
         --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="repro-$JOB-$RESTART-$index" \
         "${WORKER[@]}"
     else

@@ -3,6 +3,8 @@
 torchrun exports RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT. srun exports SLURM_PROCID /
 SLURM_NTASKS / SLURM_LOCALID / SLURM_JOB_NODELIST / SLURM_JOB_ID; the master is the first host of the node list
 and the port is derived from the job id so that concurrent jobs on a node do not collide.
+With neither, the process is a job of one: it rendezvouses at MASTER_ADDR:MASTER_PORT when MASTER_PORT is set, and
+otherwise through an in-process store that needs no port at all, so any number of one-process runs share a machine.
 The backend is chosen at run time: nccl when CUDA is available, gloo otherwise.
 """
 
@@ -28,7 +30,7 @@ class LaunchEnv:
     world_size: int
     local_rank: int
     master_addr: str
-    master_port: int
+    master_port: int  # 0: no rendezvous port (a one-process job without MASTER_PORT uses an in-process store)
     launcher: str  # "torchrun" | "srun" | "single"
 
 
@@ -71,11 +73,23 @@ def _int_var(env: Mapping[str, str], name: str) -> int:
         raise ValueError(f"launch variable {name}={value!r} is not an integer") from err
 
 
+def _port_var(env: Mapping[str, str], name: str = "MASTER_PORT") -> int:
+    value = env[name]
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ValueError(f"launch variable {name}={value!r} must be a TCP port number in 1..65535")
+    return port
+
+
 def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
     """Read rank, world size and rendezvous address from torchrun's or srun's variables.
 
     torchrun's variables win when both are present (srun running one torchrun per node sets both).
-    With neither, this is a single process (rank 0 of 1).
+    With neither, this is a single process (rank 0 of 1), at MASTER_ADDR (default 127.0.0.1) and MASTER_PORT when
+    MASTER_PORT is set, else with port 0: no port (see :func:`init_distributed`).
     """
     env = os.environ if env is None else env
     if "RANK" in env or "WORLD_SIZE" in env:
@@ -86,15 +100,16 @@ def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
         if addr is None or port is None:
             raise ValueError("RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is missing")
         launcher = "torchrun"
-        port_int = int(port)
+        port_int = _port_var(env)
     elif "SLURM_PROCID" in env:
         rank, world = _int_var(env, "SLURM_PROCID"), _int_var(env, "SLURM_NTASKS")
         local = _int_var(env, "SLURM_LOCALID")
         addr = env.get("MASTER_ADDR") or first_slurm_host(env.get("SLURM_JOB_NODELIST", ""))
-        port_int = int(env["MASTER_PORT"]) if "MASTER_PORT" in env else slurm_port(env.get("SLURM_JOB_ID", "0"))
+        port_int = _port_var(env) if "MASTER_PORT" in env else slurm_port(env.get("SLURM_JOB_ID", "0"))
         launcher = "srun"
     else:
-        return LaunchEnv(0, 1, 0, "127.0.0.1", 29500, "single")
+        port_int = _port_var(env) if "MASTER_PORT" in env else 0
+        return LaunchEnv(0, 1, 0, env.get("MASTER_ADDR") or "127.0.0.1", port_int, "single")
     if world < 1:
         raise ValueError(f"world size {world} must be >= 1")
     if not 0 <= rank < world:
@@ -109,7 +124,9 @@ def init_distributed(
 ) -> LaunchEnv:
     """Initialise the default process group from the launcher's environment (idempotent).
 
-    ``timeout_s`` bounds every collective, so a dead peer makes the job fail instead of hang.
+    ``timeout_s`` bounds every collective, so a dead peer makes the job fail instead of hang. A job of one without
+    MASTER_PORT rendezvouses through an in-process store (no port to collide with another run on the machine); a
+    MASTER_PORT that another process holds is a ``ValueError`` naming it.
     """
     launch = read_launch_env(env)
     if dist.is_initialized():
@@ -126,13 +143,17 @@ def init_distributed(
         # cuda:LOCAL_RANK, or an error when the node has fewer GPUs than ranks (never a wrap-around onto a GPU
         # that another rank already uses)
         torch.cuda.set_device(select_device("cuda", local_rank=launch.local_rank))
-    dist.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
-        rank=launch.rank,
-        world_size=launch.world_size,
-        timeout=_dt.timedelta(seconds=timeout_s),
-    )
+    rendezvous: dict = {"store": dist.HashStore()} if launch.master_port == 0 else {
+        "init_method": f"tcp://{launch.master_addr}:{launch.master_port}"}
+    try:
+        dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size,
+                                timeout=_dt.timedelta(seconds=timeout_s), **rendezvous)
+    except RuntimeError as err:  # torch's DistNetworkError: the master could not bind its port
+        if launch.rank == 0 and "in use" in str(err).lower():
+            hint = "unset MASTER_PORT to run without a port" if launch.launcher == "single" else "choose a free port"
+            raise ValueError(f"launch variable MASTER_PORT={launch.master_port}: the port is in use on "
+                             f"{launch.master_addr} (another job?); {hint}") from None
+        raise
     if backend == "nccl":
         from repro.dist.device import check_one_gpu_per_rank, gpu_identity
 

@@ -25,7 +25,7 @@ from repro.cliargs import OneLineParser, non_negative_float, non_negative_int, p
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
 from repro.training.failfast import UsageError, Watchdog, agree_on_setup, run_fail_fast
-from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag
+from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
@@ -191,7 +191,8 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     from repro.training.loop import train_loop
     from repro.training.trainer import PipelineTrainer, TrainSettings
 
-    launch = init_distributed(timeout_s=args.timeout_s)
+    # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
+    launch = agree_on_setup(lambda: init_distributed(timeout_s=args.timeout_s))
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():
@@ -263,4 +264,7 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
         if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
             print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
-    return run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
+    code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
+    if code == EXIT_PREEMPTED:
+        note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1
+    return code

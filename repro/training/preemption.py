@@ -7,10 +7,18 @@ training loop looks at it after each step, every rank agrees (one all-reduce of 
 only some ranks), a checkpoint is written, and the process exits with :data:`EXIT_PREEMPTED`. The generated sbatch
 file sees that code and requeues the job, which resumes from the checkpoint with the same job id and appends to the
 same log (``--open-mode=append``).
+
+Under torchrun (issue 27) two things stand between a rank's 75 and the batch script: an agent killed by a signal it
+does not handle (SIGUSR1, before ``--signals-to-handle``) would leave its ranks training, orphaned, so each rank asks
+the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``) and stops like any preempted rank; and the agent
+reports a rank's 75 as its own exit code 1, so a rank that stops writes the file ``REPRO_PREEMPTED_FILE`` names,
+which :mod:`repro.dist.torchrun` (torchrun with exit code 75 passed out) reads.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import threading
 from types import FrameType
@@ -19,10 +27,14 @@ import torch
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
+from repro.dist.torchrun import EXIT_PREEMPTED, PR_SET_PDEATHSIG, PREEMPTED_FILE_VAR, prctl
 
-#: the exit code of a rank that stopped on a preemption signal (after saving when ``--save`` was given); 75 is
-#: ``EX_TEMPFAIL`` of sysexits.h: "try again later". slurm/launch.sh requeues the job when a step ends with it.
-EXIT_PREEMPTED = 75
+#: :data:`EXIT_PREEMPTED` (75, ``EX_TEMPFAIL`` of sysexits.h: "try again later") is the exit code of a rank that
+#: stopped on a preemption signal (after saving when ``--save`` was given); slurm/launch.sh requeues on it.
+__all__ = ["EXIT_PREEMPTED", "PreemptionFlag", "launched_by_torchrun", "note_preempted"]
+
+#: the parent when this module was imported (early in a rank's life): a different one later means it died
+_PARENT_AT_IMPORT = os.getppid()
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -32,12 +44,17 @@ class PreemptionFlag:
 
     The handler only records the signal: a collective or a file write interrupted half-way would leave the ranks
     out of step, so the work stops at the next step boundary instead.
+
+    ``on_parent_death`` (default: when torchrun started this process) also asks for SIGTERM when the parent
+    process dies, so that ranks whose torchrun agent was killed stop as if preempted instead of training on.
     """
 
-    def __init__(self, signals: tuple[signal.Signals, ...] = SIGNALS) -> None:
+    def __init__(self, signals: tuple[signal.Signals, ...] = SIGNALS, *, on_parent_death: bool | None = None) -> None:
         self.signals = signals
         self.received: str | None = None
         self._previous: dict[signal.Signals, object] = {}
+        self.on_parent_death = launched_by_torchrun() if on_parent_death is None else on_parent_death
+        self._death_signal = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signal.Signals(signum).name
@@ -46,9 +63,16 @@ class PreemptionFlag:
         if threading.current_thread() is threading.main_thread():  # signal handlers live on the main thread only
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            if self.on_parent_death and signal.SIGTERM in self.signals:
+                self._death_signal = prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+                if self._death_signal and os.getppid() != _PARENT_AT_IMPORT:  # it died before the request
+                    self.received = "SIGTERM"
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._death_signal:
+            prctl(PR_SET_PDEATHSIG, 0)
+            self._death_signal = False
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
@@ -60,3 +84,22 @@ class PreemptionFlag:
         if group is not None and group.size > 1:
             comm.all_reduce(flag, group, op=torch.distributed.ReduceOp.MAX)
         return bool(flag > 0)
+
+
+def launched_by_torchrun() -> bool:
+    """Whether torchrun's agent started this process (it exports ``TORCHELASTIC_RUN_ID`` to its workers)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def note_preempted(rank: int | str | None = None) -> None:
+    """Record that this rank stopped for a preemption in the file ``REPRO_PREEMPTED_FILE`` names, if it names one
+    (:mod:`repro.dist.torchrun` sets it and exits 75 when the file exists). One JSON line per rank, appended."""
+    path = os.environ.get(PREEMPTED_FILE_VAR)
+    if not path:
+        return
+    rank = os.environ.get("RANK", "0") if rank is None else rank
+    try:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"rank": int(rank), "exit_code": EXIT_PREEMPTED}) + "\n")
+    except OSError as err:  # the wrapper's scratch folder is gone: nobody is left to read it
+        print(f"[rank {rank}] could not note the preemption in {path}: {err.strerror}", flush=True)

@@ -1,0 +1,202 @@
+"""``python -m repro.dist.torchrun``: torchrun, with every preemption signal passed on and exit code 75 passed out.
+
+    python -m repro.dist.torchrun --nproc-per-node 2 -m repro.training --tp 2 --save ckpt --load ckpt
+
+It takes torchrun's own options and runs ``python -m torch.distributed.run`` with them, fixing what plain torchrun
+does to a preemption (issue 27):
+
+* **SIGUSR1 kills torchrun's agent** (exit 138) unless the agent is told to handle it (``--signals-to-handle``,
+  added after torch 2.8 by PyTorch PR 160690: 2.13 and 2.15 have it, 2.4 has not), and its ranks go on training,
+  orphaned. This wrapper asks the agent to handle SIGUSR1 where it can (``PET_SIGNALS_TO_HANDLE``), and passes
+  SIGUSR1 and SIGTERM that reach the wrapper on to the agent: as they are where the agent handles them, as SIGTERM
+  where it does not. The agent sends the signal to its ranks, which finish their step, save and exit 75
+  (:mod:`repro.training.preemption`).
+* **torchrun turns a rank's 75 into its own 1**, so a batch script cannot tell a preemption from a crash. Each rank
+  that stops for a preemption writes the file named by ``REPRO_PREEMPTED_FILE`` (set here, one per run); when it
+  exists, or when a preemption signal reached this wrapper and torchrun then failed, the wrapper exits 75.
+* **An agent killed by a signal leaves its ranks behind.** The wrapper is a child subreaper: ranks orphaned by the
+  agent become its children; it sends them SIGTERM (repro's training ranks get it from the kernel anyway, through
+  ``PR_SET_PDEATHSIG``), waits until every one of them has saved and exited, and only then decides its exit code.
+
+Other exit codes are torchrun's (128 + N when a signal N ended it). After forwarding a signal the agent gives its
+ranks ``--shutdown-timeout`` seconds (30 by default; torch 2.4 has no such option) before it kills them: raise it
+when a checkpoint takes longer to write.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Sequence
+
+#: exit code of a job stopped by a preemption signal (after saving); ``EX_TEMPFAIL`` of sysexits.h
+EXIT_PREEMPTED = 75
+#: names the file a rank that stops for a preemption writes (see :func:`repro.training.preemption.note_preempted`)
+PREEMPTED_FILE_VAR = "REPRO_PREEMPTED_FILE"
+#: the signals the agent should handle and forward: torchrun's default four and Slurm's preemption warning
+AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+FORWARDED_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
+PROG = "repro torchrun"
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux ``prctl(option, value)``; False where it is unavailable or refused."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def agent_handles_signal_option() -> bool:
+    """Whether this torch's torchrun takes ``--signals-to-handle`` (and so ``PET_SIGNALS_TO_HANDLE``)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return "signals_to_handle" in {field.name for field in dataclasses.fields(LaunchConfig)}
+
+
+def exit_code(torchrun_rc: int, *, rank_preempted: bool, signalled: str | None) -> int:
+    """The wrapper's exit code: 75 when a rank stopped for a preemption, or when a preemption signal reached the
+    wrapper and torchrun then ended unsuccessfully; else torchrun's (128 + N for a signal N, as a shell reports)."""
+    if rank_preempted or (signalled is not None and torchrun_rc != 0):
+        return EXIT_PREEMPTED
+    return 128 - torchrun_rc if torchrun_rc < 0 else torchrun_rc
+
+
+def children(pid: int | None = None) -> list[int]:
+    """The pids of the children of ``pid`` (default: this process: the agent, or ranks it left behind), from /proc."""
+    found = []
+    me = os.getpid() if pid is None else pid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after its last ")"
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+            found.append(int(entry))
+    return found
+
+
+class Forwarder:
+    """Signal handlers of the wrapper: pass each signal on to the agent (or, once it is gone, to the ranks it left)
+    and remember the first preemption signal, which goes on only once (the agent's handler raises on every signal
+    it gets, and a second one would cut its wait for the ranks short)."""
+
+    def __init__(self, *, agent_handles_usr1: bool) -> None:
+        self.agent: subprocess.Popen | None = None
+        self.agent_handles_usr1 = agent_handles_usr1
+        self.signalled: str | None = None
+
+    def install(self) -> None:
+        """Catch the forwarded signals now, before the agent starts (one that comes earlier is passed on by
+        :meth:`started`)."""
+        for sig in FORWARDED_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def started(self, agent: subprocess.Popen) -> None:
+        self.agent = agent
+        if self.signalled is not None:
+            self._forward(signal.Signals[self.signalled])
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        if sig in PREEMPTION_SIGNALS:
+            if self.signalled is not None:
+                print(f"{PROG}: got {sig.name} again: the ranks are already stopping", file=sys.stderr, flush=True)
+                return
+            self.signalled = sig.name
+        if self.agent is not None:
+            self._forward(sig)
+
+    def _forward(self, sig: signal.Signals) -> None:
+        assert self.agent is not None
+        if self.agent.returncode is None and self.agent.poll() is None:
+            # an agent that does not handle SIGUSR1 dies of it; SIGTERM it handles in every torch version
+            send = sig if sig != signal.SIGUSR1 or self.agent_handles_usr1 else signal.SIGTERM
+            targets, whom = [self.agent.pid], "torchrun's agent"
+        else:
+            send, targets, whom = sig, children(), "the ranks torchrun's agent left"
+        print(f"{PROG}: got {sig.name}: passing {send.name} on to {whom}", file=sys.stderr, flush=True)
+        for pid in targets:
+            try:
+                os.kill(pid, send)
+            except ProcessLookupError:
+                pass
+
+
+def reap_orphans() -> None:
+    """Wait for every remaining child: ranks that the agent left behind when a signal killed it (reparented to this
+    subreaper). They are told to stop (SIGTERM: a training rank saves and exits 75) and waited for."""
+    orphans = children()
+    for pid in orphans:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if orphans:
+        print(f"{PROG}: torchrun's agent left {len(orphans)} rank(s) running; told them to stop (SIGTERM), "
+              "waiting", file=sys.stderr, flush=True)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _option_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the first of ``names`` in ``argv`` (``--name V`` or ``--name=V``), or None."""
+    for index, arg in enumerate(argv):
+        for name in names:
+            if arg == name and index + 1 < len(argv):
+                return argv[index + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1:]
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]) or not argv:
+        print(__doc__.strip())
+        print("\ntorchrun's options follow:\n", flush=True)
+        return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--help"])
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    handles_option = agent_handles_signal_option()
+    with tempfile.TemporaryDirectory(prefix="repro-torchrun-") as scratch:
+        marker = Path(scratch) / "preempted"
+        env = dict(os.environ, **{PREEMPTED_FILE_VAR: str(marker)})
+        if handles_option:
+            env.setdefault("PET_SIGNALS_TO_HANDLE", AGENT_SIGNALS)
+        handled = (_option_value(argv, "--signals-to-handle", "--signals_to_handle")
+                   or env.get("PET_SIGNALS_TO_HANDLE", "")) if handles_option else ""
+        forwarder = Forwarder(agent_handles_usr1="SIGUSR1" in handled.replace(" ", "").upper().split(","))
+        forwarder.install()
+        agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=env)
+        forwarder.started(agent)
+        rc = agent.wait()
+        reap_orphans()
+        preempted = marker.exists()
+    code = exit_code(rc, rank_preempted=preempted, signalled=forwarder.signalled)
+    if code == EXIT_PREEMPTED and rc != EXIT_PREEMPTED:
+        why = "its ranks stopped for a preemption" if preempted else f"it got {forwarder.signalled} and failed"
+        print(f"{PROG}: torchrun ended with {128 - rc if rc < 0 else rc}; {why}: exit code {EXIT_PREEMPTED}",
+              file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Issue 27: a preemption signal to any process of a torchrun job saves every rank, and the caller learns of it.
+
+One training (tp=2 over 2 ranks, dropout on, cosine schedule) is stopped five times, each time through another
+process and launcher, and resumed from its checkpoint each time; its losses must equal a straight run's. The exit
+codes are the ones README.md documents: plain torchrun dies of SIGUSR1 (138) while its ranks, told by the kernel,
+save on their own; told to handle SIGUSR1 it passes it on but exits 1; ``python -m repro.dist.torchrun`` exits 75.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.dist.torchrun import AGENT_SIGNALS, EXIT_PREEMPTED, agent_handles_signal_option, children, exit_code
+from tests.training.ranks import SMALL, Ranks, iterations
+
+TRAIN = ["--tp", "2", "--steps", "60", "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--dropout", "0.1"]
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie counts: an orphan's new parent may be slow to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+class TorchrunJob:
+    """``[python -m repro.dist.torchrun | python -m torch.distributed.run] --nproc-per-node 2 -m repro.training``."""
+
+    def __init__(self, tmp: Path, name: str, args: list[str], *, wrapper: bool, torchrun_args: tuple = ()) -> None:
+        self.log = tmp / f"{name}.log"
+        launcher = "repro.dist.torchrun" if wrapper else "torch.distributed.run"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))}
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", launcher, "--nproc-per-node", "2", *torchrun_args, "-m", "repro.training",
+                 *SMALL, "--timeout-s", "60", *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.wrapper = wrapper
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait_for_iteration(self, iteration: int, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done = [int(n) for n in re.findall(r"^ iteration +(\d+)/", self.output(), re.M)]
+            if done and done[-1] >= iteration:
+                return
+            assert self.proc.poll() is None, f"ended before iteration {iteration}:\n{self.output()[-3000:]}"
+            assert time.monotonic() < deadline, f"no iteration {iteration} in {timeout_s} s:\n{self.output()[-3000:]}"
+            time.sleep(0.05)
+
+    def agent(self) -> int:
+        return children(self.proc.pid)[0] if self.wrapper else self.proc.pid
+
+    def ranks(self) -> list[int]:
+        pids = children(self.agent())
+        assert len(pids) == 2, pids
+        return pids
+
+    def wait(self, timeout_s: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def _latest(ckpt: Path) -> int:
+    return int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+
+
+def _stop(tmp: Path, ckpt: Path, name: str, target: str, sig: signal.Signals, *, wrapper: bool,
+          torchrun_args: tuple = ()) -> tuple[int, str]:
+    """Resume the training, let it take two steps, send ``sig`` to ``target`` (wrapper, agent or rank); returns the
+    caller's exit code and the output, once every rank has exited and the checkpoint has moved on."""
+    before = _latest(ckpt) if (ckpt / "latest_checkpointed_iteration.txt").exists() else 0
+    job = TorchrunJob(tmp, name, [*TRAIN, "--save", str(ckpt), "--load", str(ckpt)], wrapper=wrapper,
+                      torchrun_args=torchrun_args)
+    job.wait_for_iteration(before + 2)
+    ranks = job.ranks()
+    pid = {"wrapper": job.proc.pid, "agent": job.agent(), "rank": ranks[1]}[target]
+    os.kill(pid, sig)
+    code = job.wait()
+    deadline = time.monotonic() + 60
+    while not all(_gone(rank) for rank in ranks):  # orphans of a dead agent finish on their own
+        assert time.monotonic() < deadline, job.output()[-3000:]
+        time.sleep(0.1)
+    out = job.output()
+    assert "exiting with code 75" in out, out[-3000:]
+    saved = _latest(ckpt)
+    assert before < saved < 60, (before, saved)
+    shards = sorted(p.name for p in (ckpt / f"iter_{saved:07d}").glob("rank*.pt"))
+    assert shards == ["rank00000.pt", "rank00001.pt"], shards  # every rank saved
+    return code, out
+
+
+def test_signals_to_every_process_of_a_torchrun_job_save_and_resume_exactly(tmp_path):
+    straight = Ranks(tmp_path, "straight", 2, [*TRAIN, "--log-jsonl", str(tmp_path / "straight.jsonl")])
+    assert straight.wait() == [0, 0], straight.all_output()
+    ckpt = tmp_path / "ckpt"
+    # plain torchrun, SIGUSR1 to its agent: the agent dies of it (138 in a shell); the ranks get SIGTERM from the
+    # kernel (PR_SET_PDEATHSIG) and save, but nobody is left to report their 75
+    code, out = _stop(tmp_path, ckpt, "plain", "agent", signal.SIGUSR1, wrapper=False)
+    assert code == -signal.SIGUSR1 and "received SIGTERM" in out, (code, out[-3000:])
+    # SIGTERM it handles: it passes it on, waits for the ranks, and exits 1
+    code, out = _stop(tmp_path, ckpt, "plain_term", "agent", signal.SIGTERM, wrapper=False)
+    assert code == 1 and "received SIGTERM" in out, (code, out[-3000:])
+    stops = 2
+    if agent_handles_signal_option():  # torch >= 2.9: the agent can be told to pass SIGUSR1 on; it then exits 1
+        code, out = _stop(tmp_path, ckpt, "handled", "agent", signal.SIGUSR1, wrapper=False,
+                          torchrun_args=("--signals-to-handle", AGENT_SIGNALS))
+        assert code == 1 and "received SIGUSR1" in out, (code, out[-3000:])
+        stops += 1
+    # repro.dist.torchrun: 75 whichever process gets the signal
+    for name, target, sig in (("to_agent", "agent", signal.SIGUSR1), ("to_rank", "rank", signal.SIGUSR1),
+                              ("to_wrapper", "wrapper", signal.SIGTERM)):
+        code, out = _stop(tmp_path, ckpt, name, target, sig, wrapper=True)
+        assert code == EXIT_PREEMPTED, (name, code, out[-3000:])
+        stops += 1
+    last = TorchrunJob(tmp_path, "last", [*TRAIN, "--save", str(ckpt), "--load", str(ckpt)], wrapper=True)
+    assert last.wait() == 0, last.output()[-3000:]
+    resumed = iterations(ckpt / "log.jsonl")
+    assert [r["iteration"] for r in resumed] == list(range(1, 61))
+    assert [r["lm_loss"] for r in resumed] == [r["lm_loss"] for r in iterations(tmp_path / "straight.jsonl")]
+    starts = [line for line in (ckpt / "log.jsonl").read_text().splitlines() if '"event": "start"' in line]
+    assert len(starts) == stops + 1
+
+
+STATELESS = """
+import os, sys, time
+open(os.environ["OUT"] + "." + os.environ["RANK"], "w").close()
+time.sleep(float(os.environ.get("SLEEP", "0")))
+sys.exit(int(os.environ.get("RC", "0")))
+"""
+
+
+@pytest.mark.parametrize("sig,rc,expected", [(None, 0, 0), (None, 3, 1), (signal.SIGUSR1, 0, EXIT_PREEMPTED)],
+                         ids=["success", "failure", "signalled"])
+def test_a_stateless_point_under_the_wrapper(tmp_path, sig, rc, expected):
+    """A point that keeps no state (an experiment) and dies of the signal: the wrapper exits 75 when a preemption
+    signal reached it and the run failed; otherwise torchrun's code (1 for a failed worker)."""
+    script = tmp_path / "point.py"
+    script.write_text(STATELESS)
+    env = dict(os.environ, OUT=str(tmp_path / "started"), SLEEP="60" if sig else "0", RC=str(rc))
+    proc = subprocess.Popen([sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", "2", str(script)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if sig is not None:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"started.{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        proc.send_signal(sig)
+    out = proc.communicate(timeout=90)[0]
+    assert proc.returncode == expected, out[-3000:]
+
+
+def test_exit_code_rules():
+    assert exit_code(0, rank_preempted=False, signalled=None) == 0
+    assert exit_code(1, rank_preempted=True, signalled=None) == EXIT_PREEMPTED
+    assert exit_code(-signal.SIGUSR1, rank_preempted=False, signalled="SIGUSR1") == EXIT_PREEMPTED
+    assert exit_code(0, rank_preempted=False, signalled="SIGTERM") == 0  # finished before the signal mattered
+    assert exit_code(-signal.SIGKILL, rank_preempted=False, signalled=None) == 137
+    assert exit_code(1, rank_preempted=False, signalled=None) == 1
