@@ -7,6 +7,7 @@ there is no module-level state (DESIGN.md: "process groups are values").
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -30,6 +31,9 @@ class CommGroup:
     rank: int  # this process's index inside the group
     process_group: dist.ProcessGroup | None = field(default=None, compare=False)
     ledger: CollectiveLedger = field(default_factory=CollectiveLedger, compare=False, repr=False)
+    #: how long a collective or receive over this group waits for the other ranks before it raises (seconds);
+    #: None: torch's default (a group of one outside a job)
+    timeout_s: float | None = field(default=None, compare=False)
 
     @property
     def size(self) -> int:
@@ -196,15 +200,35 @@ def barrier(group: CommGroup) -> None:
         dist.barrier(group=group.process_group)
 
 
-def new_comm_group(name: str, ranks: Sequence[int], ledger: CollectiveLedger) -> CommGroup:
+def default_timeout_s() -> float | None:
+    """The default process group's timeout in seconds (``init_distributed(timeout_s=)``), or None outside a job or
+    where torch does not expose it (read from the group's backend options: torch 2.4 to 2.13 at least)."""
+    if not dist.is_initialized():
+        return None
+    device = torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")
+    try:
+        timeout = dist.distributed_c10d._get_default_group()._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError):
+        return None
+    return timeout.total_seconds() if isinstance(timeout, _dt.timedelta) else None
+
+
+def new_comm_group(
+    name: str, ranks: Sequence[int], ledger: CollectiveLedger, *, timeout_s: float | None = None
+) -> CommGroup:
     """Create a CommGroup on every process (torch requires all ranks to call new_group for every group).
 
-    Returns a group whose ``rank`` is -1 when this process is not a member; callers keep only their own groups.
+    ``timeout_s`` bounds every collective and receive over the group; None takes the default group's timeout
+    (torch's ``new_group`` would otherwise wait its own default, 30 minutes under gloo, whatever
+    ``init_distributed`` was given). Returns a group whose ``rank`` is -1 when this process is not a member;
+    callers keep only their own groups.
     """
     ranks = tuple(int(r) for r in ranks)
     my_rank = dist.get_rank() if dist.is_initialized() else 0
+    timeout_s = timeout_s if timeout_s is not None else default_timeout_s()
     if len(ranks) == 1:
-        return CommGroup(name, ranks, 0 if my_rank == ranks[0] else -1, None, ledger)
-    process_group = dist.new_group(list(ranks))
+        return CommGroup(name, ranks, 0 if my_rank == ranks[0] else -1, None, ledger, timeout_s)
+    timeout = None if timeout_s is None else _dt.timedelta(seconds=timeout_s)
+    process_group = dist.new_group(list(ranks), timeout=timeout)
     index = ranks.index(my_rank) if my_rank in ranks else -1
-    return CommGroup(name, ranks, index, process_group, ledger)
+    return CommGroup(name, ranks, index, process_group, ledger, timeout_s)

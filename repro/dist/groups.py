@@ -122,11 +122,11 @@ class ParallelGroups:
         return self.pp.rank == self.pp.size - 1
 
 
-def _mine(name: str, all_ranks: list[list[int]], ledger: CollectiveLedger) -> CommGroup:
+def _mine(name: str, all_ranks: list[list[int]], ledger: CollectiveLedger, timeout_s: float | None) -> CommGroup:
     """Create every group of a family (collective call on all ranks) and keep the one holding this rank."""
     mine = None
     for ranks in all_ranks:
-        group = new_comm_group(name, ranks, ledger)
+        group = new_comm_group(name, ranks, ledger, timeout_s=timeout_s)
         if group.rank >= 0:
             mine = group
     if mine is None:  # pragma: no cover - a grid always covers every rank
@@ -135,10 +135,14 @@ def _mine(name: str, all_ranks: list[list[int]], ledger: CollectiveLedger) -> Co
 
 
 def init_parallel(
-    *, tp: int = 1, pp: int = 1, dp: int | None = None, ledger: CollectiveLedger | None = None
+    *, tp: int = 1, pp: int = 1, dp: int | None = None, ledger: CollectiveLedger | None = None,
+    timeout_s: float | None = None,
 ) -> ParallelGroups:
     """Build the tensor/data/pipeline groups of the running job (torch.distributed must be initialised, or the
-    job is a single process and every group is a group of one)."""
+    job is a single process and every group is a group of one).
+
+    ``timeout_s`` bounds every collective and receive over each group (default: the default group's timeout, as
+    ``init_distributed(timeout_s=)`` set it), so a stuck peer fails the job instead of hanging it."""
     world_size = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
     grid = resolve_grid(world_size, tp=tp, pp=pp, dp=dp)
@@ -146,10 +150,10 @@ def init_parallel(
     return ParallelGroups(
         grid=grid,
         rank=rank,
-        tp=_mine("tp", grid.tp_groups(), ledger),
-        dp=_mine("dp", grid.dp_groups(), ledger),
-        pp=_mine("pp", grid.pp_groups(), ledger),
-        embedding=_mine("embedding", grid.embedding_groups(), ledger),
-        world=_mine("world", [list(range(world_size))], ledger),
+        tp=_mine("tp", grid.tp_groups(), ledger, timeout_s),
+        dp=_mine("dp", grid.dp_groups(), ledger, timeout_s),
+        pp=_mine("pp", grid.pp_groups(), ledger, timeout_s),
+        embedding=_mine("embedding", grid.embedding_groups(), ledger, timeout_s),
+        world=_mine("world", [list(range(world_size))], ledger, timeout_s),
         ledger=ledger,
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -63,8 +63,15 @@ def _model_parallel_rank(groups) -> int:
     return groups.pp_rank * groups.tp_size + groups.tp_rank
 
 
-def save_training_checkpoint(directory: str | os.PathLike, trainer, *, extra: dict[str, Any] | None = None) -> Path:
-    """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it."""
+def save_training_checkpoint(
+    directory: str | os.PathLike, trainer, *, extra: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it.
+
+    ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "waiting for every rank's file"):
+    a heartbeat, and what the watchdog names when the save hangs."""
+    report = progress or (lambda phase: None)
     groups, s = trainer.groups, trainer.settings
     path = iteration_dir(directory, trainer.iteration)
     payload = {
@@ -75,8 +82,9 @@ def save_training_checkpoint(directory: str | os.PathLike, trainer, *, extra: di
     }
     Path(directory).mkdir(parents=True, exist_ok=True)
     save_checkpoint(path, trainer.optimizer, group=groups.world, model_parallel_rank=_model_parallel_rank(groups),
-                    extra=payload)
+                    extra=payload, progress=report)
     if groups.rank == 0:
+        report(f"writing {TRAINER} and {LATEST}")
         meta = {
             "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples,
             "tp": groups.tp_size, "pp": groups.pp_size, "dp": groups.dp_size, "zero_stage": s.zero_stage,
@@ -86,6 +94,7 @@ def save_training_checkpoint(directory: str | os.PathLike, trainer, *, extra: di
         }
         atomic_write_bytes(path / TRAINER, json.dumps(meta, indent=1, default=str).encode())
         atomic_write_bytes(Path(directory) / LATEST, f"{trainer.iteration}\n".encode())
+    report(f"waiting for rank 0 to move {LATEST}")
     comm.barrier(groups.world)
     return path
 
@@ -157,9 +166,16 @@ def _read(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
     return torch.load(_verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
 
 
-def load_training_checkpoint(directory: str | os.PathLike, trainer) -> Path | None:
-    """Collective: resume ``trainer`` from the newest checkpoint under ``directory``; None when there is none."""
+def load_training_checkpoint(
+    directory: str | os.PathLike, trainer, *, progress: Callable[[str], None] | None = None
+) -> Path | None:
+    """Collective: resume ``trainer`` from the newest checkpoint under ``directory``; None when there is none.
+
+    ``progress(phase)`` is called as each phase starts ("reading rank00001.pt", "agreeing that every rank read its
+    files"): a heartbeat per file read, and what the watchdog names when the load hangs."""
+    report = progress or (lambda phase: None)
     groups = trainer.groups
+    report(f"finding the newest checkpoint in {directory}")
     path = find_checkpoint(directory)
     if path is None:
         return None
@@ -170,10 +186,13 @@ def load_training_checkpoint(directory: str | os.PathLike, trainer) -> Path | No
     failure: Exception | None = None
     payloads: list[dict[str, Any]] = []
     try:
-        payloads = [_read(path, manifest, rank) for rank in wanted]
+        for rank in wanted:
+            report(f"reading {path.name}/{_rank_file(rank)}")
+            payloads.append(_read(path, manifest, rank))
     except Exception as err:  # noqa: BLE001 - reported on every rank below, before any other collective
         failure = err
     # Agree before anything else talks: the lowest failing rank (or world size when none failed).
+    report("agreeing that every rank read its files")
     first_bad = torch.tensor(groups.rank if failure is not None else groups.world_size, device=trainer.device)
     comm.all_reduce(first_bad, groups.world, op=torch.distributed.ReduceOp.MIN)
     bad = int(first_bad)

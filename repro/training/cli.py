@@ -9,8 +9,10 @@ Rank 0 prints Megatron-LM's ``iteration N/M | ... | lm loss: ... |`` lines every
 and at the end), ``--load DIR`` resumes from the newest one there (or starts fresh when there is none, so a requeued
 job with ``--save D --load D`` continues). SIGTERM or SIGUSR1 (Slurm's ``--signal=B:USR1@120``, ``scancel
 --signal=USR1``) finishes the step, saves and exits with code 75, which slurm/launch.sh turns into a requeue.
-A failing rank ends every rank (see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective, the
-watchdog the time between two pipeline actions. Bad options exit with code 2 and one line naming the value.
+A failing rank ends every rank (see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective of every
+process group, the watchdog (:mod:`repro.training.watchdog`) the time without progress in a step, an evaluation, a
+save or a load; a rank that gives up exits with code 124 and one line naming itself, what it was doing and the rank
+it waits for. Bad options exit with code 2 and one line naming the value.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Callable, Sequence
 from repro.cliargs import OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
-from repro.training.failfast import UsageError, Watchdog, agree_on_setup, run_fail_fast
+from repro.training.failfast import UsageError, agree_on_setup, run_fail_fast
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
 
@@ -94,9 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--load", default=None, help="resume from the newest checkpoint in this directory, if any")
     g = parser.add_argument_group("failure handling")
     g.add_argument("--timeout-s", type=positive_float, default=30.0,
-                   help="process-group timeout of every collective and receive")
+                   help="seconds a rank waits for the others in a collective or receive of any process group (tp, "
+                        "pp, dp, world; also the start-up rendezvous) before it exits with code 124 and one line "
+                        "naming itself, what it was doing and the rank it waits for. A save or load waits at its "
+                        "barriers for the slowest rank to write or read its own checkpoint file: set it above that "
+                        "time for big models")
     g.add_argument("--watchdog-s", type=positive_float, default=None,
-                   help="exit when no pipeline action starts for this long; default: --timeout-s + 10")
+                   help="exit with code 124 when this rank makes no progress for this long in a step (each pipeline "
+                        "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
+                        "a hang that no collective times out; default: --timeout-s + 10")
     return parser
 
 
@@ -196,7 +204,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():
-            groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp)
+            groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp, timeout_s=args.timeout_s)
             source, validation, vocab = _sources(args)
             config = GPTConfig(vocab_size=vocab, hidden_size=args.hidden, num_layers=args.layers,
                                num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
@@ -219,22 +227,25 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
         log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
                           tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0)
         try:
-            resumed = agree_on_setup(lambda: load_training_checkpoint(args.load, trainer)) if args.load else None
-            if resumed is not None:
-                log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
-                          f"({trainer.consumed_samples} samples consumed)")
-            elif args.load:
-                log.print(f"no checkpoint in {args.load}: starting from iteration 0")
-            log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
-                      world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
-                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                      slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
-            watchdog_s = args.watchdog_s if args.watchdog_s is not None else args.timeout_s + 10
-            with Watchdog(watchdog_s) as watchdog:
+            with _watchdog(args, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
                 trainer.on_action = _beating(watchdog, on_action)
+                resumed = None
+                if args.load:
+                    watchdog.doing(f"loading checkpoint from {args.load}")
+                    resumed = agree_on_setup(lambda: load_training_checkpoint(
+                        args.load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
+                if resumed is not None:
+                    log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
+                              f"({trainer.consumed_samples} samples consumed)")
+                elif args.load:
+                    log.print(f"no checkpoint in {args.load}: starting from iteration 0")
+                log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
+                          world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
+                          slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                          slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
                 outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
                                      save_interval=args.save_interval, validation=validation,
-                                     preemption=preemption, pause_watchdog=watchdog.pause)
+                                     preemption=preemption, activity=watchdog.doing)
             if outcome.preempted:
                 log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; resume with --load {args.save})")
                 return EXIT_PREEMPTED
@@ -248,7 +259,18 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             log.close()
 
 
-def _beating(watchdog: Watchdog, on_action):
+def _watchdog(args: argparse.Namespace, rank: int):
+    """The run's watchdog (:mod:`repro.training.watchdog`): ``--watchdog-s`` without progress, or a collective past
+    ``--timeout-s``, ends the rank with one line; heartbeats in the rendezvous store name the rank it waits for."""
+    from repro.training.watchdog import Heartbeats, Watchdog, heartbeat_interval
+
+    limit, limit_name = ((args.watchdog_s, "--watchdog-s") if args.watchdog_s is not None
+                         else (args.timeout_s + 10, "--timeout-s + 10 ="))
+    return Watchdog(limit, name="starting", rank=rank, limit_name=limit_name, group_timeout_s=args.timeout_s,
+                    heartbeats=Heartbeats.of_default_group(interval_s=heartbeat_interval(args.timeout_s)))
+
+
+def _beating(watchdog, on_action):
     def action(kind: str, micro_batch: int) -> None:
         watchdog.beat()
         if on_action is not None:

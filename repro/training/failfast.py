@@ -8,17 +8,16 @@ without ``--kill-on-bad-exit``, or ranks started by hand, nobody does; the survi
 2. **A raising rank must exit at once.** :func:`run_fail_fast` prints the traceback and leaves with
    ``os._exit(1)``, skipping interpreter shutdown (process-group destructors may wait on peers). Its sockets close
    in turn, so the failure spreads through every group it belonged to, stage by stage, until all ranks are gone.
-3. **A peer that is alive but stuck** (never sends) is caught by the process-group timeout
-   (``init_distributed(timeout_s=...)`` bounds every collective and receive) and, as a last resort, by
-   :class:`Watchdog`: if the training loop makes no progress for ``timeout_s`` it exits the process.
+3. **A peer that is alive but stuck, or stopped** (never sends) is caught by the process-group timeout
+   (``init_distributed(timeout_s=...)`` and every group of ``init_parallel`` bound every collective and receive)
+   and, as a last resort, by :class:`repro.training.watchdog.Watchdog`, which also turns the timeout into one line
+   naming the rank, what it was doing and the rank it waits for.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
 import traceback
 from typing import Callable, TypeVar
 
@@ -79,44 +78,6 @@ def _agreement_device():
     from repro.dist.launch import device_for
 
     return device_for()
-
-
-class Watchdog:
-    """Exit the process with :data:`EXIT_HUNG` when :meth:`beat` has not been called for ``timeout_s`` seconds."""
-
-    def __init__(self, timeout_s: float, *, name: str = "training loop") -> None:
-        if not timeout_s > 0:
-            raise ValueError(f"watchdog timeout_s={timeout_s} must be positive")
-        self.timeout_s, self.name = timeout_s, name
-        self._last = time.monotonic()
-        self._paused = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="repro-watchdog", daemon=True)
-
-    def beat(self, *_: object) -> None:
-        self._last = time.monotonic()
-
-    def pause(self, paused: bool) -> None:
-        """Stop watching (``True``) during work with no pipeline actions but its own timeouts, such as a save."""
-        self._paused = paused
-        self.beat()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(min(1.0, self.timeout_s / 4)):
-            silent = time.monotonic() - self._last
-            if silent > self.timeout_s and not self._paused:
-                print(f"[watchdog] {self.name} made no progress for {silent:.0f} s > {self.timeout_s:.0f} s; "
-                      f"exiting with {EXIT_HUNG}", file=sys.stderr, flush=True)
-                os._exit(EXIT_HUNG)
-
-    def __enter__(self) -> "Watchdog":
-        self.beat()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def run_fail_fast(main: Callable[[], int | None], *, prog: str = "repro") -> int:

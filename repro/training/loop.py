@@ -4,6 +4,9 @@ Megatron-LM's ``train()`` in small: each iteration reads global batch ``consumed
 source, steps, logs; every ``eval_interval`` iterations it computes the loss on fixed held-out batches; every
 ``save_interval`` iterations (and at the end) it saves; after every step the ranks agree whether a preemption
 signal arrived (:mod:`repro.training.preemption`) and, if so, save and stop with ``preempted=True``.
+
+``activity(what)`` is told what the loop starts next ("step 12", "evaluation at iteration 10: batch 1/2", "saving
+checkpoint iteration 12: writing rank00001.pt"): the watchdog's heartbeat, and what it names when a rank hangs.
 """
 
 from __future__ import annotations
@@ -44,20 +47,24 @@ class Outcome:
     saved: list[str] = field(default_factory=list)
 
 
-def _validate(trainer, validation: Validation) -> float:
-    b = trainer.global_batch_size
-    losses = [trainer.evaluate(validation.source.batch(validation.start + j * b, b)) for j in range(validation.iters)]
+def _validate(trainer, validation: Validation, activity: Callable[[str], None]) -> float:
+    b, losses = trainer.global_batch_size, []
+    for j in range(validation.iters):
+        activity(f"evaluation at iteration {trainer.iteration}: batch {j + 1}/{validation.iters}")
+        losses.append(trainer.evaluate(validation.source.batch(validation.start + j * b, b)))
     return sum(losses) / len(losses)
 
 
 def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
-    preemption: PreemptionFlag | None = None, pause_watchdog: Callable[[bool], None] | None = None,
+    preemption: PreemptionFlag | None = None, activity: Callable[[str], None] | None = None,
     save_at_end: bool = True,
 ) -> Outcome:
     """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
-    with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved."""
+    with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved. ``activity``
+    is told what starts next (the module's docstring)."""
+    doing = activity or (lambda what: None)
     outcome = Outcome()
     b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
     flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
@@ -67,18 +74,16 @@ def train_loop(
     first = trainer.iteration
 
     def checkpoint() -> None:
-        if pause_watchdog is not None:
-            pause_watchdog(True)
-        started = time.perf_counter()
-        path = save_training_checkpoint(save, trainer)
-        if pause_watchdog is not None:
-            pause_watchdog(False)
+        started, iteration = time.perf_counter(), trainer.iteration
+        path = save_training_checkpoint(
+            save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"))
         outcome.saved.append(str(path))
         log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
                   f"({time.perf_counter() - started:.2f} s)")
         log.event("save", iteration=trainer.iteration, path=str(path))
 
     while trainer.iteration < steps:
+        doing(f"step {trainer.iteration + 1}")
         started = time.perf_counter()
         batch = source.batch(trainer.consumed_samples, b)
         loss = trainer.step(batch)
@@ -95,7 +100,7 @@ def train_loop(
             "grad_norm": float(norm) if norm is not None else None, "skipped_iterations": trainer.skipped_steps,
         })
         if validation is not None and trainer.iteration % validation.interval == 0:
-            value = _validate(trainer, validation)
+            value = _validate(trainer, validation, doing)
             outcome.validation.append((trainer.iteration, value))
             log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
             log.event("validation", iteration=trainer.iteration, lm_loss=value)
@@ -103,6 +108,8 @@ def train_loop(
         if save is not None and save_interval and trainer.iteration % save_interval == 0:
             checkpoint()
             saved = True
+        if preemption is not None:
+            doing(f"agreeing on preemption after iteration {trainer.iteration}")
         if preemption is not None and preemption.agreed(world, trainer.device):
             log.print(f"received {preemption.received or 'a preemption signal on another rank'}: stopping after "
                       f"iteration {trainer.iteration}" + ("" if save else " (no --save given: nothing is saved)"))

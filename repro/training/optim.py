@@ -108,11 +108,13 @@ class DataParallelOptimizer:
 def model_parallel_group(groups: ParallelGroups) -> CommGroup:
     """The tp x pp ranks of this rank's data-parallel replica (one model copy), for the global gradient norm.
 
-    Creates one group per dp rank, so every rank of the job must call it, in the same order."""
+    Creates one group per dp rank, so every rank of the job must call it, in the same order; their timeout is the
+    one ``groups`` were made with."""
     grid = groups.grid
     families = [[grid.rank(GridCoord(t, d, p)) for p in range(grid.pp) for t in range(grid.tp)]
                 for d in range(grid.dp)]
-    mine = [new_comm_group("model_parallel", ranks, groups.ledger) for ranks in families]
+    mine = [new_comm_group("model_parallel", ranks, groups.ledger, timeout_s=groups.world.timeout_s)
+            for ranks in families]
     return next(g for g in mine if g.rank >= 0)
 
 

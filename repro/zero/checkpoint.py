@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -74,12 +74,19 @@ def _rank_file(rank: int) -> str:
 
 def save_checkpoint(
     directory: str | os.PathLike, optimizer, *, group: CommGroup | None = None, model_parallel_rank: int = 0,
-    extra: Any = None,
+    extra: Any = None, progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Collective over ``group`` (default: the optimizer's dp group; pass the world group under tp/pp)."""
+    """Collective over ``group`` (default: the optimizer's dp group; pass the world group under tp/pp).
+
+    Each rank hashes the file it writes, and every file's size and sha256 reach rank 0 in one all-gather: the
+    other ranks wait at most for the slowest rank's own write (never for rank 0 to read every file back), so that
+    write is what the groups' timeout must allow. ``progress(phase)`` is called as each phase starts (the watchdog
+    names the phase when a save hangs)."""
+    report = progress or (lambda phase: None)
     group = group if group is not None else optimizer.dp_group
     final = Path(directory)
     partial = final.with_name(final.name + ".partial")
+    report("preparing the directory")
     if group.rank == 0:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
@@ -88,8 +95,10 @@ def save_checkpoint(
                "model_parallel_rank": model_parallel_rank}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
+    data = buffer.getvalue()
+    report(f"writing {_rank_file(group.rank)}")
     try:
-        atomic_write_bytes(partial / _rank_file(group.rank), buffer.getvalue())
+        digest = atomic_write(partial / _rank_file(group.rank), [data])
     except OSError as err:
         if group.size == 1:
             shutil.rmtree(partial, ignore_errors=True)
@@ -97,13 +106,17 @@ def save_checkpoint(
             kept = f"; the previous checkpoint {final} is intact" if final.exists() else ""
             raise CheckpointError(f"disk full while writing checkpoint {final}: nothing was published{kept}") from err
         raise
-    comm.barrier(group)
+    report("waiting for every rank's file")
+    entries = _gather_files(len(data), digest, group)
     if group.rank == 0:
+        report("publishing")
         try:
             files = {}
-            for rank in range(group.size):
+            for rank, (size, sha256) in enumerate(entries):
                 path = partial / _rank_file(rank)
-                files[path.name] = {"bytes": path.stat().st_size, "sha256": _digest(path)}
+                if path.stat().st_size != size:  # a shared file system that lost or cut a rank's file
+                    raise CheckpointError(f"{path} holds {path.stat().st_size} bytes; rank {rank} wrote {size}")
+                files[path.name] = {"bytes": size, "sha256": sha256}
             manifest = {"format": FORMAT, "world_size": group.size, "stage": optimizer.stage,
                         "dp_size": optimizer.dp_group.size, "files": files}
             atomic_write_bytes(partial / MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -118,8 +131,24 @@ def save_checkpoint(
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
+    report("waiting for rank 0 to publish")
     comm.barrier(group)
     return final
+
+
+#: one rank's entry in :func:`_gather_files`: its file's size (8 bytes, little-endian), then its sha256 (32 bytes)
+_ENTRY_BYTES = 8 + 32
+
+
+def _gather_files(size: int, sha256: str, group: CommGroup) -> list[tuple[int, str]]:
+    """Every rank's (file size, sha256 hex), in group-rank order, through one all-gather of 40 bytes per rank."""
+    row = torch.tensor(list(size.to_bytes(8, "little") + bytes.fromhex(sha256)), dtype=torch.uint8,
+                       device=comm.group_device(group))
+    table = torch.empty(group.size * _ENTRY_BYTES, dtype=torch.uint8, device=row.device)
+    comm.all_gather_into_tensor(table, row, group)
+    raw = bytes(table.cpu().tolist())
+    entries = [raw[r * _ENTRY_BYTES:(r + 1) * _ENTRY_BYTES] for r in range(group.size)]
+    return [(int.from_bytes(entry[:8], "little"), entry[8:].hex()) for entry in entries]
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:

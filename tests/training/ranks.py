@@ -12,24 +12,27 @@ from pathlib import Path
 
 from repro.dist.spawn import free_port
 
+ROOT = Path(__file__).resolve().parents[2]  # the ranks run here, so that ``-m tests.training...`` imports
 SMALL = ["--layers", "2", "--hidden", "32", "--heads", "4", "--vocab", "64", "--seq-len", "16",
          "--micro-batches", "2", "--micro-batch-size", "2"]
 
 
 class Ranks:
-    """``world`` processes of ``python -m repro.training ARGS``, each logging to ``tmp/<name>.rank<r>.log``."""
+    """``world`` processes of ``python -m repro.training ARGS``, each logging to ``tmp/<name>.rank<r>.log``;
+    ``program`` replaces ``-m repro.training`` (a script that wraps ``repro.training.cli.main``)."""
 
-    def __init__(self, tmp: Path, name: str, world: int, args: list[str], *, timeout_s: float = 60) -> None:
+    def __init__(self, tmp: Path, name: str, world: int, args: list[str], *, timeout_s: float = 60,
+                 program: list[str] | None = None) -> None:
         port = free_port()
         self.logs = [tmp / f"{name}.rank{r}.log" for r in range(world)]
         self.procs = []
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+            command = [sys.executable, *(program or ["-m", "repro.training"]), *SMALL, "--timeout-s", str(timeout_s)]
             with open(self.logs[rank], "w") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "repro.training", *SMALL, "--timeout-s", str(timeout_s), *args],
-                    env=env, stdout=log, stderr=subprocess.STDOUT))
+                self.procs.append(subprocess.Popen([*command, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                   cwd=ROOT))
 
     def output(self, rank: int = 0) -> str:
         return self.logs[rank].read_text()

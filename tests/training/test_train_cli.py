@@ -1,4 +1,5 @@
-"""``repro train`` as a user runs it: preemption and resume, corrupt checkpoints, hung ranks, data by position."""
+"""``repro train`` as a user runs it: preemption and resume, corrupt checkpoints, data by position (hung ranks:
+test_hangs.py)."""
 
 from __future__ import annotations
 
@@ -49,21 +50,6 @@ def test_corrupt_shard_on_one_rank_stops_every_rank_naming_the_file(tmp_path):
     assert elapsed < 30, f"{elapsed:.0f} s"
     assert "rank00001.pt" in job.output(1) and "sha256" in job.output(1), job.all_output()
     assert "Traceback" not in job.all_output()
-
-
-def test_stopped_rank_ends_the_job_within_timeout_plus_15_s(tmp_path):
-    job = Ranks(tmp_path, "stop", 2, ["--steps", "100000", "--pp", "2"], timeout_s=5)
-    try:
-        job.wait_for(r" iteration +2/")
-        job.procs[1].send_signal(signal.SIGSTOP)
-        stopped = time.monotonic()
-        code = job.procs[0].wait(timeout=60)
-        elapsed = time.monotonic() - stopped
-    finally:
-        job.procs[1].send_signal(signal.SIGCONT)
-        job.kill()
-    assert code != 0, job.all_output()
-    assert elapsed < 5 + 15, f"rank 0 took {elapsed:.1f} s to end after rank 1 stopped:\n{job.all_output()}"
 
 
 def test_samples_do_not_depend_on_steps_and_validation_loss_falls(tmp_path):

@@ -1,0 +1,78 @@
+"""A rank that hangs anywhere ends the job within ``--timeout-s`` + 15 s, and the line says who and where (issue 27).
+
+Each job is two independent ranks (as srun starts them: no parent that kills the others), pp=2. Rank 1 is stopped
+with SIGSTOP (as a frozen node or a debugger stops it): by the test during a step, or by itself in an evaluation, a
+save or a load (tests/training/stopping_rank_job.py). A stopped rank cannot say anything; rank 0, waiting for it in
+a collective of one of its groups, must give up after ``--timeout-s``, exit 124 and print one line naming itself,
+what it was doing and rank 1. Timeouts are short (5 s); the bound is the issue's: ``--timeout-s`` + 15 s.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+from tests.training.ranks import Ranks
+
+TIMEOUT_S = 5
+JOB = ["-m", "tests.training.stopping_rank_job"]
+
+
+def _exit_after_stop(job: Ranks, stopped_at: float | None = None) -> tuple[int, float]:
+    """Rank 0's exit code, and how long after rank 1 stopped it exited (wall clock: ``stopped_at``, or the time
+    that rank 1 printed before stopping itself). Rank 1 is left stopped until it is killed."""
+    try:
+        code = job.procs[0].wait(timeout=120)
+        exited = time.time()
+    finally:
+        job.kill()  # SIGKILL ends a stopped process too
+    if stopped_at is None:
+        stopped = re.search(r"rank 1: stopping in \w+ at ([0-9.]+)", job.output(1))
+        assert stopped, f"rank 1 never stopped; rank 0 exited with {code}:\n{job.all_output()}"
+        stopped_at = float(stopped.group(1))
+    return code, exited - stopped_at
+
+
+def _assert_named(job: Ranks, code: int, elapsed: float, doing: str) -> None:
+    """Rank 0 exited 124 within the bound, with one line naming itself, ``doing`` (a regular expression), rank 1."""
+    output = job.output(0)
+    print(f"rank 0 exited with {code} {elapsed:.1f} s after rank 1 stopped (--timeout-s {TIMEOUT_S})")
+    assert code == 124, job.all_output()
+    assert elapsed < TIMEOUT_S + 15, f"{elapsed:.1f} s:\n{job.all_output()}"
+    assert re.search(rf"\[watchdog\] rank 0: no progress for \d+ s in '{doing}' \(.*--timeout-s {TIMEOUT_S}\); "
+                     rf"waiting for rank 1 \(not heard from for \d+ s.*exiting with 124", output), job.all_output()
+    assert "Traceback" not in output, output
+
+
+def test_a_rank_stopped_in_a_step_ends_the_job_within_timeout_plus_15_s(tmp_path):
+    job = Ranks(tmp_path, "stop", 2, ["--steps", "100000", "--pp", "2"], timeout_s=TIMEOUT_S)
+    try:
+        job.wait_for(r" iteration +2/")
+        job.procs[1].send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+    except BaseException:
+        job.kill()
+        raise
+    # the step after the last logged one, or the preemption agreement that follows every step
+    _assert_named(job, *_exit_after_stop(job, stopped_at), r"(step|agreeing on preemption after iteration) \d+")
+
+
+def test_a_rank_stopped_in_an_evaluation_ends_the_job_naming_it(tmp_path):
+    job = Ranks(tmp_path, "evaluation", 2, ["--steps", "1000", "--pp", "2", "--eval-interval", "2",
+                                            "--stop-rank", "1", "--stop-in", "evaluation", "--stop-at", "2"],
+                timeout_s=TIMEOUT_S, program=JOB)
+    _assert_named(job, *_exit_after_stop(job), r"evaluation at iteration 2: batch 2/2")
+
+
+def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path):
+    """Rank 1 stops while writing its file of the second save (iteration 4); the rerun loads the first (iteration
+    2), and rank 1 stops while reading its file."""
+    ckpt = str(tmp_path / "ckpt")
+    save = Ranks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
+                                       "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
+                 timeout_s=TIMEOUT_S, program=JOB)
+    _assert_named(save, *_exit_after_stop(save), "saving checkpoint iteration 4: waiting for every rank's file")
+    load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
+                                       "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+    _assert_named(load, *_exit_after_stop(load), "loading checkpoint: agreeing that every rank read its files")
