@@ -53,6 +53,22 @@ def require(module: str, purpose: str) -> ModuleType:
                              name=module) from None
 
 
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the installed torch: ``2.4.1+cu121`` -> ``(2, 4)``."""
+    import torch
+
+    return tuple(int(part) for part in torch.__version__.split(".")[:2])  # type: ignore[return-value]
+
+
+def require_torch(minimum: tuple[int, int], feature: str) -> None:
+    """Raise :class:`MissingPackage` (one line) when this torch is older than ``minimum``: ``feature`` needs it."""
+    import torch
+
+    if torch_version() < minimum:
+        raise MissingPackage(f"{feature} needs torch >= {minimum[0]}.{minimum[1]}; this torch is "
+                             f"{torch.__version__}: upgrade torch, or go without it", name="torch")
+
+
 def available(module: str) -> bool:
     """Whether ``module`` can be found (without importing it: cheap enough for a test's skip condition)."""
     try:

@@ -99,6 +99,7 @@ def _measure_plain(params, config, device, *, compiled: bool):
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist.device import describe
     from repro.dist.groups import init_parallel
+    from repro.optional import torch_version
     from repro.perfmodel.gpus import gpu_peak
     from repro.training.throughput import release
 
@@ -117,6 +118,10 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     for variant in params["variants"]:
         if variant.startswith("plain") and ctx.world_size > 1:
             raise ValueError(f"variant {variant!r} is single-GPU; point {point.name!r} has {ctx.world_size} ranks")
+        if variant == "repro" and torch_version() < (2, 5):  # compiled layers need torch >= 2.5: one line, no row
+            print(f"[{point.name}] variant 'repro' not run: compiled transformer layers need torch >= 2.5 "
+                  f"(this torch is {torch.__version__}); 'repro_eager' still runs", flush=True)
+            continue
         if variant in ("repro", "repro_eager"):
             result = _measure_repro(params, config, device, groups, compiled=variant == "repro")
         elif variant in ("plain_compiled", "plain_eager"):

@@ -17,9 +17,28 @@ from dataclasses import dataclass, field
 
 import torch
 
+from repro.optional import torch_version
 from repro.tensor_parallel import rng_ops
 
 TENSOR_PARALLEL_SEED_OFFSET = 2718  # any constant works; Megatron uses this one
+
+#: Whether torch.compile can keep the swap ops in the layer's graph. torch 2.4's AOTAutograd cannot (it clones the
+#: generator-state buffers the ops write outside its fake mode: "Please convert all Tensors to FakeTensors"), so
+#: there the ops run outside the graph (a graph break on each side: the same states, the same masks).
+OPS_IN_GRAPH = torch_version() >= (2, 5)
+
+
+def _rng_enter(like: torch.Tensor, load: torch.Tensor, save: torch.Tensor, device: str) -> torch.Tensor:
+    return torch.ops.repro.rng_enter(like, load, save, device)
+
+
+def _rng_leave(after: torch.Tensor, load: torch.Tensor, save: torch.Tensor, device: str) -> None:
+    torch.ops.repro.rng_leave(after, load, save, device)
+
+
+if not OPS_IN_GRAPH:
+    _rng_enter = torch._dynamo.disable(_rng_enter)
+    _rng_leave = torch._dynamo.disable(_rng_leave)
 
 
 @dataclass
@@ -57,11 +76,11 @@ class RNGTracker:
         """Swap in the region's generator; return ``anchor`` plus a zero that only exists after the swap, so that
         the region's random op runs after it when it consumes the result (pass a small tensor it depends on, such
         as a projection's bias: the same values, gradients pass through). Pair with :meth:`leave`. Traceable."""
-        return anchor + torch.ops.repro.rng_enter(anchor.detach(), self._state, self._outside, self.device)
+        return anchor + _rng_enter(anchor.detach(), self._state, self._outside, self.device)
 
     def leave(self, after: torch.Tensor) -> None:
         """Once ``after`` (the region's output) exists, keep the region's state and restore the replicated one."""
-        torch.ops.repro.rng_leave(after.detach(), self._outside, self._state, self.device)
+        _rng_leave(after.detach(), self._outside, self._state, self.device)
 
     @contextlib.contextmanager
     def fork(self):

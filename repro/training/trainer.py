@@ -23,6 +23,7 @@ import torch
 from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
 from repro.models.config import GPTConfig
+from repro.optional import require_torch
 from repro.pipeline.engine import StepResult, run_1f1b
 from repro.pipeline.p2p import P2PChannel
 from repro.pipeline.partition import check_micro_batches, layers_per_stage
@@ -87,6 +88,10 @@ class PipelineTrainer:
         if initial_state is not None:
             self.stage.load_consolidated(initial_state)
         self.stage.to(self.device)
+        if settings.compile_layers:
+            # torch 2.4 compiles a layer only with graph breaks around the RNG swap, and not at all inside an
+            # activation checkpoint (AOTAutograd meets the generator state outside its fake mode)
+            require_torch((2, 5), "compiled transformer layers (compile_layers)")
         for index, layer in enumerate(self.stage.layers):
             if settings.compile_layers:
                 layer.compile()

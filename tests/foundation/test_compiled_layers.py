@@ -16,6 +16,16 @@ from repro.dist.groups import init_parallel
 from repro.models import GPTConfig
 from repro.models.transformer import TransformerLayer
 from repro.tensor_parallel import RNGTracker
+from repro.tensor_parallel.random import OPS_IN_GRAPH
+
+
+
+def _check_breaks(breaks: int, graphs: int, reasons: list[str]) -> None:
+    """One graph where the RNG swap ops trace (torch >= 2.5); elsewhere the only breaks are the swap's."""
+    if OPS_IN_GRAPH or breaks == 0:
+        assert breaks == 0 and graphs == 1, reasons
+    else:
+        assert all("_rng_" in reason for reason in reasons), reasons
 
 HIDDEN, HEADS, SEQ = 32, 4, 8
 
@@ -43,8 +53,7 @@ def test_compiled_layer_has_no_graph_break(causal, pre_norm, masked):
     dynamo.reset()
     explained = dynamo.explain(layer)(x, mask)
     reasons = [b.reason.splitlines()[0] for b in explained.break_reasons]
-    assert explained.graph_break_count == 0, reasons
-    assert explained.graph_count == 1
+    _check_breaks(explained.graph_break_count, explained.graph_count, reasons)
 
 
 def test_tracker_swap_ops_match_the_python_fork():
@@ -97,6 +106,13 @@ def test_trainer_with_compiled_layers_trains_like_eager():
                        max_position_embeddings=SEQ, hidden_dropout=0.1, attention_dropout=0.2)
     groups = init_parallel(tp=1, pp=1, dp=1)
     batch = torch.randint(0, 96, (2, SEQ + 1), generator=torch.Generator().manual_seed(1))
+    if not OPS_IN_GRAPH:  # torch 2.4: the trainer says in one line that compiled layers need torch >= 2.5
+        from repro.optional import MissingPackage
+
+        settings = TrainSettings(steps=2, micro_batches=1, micro_batch_size=2, seq_len=SEQ, compile_layers=True)
+        with pytest.raises(MissingPackage, match=r"compiled transformer layers .* needs torch >= 2\.5"):
+            PipelineTrainer(config, groups, settings)
+        return
     losses = []
     for compiled in (False, True):
         settings = TrainSettings(steps=2, micro_batches=1, micro_batch_size=2, seq_len=SEQ, seed=3,
@@ -118,5 +134,5 @@ def test_compiled_tensor_parallel_layer_is_one_graph_and_matches_eager():
     from tests.foundation.spawn_targets import compiled_tp2_layer
 
     for rank in spawn(compiled_tp2_layer, 2, timeout_s=600):
-        assert rank["breaks"] == 0 and rank["graphs"] == 1, rank["reasons"]
+        _check_breaks(rank["breaks"], rank["graphs"], rank["reasons"])
         assert max(rank["max_diff"]) <= 1e-5, rank["max_diff"]
