@@ -43,7 +43,6 @@ virtual pipeline stages, Megatron-Core naming) are refused, naming the argument 
 from __future__ import annotations
 
 import argparse
-import pickle
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,19 +50,19 @@ from typing import Any, Mapping
 import torch
 
 from evals.checkpoints import LoadedState, files_sha256
+from evals.megatron_files import (  # noqa: F401 - re-exported: the format's files and errors
+    _RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, _first_file, _subdirs,
+    is_megatron_checkpoint, iteration_dir,
+    load_file, shard_files,
+)
 from repro.models import BertConfig, GPTConfig, merge_state_dicts
 from repro.tensor_parallel.embedding import pad_vocab_size
 
-TRACKER = "latest_checkpointed_iteration.txt"
-SHARD_FILE = "model_optim_rng.pt"
-#: Classes a Megatron checkpoint may construct beyond tensors and plain containers.
-SAFE_GLOBALS = (argparse.Namespace,)
 #: Real vocabulary sizes of Megatron's tokenizers with their standard vocabulary files (GPT-2 BPE; BERT-large
 #: uncased / cased WordPiece), used when the embedding's padded rows agree with that size.
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 GPT2_VOCAB = 50257
 
-_RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 _LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
 # Megatron's per-layer names -> repro's (the attention block was ``attention`` until 2021, then ``self_attention``).
 _LAYER_NAMES = {
@@ -100,93 +99,6 @@ _UNSUPPORTED_ARGS = (
     ("num_experts", None, "mixture-of-experts MLPs"),
     ("virtual_pipeline_model_parallel_size", None, "interleaved (virtual) pipeline stages"),
 )
-
-
-class MegatronCheckpointError(ValueError):
-    """A Megatron checkpoint that cannot be read as a repro model (one clear sentence)."""
-
-
-def is_megatron_checkpoint(path: str | Path) -> bool:
-    """A Megatron checkpoint root (with the tracker file) or an iteration directory holding ``mp_rank_*`` folders."""
-    path = Path(path)
-    return (path / TRACKER).is_file() or any(_RANK_DIR.match(p.name) for p in _subdirs(path))
-
-
-def _subdirs(path: Path) -> list[Path]:
-    try:
-        return [p for p in path.iterdir() if p.is_dir()]
-    except OSError:
-        return []
-
-
-def iteration_dir(path: str | Path) -> Path:
-    """The directory holding the ``mp_rank_*`` folders: read from the tracker file, or ``path`` itself."""
-    path = Path(path)
-    tracker = path / TRACKER
-    if not tracker.is_file():
-        if any(_RANK_DIR.match(p.name) for p in _subdirs(path)):
-            return path
-        raise MegatronCheckpointError(f"{str(path)!r} is not a Megatron checkpoint: neither {TRACKER} nor "
-                                      "mp_rank_XX folders are in it")
-    text = tracker.read_text().strip()
-    if text == "release":
-        name = "release"
-    elif text.isdigit() and int(text) > 0:
-        name = f"iter_{int(text):07d}"
-    else:
-        raise MegatronCheckpointError(f"{str(tracker)!r} holds {text[:40]!r}; it must be 'release' or an iteration "
-                                      "number > 0")
-    directory = path / name
-    if not directory.is_dir():
-        raise MegatronCheckpointError(f"{str(tracker)!r} names {text!r}, but {str(directory)!r} does not exist")
-    return directory
-
-
-def load_file(path: str | Path) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` with ``argparse.Namespace`` allowed; any other class is refused, named."""
-    path = Path(path)
-    if not path.is_file():
-        raise MegatronCheckpointError(f"Megatron checkpoint file {str(path)!r} is missing")
-    try:
-        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise MegatronCheckpointError(_refusal(path, err)) from None
-    except (RuntimeError, EOFError, OSError) as err:  # truncated or not a torch file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise MegatronCheckpointError(f"{str(path)!r} cannot be read as a torch checkpoint: {first}") from None
-    if not isinstance(state, dict):
-        raise MegatronCheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not Megatron's checkpoint dict")
-    return state
-
-
-def _refusal(path: Path, err: Exception) -> str:
-    allowed = {f"{c.__module__}.{c.__qualname__}" for c in SAFE_GLOBALS}
-    try:
-        names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
-    except Exception:  # noqa: BLE001 - fall back to the unpickler's own words
-        names = re.findall(r"GLOBAL ([\w.]+)", str(err))
-    what = ", ".join(sorted(set(names))) if names else str(err).strip().splitlines()[0]
-    return (f"{str(path)!r} pickles {what}: only {', '.join(sorted(allowed))}, tensors and plain containers are "
-            "allowed (the allow-list; untrusted checkpoints load with torch.load(weights_only=True) only). "
-            "A training checkpoint's optimizer/RNG state is usually the cause: have it saved with Megatron's "
-            "--no-save-optim --no-save-rng, as the released checkpoints are")
-
-
-def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:
-    """``files[tp_rank][pp_rank]``, Megatron's names (``mp_rank_XX`` without pipeline parallelism)."""
-    if pp == 1:
-        return [[directory / f"mp_rank_{t:02d}" / SHARD_FILE] for t in range(tp)]
-    return [[directory / f"mp_rank_{t:02d}_{p:03d}" / SHARD_FILE for p in range(pp)] for t in range(tp)]
-
-
-def _first_file(directory: Path) -> Path:
-    for name in ("mp_rank_00", "mp_rank_00_000"):
-        if (directory / name / SHARD_FILE).is_file():
-            return directory / name / SHARD_FILE
-    expected = [str(directory / name / SHARD_FILE) for name in ("mp_rank_00", "mp_rank_00_000")]
-    raise MegatronCheckpointError(f"Megatron checkpoint {str(directory)!r} has no rank-0 shard: expected "
-                                  f"{expected[0]!r} or {expected[1]!r}")
 
 
 def _parallel_sizes(directory: Path, args: argparse.Namespace | None) -> tuple[int, int]:

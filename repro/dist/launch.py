@@ -167,3 +167,31 @@ def device_for(backend: str | None = None) -> torch.device:
     if backend == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def leave_process_group() -> bool:
+    """End this process's part in the default process group, at the end of a rank's work.
+
+    Returns ``True`` when the group was destroyed, ``False`` when it was left to the process's exit: on torch < 2.5,
+    ``destroy_process_group()`` deadlocks now and then (the gloo destructor joins a worker thread that waits for the
+    GIL the destroying thread holds), so there the ranks meet at a barrier and the caller must end the process with
+    ``os._exit`` (after flushing what it wrote), which runs no destructor.
+    """
+    if not dist.is_initialized():
+        return True
+    from repro.optional import torch_version
+
+    if torch_version() < (2, 5):
+        dist.barrier()
+        return False
+    dist.destroy_process_group()
+    return True
+
+
+def exit_now(code: int = 0) -> None:
+    """Flush stdout and stderr and end the process at once (no destructors, no atexit handlers)."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

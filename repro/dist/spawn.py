@@ -121,8 +121,7 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
     )
     try:
         torch.set_num_threads(threads)
-        from repro.dist.launch import init_distributed
-        import torch.distributed as dist
+        from repro.dist.launch import exit_now, init_distributed, leave_process_group
 
         if world_size > 1:
             init_distributed(backend, timeout_s=timeout_s)
@@ -130,8 +129,10 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
         # Plain pickle (not the queue's ForkingPickler, which shares tensors through file descriptors that die
         # with this process before the parent reads them).
         results.put(("ok", rank, pickle.dumps(value)))
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if not leave_process_group():  # torch < 2.5: no destroy (it can deadlock); leave with the process
+            results.close()
+            results.join_thread()
+            exit_now(0)
     except BaseException:  # noqa: BLE001 - everything must reach the parent
         results.put(("error", rank, traceback.format_exc()))
         results.close()

@@ -99,9 +99,12 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
               flush=True)
     import torch.distributed as dist
 
+    from repro.dist.launch import exit_now, leave_process_group
+
     if dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+        if not leave_process_group():  # torch < 2.5: destroying the group can deadlock; leave with the process
+            exit_now(0)
     return 0
 
 
