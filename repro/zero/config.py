@@ -11,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-STAGES = (0, 1, 2, 3)
+from repro.zero.deepspeed_json import STAGES, check_deepspeed_config, check_numel, check_stage
+
+__all__ = ["STAGES", "OFFLOAD_DEVICES", "DTYPES", "DEFAULT_BUCKET_NUMEL", "check_stage", "check_numel",
+           "OffloadConfig", "LossScaleConfig", "ZeroConfig"]
+
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 DTYPES = ("fp32", "bf16", "fp16")
 #: Elements per bucket when neither the caller nor a DeepSpeed config gives a size (CPU-test sized; DeepSpeed's
@@ -60,26 +64,6 @@ _DS_ZERO_IGNORED = {
 #: CPU step (ratio) and are ignored: they move no result.
 _DS_OFFLOAD_KEYS = {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu", "ratio",
                     "fast_init", "pipeline_read", "pipeline_write"}
-
-
-def check_stage(value: Any, key: str = "stage") -> int:
-    """``value`` if it is a ZeRO stage: an int (not a bool, not a float) in 0-3; else a one-line ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value not in STAGES:
-        raise ValueError(f"{key}={value!r} is not a ZeRO stage: must be an integer in {STAGES}")
-    return value
-
-
-def check_numel(value: Any, key: str, *, integral_floats: bool = False) -> int:
-    """``value`` as a positive element count; else a one-line ValueError naming ``key`` and ``value``.
-
-    Bools, strings (DeepSpeed's ``"auto"`` is filled in by the Hugging Face integration, not here), zero and
-    negatives are refused. ``integral_floats``: accept 5e8 (how DeepSpeed JSON configs write sizes; JSON reads it
-    as a float) but not a fraction such as 1.5.
-    """
-    number = int(value) if integral_floats and isinstance(value, float) and value.is_integer() else value
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ValueError(f"{key}={value!r} is not allowed: it must be a positive integer (a number of elements)")
-    return number
 
 
 @dataclass(frozen=True)
@@ -162,12 +146,12 @@ class ZeroConfig:
     def from_deepspeed(cls, ds_config: Mapping[str, Any]) -> "ZeroConfig":
         """Read a DeepSpeed config dict (its ``zero_optimization``, ``bf16``/``fp16`` and ``gradient_clipping``).
 
-        Every key read does what DeepSpeed documents (see ``_DS_ZERO_KEYS``) or is refused; a ValueError names
-        the key, the value given and the rule."""
+        Every key of the config is known and of its type (:func:`repro.zero.deepspeed_json.check_deepspeed_config`,
+        which suggests the closest key for a typo); every key read does what DeepSpeed documents (see
+        ``_DS_ZERO_KEYS``) or is refused; a ValueError names the key, the value given and the rule. The batch keys
+        are checked here and honoured by the trainer (``repro.zero.deepspeed_json.deepspeed_batch``)."""
+        check_deepspeed_config(ds_config)
         zero = dict(ds_config.get("zero_optimization", {}))
-        unknown = set(zero) - _DS_ZERO_KEYS - _DS_ZERO_IGNORED
-        if unknown:
-            raise ValueError(f"unknown zero_optimization keys {sorted(unknown)}; known: {sorted(_DS_ZERO_KEYS)}")
         stage = check_stage(zero.get("stage", 0), "zero_optimization.stage")
         _refuse_unsupported(zero)
         sizes = {key: check_numel(zero[key], f"zero_optimization.{key}", integral_floats=True)
@@ -209,8 +193,6 @@ def _refuse_unsupported(zero: Mapping[str, Any]) -> None:
     ):
         if key in zero and zero[key] is not possible:
             raise ValueError(f"zero_optimization.{key}={zero[key]!r} is not supported: it must be {possible} ({why})")
-    if "cpu_offload" in zero and not isinstance(zero["cpu_offload"], bool):
-        raise ValueError(f"zero_optimization.cpu_offload={zero['cpu_offload']!r} must be true or false")
 
 
 def _offload_optimizer(zero: Mapping[str, Any]) -> OffloadConfig:
@@ -225,13 +207,14 @@ def _offload_optimizer(zero: Mapping[str, Any]) -> OffloadConfig:
 
 
 def _offload_from_deepspeed(block: Mapping[str, Any] | None, what: str) -> OffloadConfig:
+    """An offload block (keys and types already checked) as an :class:`OffloadConfig`."""
     if not block:
         return OffloadConfig()
-    unknown = set(block) - _DS_OFFLOAD_KEYS
-    if unknown:
-        raise ValueError(f"unknown {what} keys {sorted(unknown)}; known: {sorted(_DS_OFFLOAD_KEYS)}")
+    device = block.get("device", "none")
+    if device not in OFFLOAD_DEVICES:
+        raise ValueError(f"zero_optimization.{what}.device={device!r} is unknown; choose one of {OFFLOAD_DEVICES}")
     return OffloadConfig(
-        device=str(block.get("device", "none")),
+        device=device,
         nvme_path=block.get("nvme_path"),
         pin_memory=bool(block.get("pin_memory", True)),
     )
