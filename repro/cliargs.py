@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn
+from typing import Callable, NoReturn
+
+#: seeds are accepted in [0, 2**63): torch's and numpy's generators take a 64-bit seed, and a larger or negative one
+#: would wrap onto another seed (two runs told different seeds would draw the same data)
+SEED_LIMIT = 2**63
 
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -41,7 +45,7 @@ class OneLineParser(argparse.ArgumentParser):
 def _number(text: str, kind: type) -> float | int:
     try:
         return kind(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
 
@@ -72,3 +76,32 @@ def non_negative_float(text: str) -> float:
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
+
+
+def probability(text: str) -> float:
+    """A probability that may not be 1, such as a dropout rate: a number in [0, 1)."""
+    value = _number(text, float)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number in [0, 1)")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer in [0, 2**63) (see :data:`SEED_LIMIT`)."""
+    value = _number(text, int)
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer in [0, 2**63)")
+    return value
+
+
+def positive_float_at_most(limit: float, unit: str = "") -> Callable[[str], float]:
+    """An argparse type: a positive, finite number <= ``limit`` (``unit`` names it in the message, e.g. ' s')."""
+
+    def check(text: str) -> float:
+        value = positive_float(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {limit:g}{unit}")
+        return value
+
+    check.__name__ = "positive_float"  # argparse names the type in its 'invalid ... value' fallback
+    return check

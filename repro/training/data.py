@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import torch
 
+from repro.cliargs import SEED_LIMIT
+
 
 class SyntheticSamples:
     """A learnable synthetic corpus indexed by global sample position: ``sample(i)`` is ``[seq_len + 1]`` tokens.
@@ -32,6 +34,10 @@ class SyntheticSamples:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
         if not 0.0 <= noise <= 1.0:
             raise ValueError(f"noise={noise} must lie in [0, 1]")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+            # Philox's key and torch's generator take 64 bits: a negative or larger seed would wrap onto another
+            # seed's stream (-1 and 2**64 - 1 drew the same data)
+            raise ValueError(f"seed={seed!r} must be an integer in [0, 2**63)")
         self.vocab_size, self.seq_len, self.seed, self.noise = vocab_size, seq_len, seed, noise
         generator = torch.Generator().manual_seed(seed)
         self.successor = torch.randperm(vocab_size, generator=generator).numpy()
@@ -48,7 +54,7 @@ class SyntheticSamples:
         random = np.empty((count, seq), dtype=np.int64)
         keep = np.empty((count, seq), dtype=bool)
         for row in range(count):
-            rng = np.random.Generator(np.random.Philox(key=[self.seed % 2**64, start + row]))
+            rng = np.random.Generator(np.random.Philox(key=[self.seed, start + row]))
             first[row] = rng.integers(self.vocab_size)
             random[row] = rng.integers(self.vocab_size, size=seq)
             keep[row] = rng.random(seq) >= self.noise
