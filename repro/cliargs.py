@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 #: seeds are accepted in [0, 2**63): torch's and numpy's generators take a 64-bit seed, and a larger or negative one
 #: would wrap onto another seed (two runs told different seeds would draw the same data)
@@ -45,7 +45,7 @@ class OneLineParser(argparse.ArgumentParser):
 def _number(text: str, kind: type) -> float | int:
     try:
         return kind(text)
-    except (ValueError, OverflowError):
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
 
@@ -93,15 +93,3 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} must be an integer in [0, 2**63)")
     return value
 
-
-def positive_float_at_most(limit: float, unit: str = "") -> Callable[[str], float]:
-    """An argparse type: a positive, finite number <= ``limit`` (``unit`` names it in the message, e.g. ' s')."""
-
-    def check(text: str) -> float:
-        value = positive_float(text)
-        if value > limit:
-            raise argparse.ArgumentTypeError(f"{text!r} must be at most {limit:g}{unit}")
-        return value
-
-    check.__name__ = "positive_float"  # argparse names the type in its 'invalid ... value' fallback
-    return check
