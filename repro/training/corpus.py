@@ -6,8 +6,9 @@ files) and appends the end-of-document token ``<|endoftext|>`` (id 50256) after 
 ``preprocess_data.py --append-eod`` does. It writes
 
 * ``<prefix>.bin``: the flat token stream, little-endian uint16 (GPT-2's 50,257 ids fit below 65,536);
-* ``<prefix>.idx.json``: dtype, token and document counts, document start offsets, the sha256 of the .bin, of every
-  source file and of the tokenizer files, and the format version.
+* ``<prefix>.idx.json``: dtype, token and document counts, the largest token id (``max_token_id``, so a trainer
+  checks its vocabulary without reading the .bin), document start offsets, the sha256 of the .bin, of every source
+  file and of the tokenizer files, and the format version.
 
 Both are written to temporary names and renamed, so a reader never sees half a file. :class:`TokenCorpus` maps the
 .bin read-only; :meth:`TokenCorpus.samples` cuts it into training samples (:mod:`repro.training.corpus_samples`).
@@ -56,6 +57,7 @@ TOKEN_DTYPE = np.dtype("<u2")
 DOCUMENT_MODES = ("file", "line", "wikitext")
 DETOKENIZERS = ("none", "wikitext")
 WIKITEXT103_SPLITS = {"valid": WIKITEXT_VALID, "test": WIKITEXT_TEST}
+GPT2_VOCAB_SIZE = 50257  # GPT-2's byte-level BPE: ids 0 .. 50256 (<|endoftext|>)
 WIKITEXT103_EXAMPLE = "python -m repro.training.corpus --wikitext103 valid --output-prefix data/wikitext103-valid"
 _ENCODE_CHUNK = 256  # documents per encode_batch call (the tokenizers library encodes a batch on all cores)
 
@@ -121,6 +123,10 @@ def _read_documents(path: Path, mode: str, cache_dir: str) -> list[str]:
 
 def _check_output(prefix: Path) -> None:
     parent = prefix.parent
+    blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise CorpusError(f"output directory {str(parent)!r} cannot be created: {str(blocking)!r} is a file, not a "
+                          "directory")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -165,6 +171,7 @@ def tokenize_corpus(
     tokenizer = load_gpt2(folder)
     eod = np.array([tokenizer.eod_id], dtype=TOKEN_DTYPE).tobytes()
     offsets = [0]
+    max_token_id = [tokenizer.eod_id]  # every document ends with the EOD token
 
     def token_chunks() -> Iterator[bytes]:
         with tempfile.TemporaryDirectory(prefix="repro-corpus-") as cache_dir:
@@ -178,6 +185,7 @@ def tokenize_corpus(
                     batch = docs[start: start + _ENCODE_CHUNK]
                     for ids in tokenizer.encode_batch(batch):
                         offsets.append(offsets[-1] + len(ids) + 1)
+                        max_token_id[0] = max(max_token_id[0], max(ids, default=0))
                         yield np.asarray(ids, dtype=TOKEN_DTYPE).tobytes() + eod
                     bar.update(len(batch))
                 bar.close()
@@ -187,7 +195,7 @@ def tokenize_corpus(
     index = {
         "format": FORMAT, "version": FORMAT_VERSION, "dtype": TOKEN_DTYPE.str,
         "num_tokens": offsets[-1], "num_documents": len(offsets) - 1,
-        "eod_id": tokenizer.eod_id, "vocab_size": tokenizer.vocab_size,
+        "eod_id": tokenizer.eod_id, "vocab_size": tokenizer.vocab_size, "max_token_id": max_token_id[0],
         "bin_bytes": offsets[-1] * TOKEN_DTYPE.itemsize, "bin_sha256": bin_sha256,
         "documents": documents, "detokenize": detokenize, "sources": sources,
         "tokenizer": {"name": tokenizer.name, "files": {Path(f.relpath).name: f.sha256
@@ -197,6 +205,56 @@ def tokenize_corpus(
     text = json.dumps(index, indent=1)[:-2] + ',\n "document_offsets": ' + json.dumps(offsets, separators=(",", ":"))
     atomic_write(Path(f"{prefix}.idx.json"), iter([(text + "\n}\n").encode()]))
     return prefix
+
+
+#: the integers a well-formed index holds: key -> lowest allowed value. ``max_token_id`` is optional (indexes
+#: written before it was recorded lack it; see :func:`max_token_id`).
+_INDEX_FIELDS = {"num_tokens": 0, "num_documents": 0, "vocab_size": 1, "eod_id": 0}
+
+
+def read_index(prefix: str | os.PathLike) -> dict:
+    """The parsed ``<prefix>.idx.json``, checked to be well formed (a :class:`CorpusError` names the file, the key
+    and the rule): a JSON object of this format and version whose counts are whole numbers in range."""
+    index_path = Path(f"{prefix}.idx.json")
+    hint = f"tokenize it first, e.g. {WIKITEXT103_EXAMPLE}"
+    if not index_path.is_file():
+        raise CorpusError(f"corpus index {str(index_path)!r} does not exist; {hint}")
+    try:
+        index = json.loads(index_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorpusError(f"corpus index {str(index_path)!r} is not valid JSON ({err})") from None
+    except OSError as err:
+        raise CorpusError(f"corpus index {str(index_path)!r} cannot be read ({err.strerror})") from None
+    if not isinstance(index, dict):
+        raise CorpusError(f"corpus index {str(index_path)!r} holds a JSON {type(index).__name__}, not an object; "
+                          f"{hint}")
+    header = tuple(index.get(key) for key in ("format", "version", "dtype"))
+    if header != (FORMAT, FORMAT_VERSION, TOKEN_DTYPE.str):
+        raise CorpusError(f"{str(index_path)!r} has (format, version, dtype) = {header}, expected "
+                          f"{(FORMAT, FORMAT_VERSION, TOKEN_DTYPE.str)}; {hint}")
+    fields = dict(_INDEX_FIELDS, **({"max_token_id": 0} if "max_token_id" in index else {}))
+    for key, lowest in fields.items():
+        value = index.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            what = f"lacks {key} (" if key not in index else f"has {key}={value!r} ("
+            raise CorpusError(f"corpus index {str(index_path)!r} {what}it must be an integer >= {lowest}); {hint}")
+    if not isinstance(index.get("bin_sha256"), str):
+        raise CorpusError(f"corpus index {str(index_path)!r} lacks bin_sha256 (a hex string); {hint}")
+    return index
+
+
+def max_token_id(index: dict) -> int | None:
+    """The largest token id of the corpus an index (:func:`read_index`) describes, without reading its .bin.
+
+    Recorded as ``max_token_id`` since it was added. An older index lacks it; if its tokenizer files are the pinned
+    GPT-2 ones, its ids came from GPT-2's BPE, all below GPT-2's 50,257 (and the .bin is checked against the
+    index's sha256 when opened, so the ids are the tokenizer's): the bound is 50,256. Otherwise None (unknown:
+    re-tokenize the corpus to record it)."""
+    if "max_token_id" in index:
+        return int(index["max_token_id"])
+    files = (index.get("tokenizer") or {}).get("files") if isinstance(index.get("tokenizer"), dict) else None
+    pinned = {Path(f.relpath).name: f.sha256 for f in (GPT2_VOCAB, GPT2_MERGES)}
+    return GPT2_VOCAB_SIZE - 1 if files == pinned else None
 
 
 class TokenCorpus:
@@ -209,16 +267,7 @@ class TokenCorpus:
         self.prefix = Path(prefix)
         self.index_path, self.bin_path = Path(f"{prefix}.idx.json"), Path(f"{prefix}.bin")
         hint = f"tokenize it first, e.g. {WIKITEXT103_EXAMPLE}"
-        if not self.index_path.is_file():
-            raise CorpusError(f"corpus index {str(self.index_path)!r} does not exist; {hint}")
-        try:
-            self.index = json.loads(self.index_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise CorpusError(f"corpus index {str(self.index_path)!r} is not valid JSON ({err})") from None
-        header = tuple(self.index.get(key) for key in ("format", "version", "dtype"))
-        if header != (FORMAT, FORMAT_VERSION, TOKEN_DTYPE.str):
-            raise CorpusError(f"{str(self.index_path)!r} has (format, version, dtype) = {header}, expected "
-                              f"{(FORMAT, FORMAT_VERSION, TOKEN_DTYPE.str)}; {hint}")
+        self.index = read_index(prefix)
         if not self.bin_path.is_file():
             raise CorpusError(f"corpus data {str(self.bin_path)!r} does not exist; {hint}")
         size, expected = self.bin_path.stat().st_size, self.num_tokens * TOKEN_DTYPE.itemsize
@@ -262,6 +311,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"repro corpus: error: {message}\n")
 
 
+def _sha256_hex(text: str) -> str:
+    """--sha256: 64 hexadecimal digits."""
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a sha256: it must be 64 hexadecimal digits")
+    return text.lower()
+
+
+def _output_prefix(text: str) -> Path:
+    """--output-prefix: a file name prefix (PREFIX.bin, PREFIX.idx.json), not empty and not a directory name."""
+    if not text or text.endswith(("/", os.sep)) or Path(text).name in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file name prefix such as data/mine (it writes "
+                                         "PREFIX.bin and PREFIX.idx.json), not a directory")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m repro.training.corpus", description=__doc__.split("\n\n")[0],
                      epilog=f"worked example:\n  {WIKITEXT103_EXAMPLE}",
@@ -272,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--wikitext103", choices=sorted(WIKITEXT103_SPLITS),
                         help="the checked WikiText-103 file of this split from the data directory; implies "
                              "--documents wikitext --detokenize wikitext")
-    parser.add_argument("--output-prefix", required=True, type=Path, metavar="PREFIX",
+    parser.add_argument("--output-prefix", required=True, type=_output_prefix, metavar="PREFIX",
                         help="writes PREFIX.bin and PREFIX.idx.json (directories are created)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
                         help="data directory (default: $REPRO_DATA, else <repo>/../shared/data)")
@@ -284,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--detokenize", choices=DETOKENIZERS, default=None,
                         help="undo WikiText's word tokenization before BPE (default: none; wikitext with "
                              "--wikitext103)")
-    parser.add_argument("--sha256", action="append", metavar="HEX",
+    parser.add_argument("--sha256", action="append", metavar="HEX", type=_sha256_hex,
                         help="expected sha256 of the i-th --input (repeat once per input; default: unchecked, "
                              "except files of the data directory, always checked against SOURCE.md)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
