@@ -92,4 +92,3 @@ def seed(text: str) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"{text!r} must be an integer in [0, 2**63)")
     return value
-

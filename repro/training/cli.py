@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from repro.cliargs import OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int
+from repro.cliargs import (
+    OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int, probability, seed,
+)
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
 from repro.training.failfast import UsageError, agree_on_setup, run_fail_fast
@@ -31,6 +33,8 @@ from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preem
 from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
+#: the longest --timeout-s / --watchdog-s: 30 days (longer is no bound, and overflows the process group's timedelta)
+MAX_WAIT_S = 30 * 24 * 3600.0
 #: where the synthetic held-out batches start: far beyond any training sample index
 SYNTHETIC_VALID_START = 2**40
 
@@ -44,19 +48,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
                    help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
     g.add_argument("--deepspeed-config", default=None, metavar="JSON",
-                   help="a DeepSpeed config file: its zero_optimization (stage, bucket sizes, offload tiers) and "
-                        "gradient_clipping are used (the stage overrides --zero-stage, the clipping --clip-grad); "
-                        "every key is checked as repro.zero.config documents")
+                   help="a DeepSpeed config file: its zero_optimization (stage, bucket sizes, offload tiers), "
+                        "gradient_clipping and batch keys are used (the stage overrides --zero-stage, the clipping "
+                        "--clip-grad, train_micro_batch_size_per_gpu --micro-batch-size, gradient_accumulation_steps "
+                        "--micro-batches; train_batch_size must equal micro-batch size x micro-batches x dp, or "
+                        "sets the one of them the file leaves out); every key is checked for its name and type, "
+                        "keys that would change the results unhonoured are refused (repro.zero.deepspeed_json); "
+                        "default: none, the options below")
     g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
     g = parser.add_argument_group("model")
     g.add_argument("--layers", type=positive_int, default=4, help="transformer layers")
     g.add_argument("--hidden", type=positive_int, default=64, help="hidden size")
     g.add_argument("--heads", type=positive_int, default=4, help="attention heads")
-    g.add_argument("--vocab", type=positive_int, default=256,
-                   help="vocabulary of the synthetic data (a --data corpus sets GPT-2's 50257)")
+    g.add_argument("--vocab", type=positive_int, default=None,
+                   help="the model's vocabulary; every token id of --data and --valid-data must be below it "
+                        "(default: 256 with synthetic data, else the vocab_size of the --data corpus's index, "
+                        "GPT-2's 50257)")
     g.add_argument("--seq-len", type=positive_int, default=32, help="sequence length")
-    g.add_argument("--dropout", type=non_negative_float, default=0.0, help="hidden and attention dropout")
+    g.add_argument("--dropout", type=probability, default=0.0,
+                   help="hidden and attention dropout probability, in [0, 1)")
     g = parser.add_argument_group("training")
     g.add_argument("--steps", "--train-iters", dest="steps", type=positive_int, default=20,
                    help="iterations to train in all (a resumed run continues up to this count)")
@@ -73,8 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clip the global gradient norm to this (0: no clipping)")
     g.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="autocast dtype over fp32 master weights (fp16 with dynamic loss scaling)")
-    g.add_argument("--activation-checkpointing", action="store_true", help="recompute each layer in backward")
-    g.add_argument("--seed", type=int, default=0, help="seed of the weights, dropout and synthetic data")
+    g.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each layer in backward (default: off, activations are kept)")
+    g.add_argument("--seed", type=seed, default=0,
+                   help="seed of the weights, dropout, synthetic data and corpus shuffling, in [0, 2**63)")
     g = parser.add_argument_group("data")
     g.add_argument("--data", default="synthetic",
                    help="'synthetic' (a learnable random corpus) or the prefix of a token file written by "
@@ -89,11 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--log-interval", type=positive_int, default=1, help="iterations per printed log line")
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
-    g.add_argument("--tensorboard-dir", default=None, help="TensorBoard scalars here (needs tensorboard)")
+    g.add_argument("--tensorboard-dir", default=None,
+                   help="TensorBoard scalars here (needs tensorboard; default: none)")
     g.add_argument("--save", default=None, help="directory for checkpoints; default: no checkpoints")
     g.add_argument("--save-interval", type=positive_int, default=None,
-                   help="checkpoint every this many iterations (and always at the end and on preemption)")
-    g.add_argument("--load", default=None, help="resume from the newest checkpoint in this directory, if any")
+                   help="checkpoint every this many iterations (and always at the end and on preemption; "
+                        "default: only then)")
+    g.add_argument("--load", default=None,
+                   help="resume from the newest checkpoint in this directory, if any (default: start afresh)")
     g = parser.add_argument_group("failure handling")
     g.add_argument("--timeout-s", type=positive_float, default=30.0,
                    help="seconds a rank waits for the others in a collective or receive of any process group (tp, "
@@ -109,10 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def read_deepspeed_config(path: str):
-    """The ZeRO settings of a DeepSpeed JSON file (a :class:`UsageError` names the file, key and rule)."""
+    """(ZeRO settings, batch keys) of a DeepSpeed JSON file (a :class:`UsageError` names the file, key and rule)."""
     import json
 
     from repro.zero.config import ZeroConfig
+    from repro.zero.deepspeed_json import deepspeed_batch
 
     try:
         data = json.loads(Path(path).read_text())
@@ -123,16 +140,23 @@ def read_deepspeed_config(path: str):
     if not isinstance(data, dict):
         raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
     try:
-        return ZeroConfig.from_deepspeed(data)
+        return ZeroConfig.from_deepspeed(data), deepspeed_batch(data)
     except ValueError as err:
         raise UsageError(f"--deepspeed-config {path}: {err}") from None
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Checks that need no process group, so every rank refuses a bad command before it starts (exit code 2)."""
-    args.zero = None
+    """Everything that needs no process group, so every rank refuses a bad command before it starts (exit code 2,
+    one line): the options, the DeepSpeed config, then (:mod:`repro.training.startcheck`) the launch variables, the
+    corpora against the vocabulary, the model against the device's memory, and the output paths."""
+    from repro.training import startcheck
+
+    for option, value in (("--timeout-s", args.timeout_s), ("--watchdog-s", args.watchdog_s)):
+        if value is not None and value > MAX_WAIT_S:
+            raise UsageError(f"{option} {value:g} must be at most {MAX_WAIT_S:.0f} s (30 days)")
+    args.zero, batch = None, None
     if args.deepspeed_config is not None:
-        args.zero = read_deepspeed_config(args.deepspeed_config)
+        args.zero, batch = read_deepspeed_config(args.deepspeed_config)
         args.zero_stage = args.zero.stage
         if args.zero.max_grad_norm is not None:
             args.clip_grad = args.zero.max_grad_norm
@@ -157,15 +181,20 @@ def check_args(args: argparse.Namespace) -> None:
                          f"got --zero-stage {args.zero_stage}; use --precision bf16")
     if args.valid_data is not None and args.eval_interval is None:
         raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
-    for option in ("data", "valid_data"):
-        value = getattr(args, option)
-        if value not in (None, "synthetic") and not Path(value + ".bin").exists():
-            raise UsageError(f"--{option.replace('_', '-')} {value}: no token file {value}.bin; write one with "
-                             "python -m repro.training.corpus")
     if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
         raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
-    if args.save is not None and Path(args.save).exists() and not Path(args.save).is_dir():
-        raise UsageError(f"--save {args.save} is a file; it must be a directory")
+    launch, dp = startcheck.check_launch(args)
+    if batch is not None:
+        try:
+            args.micro_batch_size, args.micro_batches = batch.resolve(
+                micro_batch_size=args.micro_batch_size, micro_batches=args.micro_batches, dp=dp)
+        except ValueError as err:
+            raise UsageError(f"--deepspeed-config {args.deepspeed_config}: {err}") from None
+    startcheck.check_data(args)
+    config = startcheck.model_config(args)
+    startcheck.check_memory(args, config, launch=launch, dp=dp)
+    startcheck.check_outputs(args, launch=launch, checkpoint_bytes=startcheck.checkpoint_bytes(
+        config, tp=args.tp, dp=dp, zero_stage=args.zero_stage))
 
 
 def _sources(args: argparse.Namespace):
@@ -179,7 +208,7 @@ def _sources(args: argparse.Namespace):
         from repro.training.corpus import TokenCorpus
 
         corpus = TokenCorpus(args.data)
-        train, vocab = corpus.samples(args.seq_len, seed=args.seed), corpus.vocab_size
+        train, vocab = corpus.samples(args.seq_len, seed=args.seed), args.vocab  # check_args: ids < args.vocab
     valid = None
     if args.valid_data is not None:
         from repro.training.corpus import TokenCorpus
@@ -283,7 +312,9 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
     try:
         check_args(args)
     except UsageError as err:
-        if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":
+        from repro.training.startcheck import speaks
+
+        if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad
             print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)

@@ -76,7 +76,9 @@ def test_training_on_tokenized_wikitext103_lowers_validation_loss(tmp_path, data
     for split in ("valid", "test"):
         assert corpus_main(["--wikitext103", split, "--data-dir", str(data_dir), "--output-prefix",
                             str(tmp_path / split), "--no-progress"]) == 0
+    # --vocab 50257: the corpus's GPT-2 ids (Ranks' small --vocab 64 would be refused: every id must be below it)
     job = Ranks(tmp_path, "wt103", 1, ["--data", str(tmp_path / "valid"), "--valid-data", str(tmp_path / "test"),
+                                       "--vocab", "50257",
                                        "--steps", "30", "--lr", "3e-3", "--eval-interval", "10", "--eval-iters", "4",
                                        "--log-jsonl", str(tmp_path / "wt.jsonl")])
     assert job.wait(timeout_s=300) == [0], job.all_output()

@@ -1,0 +1,304 @@
+"""What ``repro train`` checks on every rank before it starts a process group or takes a step (issue 27).
+
+A bad value found at step 1,000 costs the hours before it; one found by an allocator or a ``timedelta`` is a
+traceback. So before anything runs, each rank checks, and refuses in one line naming the value and the rule:
+
+* the launch variables (RANK, WORLD_SIZE, LOCAL_RANK, their Slurm twins) are whole numbers in range, and the world
+  divides into tp x pp x dp;
+* the corpus indexes are well formed and their largest token id (recorded by the corpus tool) is below the
+  model's vocabulary;
+* the model's fp32 weights, gradients and Adam states fit the device's free memory ("needs X GiB, has Y");
+* ``--save`` is a directory this rank can write, with free space for one checkpoint, and rank 0 (the only writer)
+  can append to ``--log-jsonl`` and write ``--tensorboard-dir``.
+
+The memory and disk checks depend on the machine a rank runs on: their errors are :class:`MachineError`, printed
+by the first rank of each machine (the others are printed by rank 0 alone: every rank finds the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+from repro.dist.launch import LaunchEnv, read_launch_env
+from repro.training.failfast import UsageError
+
+GIB = 2**30
+#: fp32 weights (4 B), gradients (4 B) and Adam's two moments (8 B) per parameter, before any ZeRO sharding
+WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES = 4, 4, 8
+#: one checkpoint holds fp32 weights and Adam's moments: 12 B per parameter (per dp rank without ZeRO)
+CHECKPOINT_BYTES = WEIGHT_BYTES + ADAM_BYTES
+#: --vocab of the synthetic data when none is given
+SYNTHETIC_VOCAB = 256
+
+
+class MachineError(UsageError):
+    """A check that depends on this rank's machine (its memory, its disks): printed by the machine's first rank."""
+
+
+class LaunchError(UsageError):
+    """A launch variable of this rank's own environment is bad: printed by the rank that finds it (a rank whose
+    RANK is not a number, or out of range, cannot know whether it is the first)."""
+
+
+def _env_int(name: str) -> int | None:
+    """An integer launch variable, None when unset; a one-line :class:`UsageError` when it is not a number."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"launch variable {name}={value!r} is not an integer") from None
+
+
+def speaks(err: UsageError) -> bool:
+    """Whether this rank prints ``err``: rank 0 does; every rank prints a :class:`LaunchError` (its own variables),
+    and the first rank of each machine a :class:`MachineError`."""
+    if isinstance(err, LaunchError):
+        return True
+    try:
+        rank = _env_int("RANK") if "RANK" in os.environ else _env_int("SLURM_PROCID")
+        local = _env_int("LOCAL_RANK") if "LOCAL_RANK" in os.environ else _env_int("SLURM_LOCALID")
+    except UsageError:
+        return True
+    return not rank or (isinstance(err, MachineError) and not local)
+
+
+def machine_error(launch: LaunchEnv, message: str) -> MachineError:
+    """A :class:`MachineError` whose message says which rank and host found it when there are several ranks."""
+    where = f"rank {launch.rank} on {socket.gethostname()}: " if launch.world_size > 1 else ""
+    return MachineError(where + message)
+
+
+def check_launch(args: argparse.Namespace) -> tuple[LaunchEnv, int]:
+    """(launch variables, data-parallel size): whole numbers in range, and world = tp x pp x dp."""
+    from repro.dist.groups import resolve_grid
+
+    for name in ("LOCAL_RANK", "SLURM_LOCALID", "LOCAL_WORLD_SIZE"):
+        if (value := _env_int(name)) is not None and value < 0:
+            raise LaunchError(f"launch variable {name}={value} must be an integer >= 0")
+    try:
+        launch = read_launch_env()
+    except ValueError as err:
+        message = str(err)
+        if "launch variable" not in message:  # e.g. "rank 3 is outside [0, world size 2)": name the variables
+            torchrun = "RANK" in os.environ or "WORLD_SIZE" in os.environ
+            names = ("RANK", "WORLD_SIZE") if torchrun else ("SLURM_PROCID", "SLURM_NTASKS")
+            message = "launch variables " + ", ".join(f"{n}={os.environ.get(n)!r}" for n in names) + ": " + message
+        raise LaunchError(message) from None
+    try:
+        grid = resolve_grid(launch.world_size, tp=args.tp, pp=args.pp, dp=args.dp)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return launch, grid.dp
+
+
+def model_config(args: argparse.Namespace):
+    """The GPT the options describe, checked against the tensor-parallel size (heads and FFN split evenly)."""
+    from repro.models import GPTConfig
+
+    try:
+        config = GPTConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
+                           num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
+                           hidden_dropout=args.dropout, attention_dropout=args.dropout)
+        config.check_tensor_parallel(args.tp)
+    except ValueError as err:
+        raise UsageError(f"--heads {args.heads} --hidden {args.hidden} --tp {args.tp}: {err}") from None
+    return config
+
+
+# ---- memory ---------------------------------------------------------------------------------------------------
+
+def available_bytes(device: str, local_rank: int) -> tuple[int, str]:
+    """(bytes this rank may allocate on ``device``, where the number comes from).
+
+    CUDA: the free memory of the rank's GPU (``torch.cuda.mem_get_info``). CPU: MemAvailable of /proc/meminfo (or
+    the free pages from ``os.sysconf``), capped by the cgroup's memory.max, shared by the LOCAL_WORLD_SIZE ranks
+    of this machine."""
+    if device == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(local_rank)
+        return free, f"free on cuda:{local_rank}"
+    free, source = _meminfo_available()
+    limit = _cgroup_room()
+    if limit is not None and limit < free:
+        free, source = limit, "the cgroup's memory.max less memory.current"
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return free // ranks, source + (f", shared by {ranks} ranks" if ranks > 1 else "")
+
+
+def _meminfo_available() -> tuple[int, str]:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free pages (os.sysconf)"
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under a cgroup v2 memory limit, or None when there is none."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
+
+
+def parameters_per_rank(config, *, tp: int, pp: int) -> int:
+    """Parameters of this rank's share of the busiest pipeline stage: its layers and the (tied) embedding, split
+    over tp (the position embedding and layer norms are not split; they are small)."""
+    from repro.models.params import layer_parameters
+
+    layers = math.ceil(config.num_layers / pp) * layer_parameters(config)
+    embedding = config.padded_vocab_size(tp) * config.hidden_size
+    return (layers + embedding) // tp + config.max_position_embeddings * config.hidden_size + 2 * config.hidden_size
+
+
+def state_bytes(params: int, *, dp: int, zero) -> tuple[int, int]:
+    """(bytes on the compute device, bytes in host memory) of ``params`` parameters' fp32 weights, gradients and
+    Adam states under ``zero`` (a :class:`repro.zero.config.ZeroConfig`, or None for plain data parallelism).
+
+    ZeRO sec 5: stage 1 splits the optimizer states over dp, stage 2 also the gradients, stage 3 also the weights;
+    an offload tier moves the optimizer states (or the weights) to CPU memory, or to NVMe (neither)."""
+    stage = zero.stage if zero is not None else 0
+    weights = params * WEIGHT_BYTES // (dp if stage >= 3 else 1)
+    grads = params * GRAD_BYTES // (dp if stage >= 2 else 1)
+    adam = params * ADAM_BYTES // (dp if stage >= 1 else 1)
+    device, host = grads, 0
+    for part, tier in ((adam, zero.offload_optimizer.device if zero else "none"),
+                       (weights, zero.offload_param.device if zero else "none")):
+        if tier == "none":
+            device += part
+        elif tier == "cpu":
+            host += part
+    return device, host
+
+
+def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int) -> None:
+    """Refuse a model whose states alone exceed this rank's free memory (activations come on top)."""
+    from repro.dist.device import select_device
+    from repro.models.params import count_parameters
+
+    try:
+        device = select_device(args.device, local_rank=launch.local_rank).type
+    except ValueError as err:
+        raise machine_error(launch, f"--device {args.device}: {err}") from None
+    total = count_parameters(config, args.tp)
+    on_device, on_host = state_bytes(parameters_per_rank(config, tp=args.tp, pp=args.pp), dp=dp, zero=args.zero)
+    needs = on_device + (on_host if device == "cpu" else 0)
+    has, source = available_bytes(device, launch.local_rank)
+    if needs > has:
+        shape = f"--layers {args.layers} --hidden {args.hidden} --vocab {config.vocab_size} --seq-len {args.seq_len}"
+        raise machine_error(launch, f"{shape}: the model ({total:,} parameters) needs at least "
+                                    f"{needs / GIB:,.1f} GiB on {device} per rank for fp32 weights, gradients and "
+                                    f"Adam states (tp {args.tp}, pp {args.pp}, dp {dp}, ZeRO stage "
+                                    f"{args.zero_stage}); this machine has {has / GIB:,.1f} GiB ({source})")
+    if device == "cuda" and on_host:
+        free, source = available_bytes("cpu", launch.local_rank)
+        if on_host > free:
+            raise machine_error(launch, f"the offloaded states of the model ({total:,} parameters) need "
+                                        f"{on_host / GIB:,.1f} GiB of CPU memory per rank; this machine has "
+                                        f"{free / GIB:,.1f} GiB ({source})")
+
+
+# ---- files ----------------------------------------------------------------------------------------------------
+
+def _make_dir(option: str, path: Path, launch: LaunchEnv) -> None:
+    if path.exists() and not path.is_dir():
+        raise machine_error(launch, f"{option} {path} is a file; it must be a directory (created when missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".repro-write-check-"):
+            pass
+    except OSError as err:
+        raise machine_error(launch, f"{option} {path} is not a writable directory ({err.strerror or err})") from None
+
+
+def check_outputs(args: argparse.Namespace, *, launch: LaunchEnv, checkpoint_bytes: int) -> None:
+    """``--save`` writable with room for one checkpoint (every rank writes its shard there); ``--log-jsonl`` and
+    ``--tensorboard-dir`` writable by rank 0, which alone writes them."""
+    if args.save is not None:
+        save = Path(args.save)
+        _make_dir("--save", save, launch)
+        free = shutil.disk_usage(save).free
+        if checkpoint_bytes > free:
+            raise machine_error(launch, f"--save {save}: one checkpoint needs about {checkpoint_bytes / GIB:,.2f} "
+                                        f"GiB (fp32 weights and Adam states), the file system has "
+                                        f"{free / GIB:,.2f} GiB free")
+    if launch.rank != 0:
+        return
+    if args.tensorboard_dir is not None:
+        _make_dir("--tensorboard-dir", Path(args.tensorboard_dir), launch)
+    jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
+    if jsonl is not None:
+        option = "--log-jsonl" if args.log_jsonl else "--save (its log.jsonl)"
+        path = Path(jsonl)
+        if path.is_dir():
+            raise machine_error(launch, f"{option} {path} is a directory; it must name a file (appended to)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a"):  # the log appends here next; an empty file is what it would create anyway
+                pass
+        except OSError as err:
+            raise machine_error(launch, f"{option} {path} cannot be appended to ({err.strerror or err})") from None
+
+
+def checkpoint_bytes(config, *, tp: int, dp: int, zero_stage: int) -> int:
+    """Bytes of one checkpoint: 12 B per parameter, once per dp rank without ZeRO (each keeps its own copy)."""
+    from repro.models.params import count_parameters
+
+    return count_parameters(config, tp) * CHECKPOINT_BYTES * (dp if zero_stage == 0 else 1)
+
+
+# ---- corpora --------------------------------------------------------------------------------------------------
+
+def check_data(args: argparse.Namespace) -> None:
+    """Set ``args.vocab`` when it was not given (256 for synthetic data, else the --data index's vocab_size) and
+    check that the largest token id of --data and --valid-data is below it: the model's embedding has one row per
+    id, so a larger id would fail at the step that reads it."""
+    given = args.vocab is not None
+    if args.data == "synthetic" and not given:
+        args.vocab = SYNTHETIC_VOCAB
+    for option, prefix in (("--data", args.data), ("--valid-data", args.valid_data)):
+        if prefix in (None, "synthetic"):
+            continue
+        vocab, largest, recorded = check_corpus(option, prefix, seq_len=args.seq_len, seed=args.seed)
+        if args.vocab is None:
+            args.vocab = vocab  # --data comes first
+        if largest >= args.vocab:
+            source = "--vocab" if given else ("the default for synthetic data" if args.data == "synthetic"
+                                              else "the vocab_size of the --data index")
+            raise UsageError(f"{option} {prefix} holds token ids up to {largest} ({recorded}): every "
+                             f"id must be below the vocabulary, {args.vocab} ({source})")
+
+
+def check_corpus(option: str, prefix: str, *, seq_len: int, seed: int) -> tuple[int, int, str]:
+    """(the index's vocab_size, its largest token id, where that comes from) of a well-formed corpus holding at
+    least one sample.
+
+    Reads the index and stats the .bin (its checksum is verified when the trainer opens it), never scans it."""
+    from repro.training.corpus import CorpusError, TokenCorpus, max_token_id
+
+    try:
+        corpus = TokenCorpus(prefix, verify=False)
+        corpus.samples(seq_len, seed=seed)
+    except (CorpusError, ValueError) as err:
+        raise UsageError(f"{option} {prefix}: {err}") from None
+    largest = max_token_id(corpus.index)
+    if largest is None:
+        raise UsageError(f"{option} {prefix}: its index records no max_token_id and no known tokenizer, so its token "
+                         "ids cannot be checked against the vocabulary; tokenize it again with python -m "
+                         "repro.training.corpus (which records max_token_id)")
+    recorded = ("its index's max_token_id" if "max_token_id" in corpus.index
+                else "GPT-2's largest id: its index predates max_token_id")
+    return corpus.vocab_size, largest, recorded
