@@ -160,11 +160,26 @@ def cmd_toy(args) -> list[dict]:
     return rows
 
 
+def _results_dir(text: str) -> str:
+    """``--results-dir``: a directory, created when missing; a regular file on the way is refused before any work
+    (the rows are written at the end, after the evaluation)."""
+    from pathlib import Path
+
+    path = Path(text)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == path else f": {str(existing)!r}"
+        raise argparse.ArgumentTypeError(f"{text!r}{where} is a file; --results-dir must name a directory (created "
+                                         "when missing)")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro eval", description=__doc__,
                                      epilog=EPILOG)
     parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
-    parser.add_argument("--results-dir", default=None, help="results root (default $REPRO_RESULTS_DIR or results/)")
+    parser.add_argument("--results-dir", type=_results_dir, default=None,
+                        help="results root (default $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--threads", type=positive_int, default=None,

@@ -173,6 +173,33 @@ def measure_stages(
     return spawn(_measure_all, world_size, specs, timeout_s=1800)[0]
 
 
+def _read_rows(path: Path) -> list[dict]:
+    """The measurements of a --rows file: a JSON list of objects, each with a 'framework' key (a ValueError names
+    the file and the rule)."""
+    try:
+        rows = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"--rows {path}: cannot read it ({err.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"--rows {path} is not valid JSON ({err})") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and "framework" in row for row in rows):
+        raise ValueError(f"--rows {path} must hold a JSON list of objects, each with a 'framework' key")
+    return rows
+
+
+def _check_out(prefix: Path) -> None:
+    """The folder of ``--out`` exists (or is created) and accepts files; else a ValueError naming it."""
+    import tempfile
+
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=prefix.parent, prefix=".repro-write-check-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"--out {prefix}: its folder {prefix.parent} is not writable ({err.strerror or err})"
+                         ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="repro zero-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--world-size", type=positive_int, default=2,
@@ -202,6 +229,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--offload nvme needs --nvme-path DIR (where the swap files go)")
     if args.no_measure and args.rows is None:
         parser.error("--no-measure needs --rows")
+    if args.hidden_size % args.num_heads:
+        parser.error(f"--hidden-size {args.hidden_size} must be divisible by --num-heads {args.num_heads}")
+    try:  # every input before the measurement, which takes minutes
+        if args.offload == "nvme":
+            from repro.zero.offload.nvme import check_nvme_path
+
+            check_nvme_path(args.nvme_path)
+        rows = _read_rows(args.rows) if args.rows is not None else []
+        _check_out(args.out)
+    except ValueError as err:
+        parser.error(str(err))
     try:  # before measuring: the report always draws <out>.png
         require("matplotlib", "the ZeRO memory figure")
     except MissingPackage as err:
@@ -212,8 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nvme_path=args.nvme_path, micro_batch=args.micro_batch, seq_len=args.seq_len, steps=args.steps,
         model_kwargs={"vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "num_layers": args.num_layers,
                       "num_attention_heads": args.num_heads, "max_position_embeddings": args.seq_len})]
-    if args.rows is not None:
-        measurements += json.loads(args.rows.read_text())
+    measurements += rows
     frame = report_frame(measurements)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = render_markdown(frame)
