@@ -114,3 +114,22 @@ def test_checkpoint_estimate_counts_each_dp_copy_without_zero():
 
     assert checkpoint_bytes(config, tp=1, dp=2, zero_stage=0) == count_parameters(config) * 12 * 2
     assert checkpoint_bytes(config, tp=1, dp=2, zero_stage=1) == count_parameters(config) * 12
+
+
+def test_on_a_gpu_the_estimate_meets_the_gpus_free_memory(monkeypatch):
+    """No GPU here: the device and its free memory are stood in for (torch.cuda.mem_get_info's (free, total))."""
+    import torch
+
+    import repro.dist.device
+    from repro.dist.launch import read_launch_env
+    from repro.training.startcheck import UsageError, check_memory
+
+    monkeypatch.setattr(repro.dist.device, "select_device", lambda *a, **k: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (2**30, 80 * 2**30))
+    args = build_parser().parse_args(["--hidden", "4096", "--heads", "32", "--layers", "4"])
+    args.vocab, args.zero = 50257, None
+    with pytest.raises(UsageError, match=r"1,011,703,808 parameters\) needs at least 15\.1 GiB on cuda .* has "
+                                        r"1\.0 GiB \(free on cuda:0\)"):
+        check_memory(args, model_config(args), launch=read_launch_env(), dp=1)
+    args.hidden, args.heads = 256, 4
+    check_memory(args, model_config(args), launch=read_launch_env(), dp=1)  # about 16 M parameters: 0.25 GiB fits
