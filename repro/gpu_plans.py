@@ -33,7 +33,8 @@ PLANS = ("headline", "zero_offload", "node")
 @dataclass(frozen=True)
 class Part:
     """One bounded step: ``argv`` runs in its own process group, stopped at ``limit_s``; skipped when less than
-    ``min_s`` of the deadline is left. ``env`` is added to the session's environment."""
+    ``min_s`` of the deadline is left, or when this torch is older than ``needs_torch`` (``(version, feature)``).
+    ``env`` is added to the session's environment."""
 
     name: str
     limit_s: float
@@ -41,6 +42,11 @@ class Part:
     argv: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     what: str = ""
+    needs_torch: tuple[tuple[int, int], str] | None = None
+
+
+#: GNA on a GPU compiles FlexAttention, which torch has from 2.5
+FLEX = ((2, 5), "FlexAttention")
 
 
 def _points(*names: str) -> tuple[str, ...]:
@@ -89,13 +95,14 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
     if rehearse:
         return [first, toy_repro,
                 Part("gna", 20, 8, run + ("gna_speedup_gpu", "--scale", "smoke", "--device", "cuda"), one,
-                     "GNA toy grids, forward"),
+                     "GNA toy grids, forward", FLEX),
                 Part("cuda_tests", 30, 5, tests, what="tests marked cuda (skipped without a GPU)"), toy_plain]
     return [first,
             Part("megatron_1gpu", 170, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu"),
                  what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
             Part("gna", 140, 50, run + ("gna_speedup_gpu", "--scale", "paper", "--device", "cuda")
-                 + _points(*GNA_POINTS), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA"),
+                 + _points(*GNA_POINTS), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA",
+                 needs_torch=FLEX),
             Part("cuda_tests", 90, 30, tests, what="tests marked cuda"),
             Part("plain_gpt", 125, 45, megatron + ("--scale", "node", "--point", "1p2B_1gpu_plain"),
                  what="1.2B plain GPT compiled whole (torch.compile), same run as megatron_1gpu")]

@@ -117,6 +117,18 @@ def session_env(out: Path) -> dict[str, str]:
     return env
 
 
+def _lacking(part: Part) -> str:
+    """Why this torch cannot run ``part`` (one line), or ``""``."""
+    import torch
+
+    from repro.optional import torch_version
+
+    if part.needs_torch is None or torch_version() >= part.needs_torch[0]:
+        return ""
+    (major, minor), feature = part.needs_torch
+    return f"needs torch >= {major}.{minor} ({feature}); this torch is {torch.__version__}"
+
+
 def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str] | None = None,
                 plan_name: str = "headline", say: Callable[[str], None] = print) -> list[Outcome]:
     """Run the plan's parts (``parts``: only these, by name) before ``deadline_s``; one line per part as it ends in
@@ -134,7 +146,10 @@ def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str
     env, start, outcomes = session_env(out), time.monotonic(), []
     for part in chosen:
         left = deadline_s - (time.monotonic() - start)
-        if left < part.min_s:
+        lacking = _lacking(part)
+        if lacking:
+            outcome = Outcome(part.name, "skipped", None, 0.0, part.limit_s, lacking)
+        elif left < part.min_s:
             outcome = Outcome(part.name, "skipped", None, 0.0, part.limit_s,
                               f"{left:.0f} s left of the {deadline_s:.0f} s deadline, it needs at least "
                               f"{part.min_s:.0f} s")

@@ -35,6 +35,13 @@ _UNITS = {"iteration_s": "s", "tokens_per_s": "tokens/s", "model_tflops_per_gpu"
           "peak_memory_gib": "GiB", "setup_s": "s", "loss": "nats", "tokens_per_s_vs_plain_compiled": "x"}
 
 
+def runnable_variants(variants) -> list[str]:
+    """``variants`` this torch can measure: repro's compiled layers (``repro``) need torch >= 2.5."""
+    from repro.optional import torch_version
+
+    return [v for v in variants if v != "repro" or torch_version() >= (2, 5)]
+
+
 def _device(ctx: RunContext) -> torch.device:
     from repro.dist.device import rank_device
 
@@ -99,7 +106,6 @@ def _measure_plain(params, config, device, *, compiled: bool):
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist.device import describe
     from repro.dist.groups import init_parallel
-    from repro.optional import torch_version
     from repro.perfmodel.gpus import gpu_peak
     from repro.training.throughput import release
 
@@ -118,7 +124,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     for variant in params["variants"]:
         if variant.startswith("plain") and ctx.world_size > 1:
             raise ValueError(f"variant {variant!r} is single-GPU; point {point.name!r} has {ctx.world_size} ranks")
-        if variant == "repro" and torch_version() < (2, 5):  # compiled layers need torch >= 2.5: one line, no row
+        if variant not in runnable_variants([variant]):  # compiled layers need torch >= 2.5: one line, no row
             print(f"[{point.name}] variant 'repro' not run: compiled transformer layers need torch >= 2.5 "
                   f"(this torch is {torch.__version__}); 'repro_eager' still runs", flush=True)
             continue

@@ -14,7 +14,9 @@ import pytest
 from repro import gpu_session as G
 from repro.results import read_run
 
+from repro.experiments.megatron_weak_scaling_gpu import runnable_variants
 from repro.gpu_plans import PLANS
+from repro.optional import torch_version
 
 PARTS = ["provenance", "megatron_1gpu", "gna", "cuda_tests", "plain_gpt"]
 
@@ -65,16 +67,20 @@ def test_rehearsal_runs_every_part_in_under_three_minutes(tmp_path):
     assert elapsed < 180, f"the rehearsal took {elapsed:.0f} s"
     outcomes = [json.loads(line) for line in (out / "session.jsonl").read_text().splitlines()]
     assert [o["part"] for o in outcomes] == PARTS
-    assert all(o["status"] == "ok" for o in outcomes), outcomes
+    flex = torch_version() >= (2, 5)  # GNA's part compiles FlexAttention: on older torch it is skipped, saying so
+    assert all(o["status"] == ("ok" if flex or o["part"] != "gna" else "skipped") for o in outcomes), outcomes
+    assert flex or "needs torch >= 2.5 (FlexAttention)" in outcomes[PARTS.index("gna")]["note"]
     assert json.loads((out / "provenance.json").read_text())["standin"] is True
     megatron = _rows(out, "megatron_weak_scaling_gpu")
-    assert {r["variant"] for r in megatron} == {"repro", "repro_eager", "plain_compiled"}
+    assert {r["variant"] for r in megatron} == set(runnable_variants(["repro", "repro_eager", "plain_compiled"]))
     assert len({r["run_id"] for r in megatron}) == 1  # repro and the plain GPT compare within one run
     assert all(r["provenance"]["device"].startswith("cpu") for r in megatron)  # the stand-in computes on the CPU
-    assert {r["point"] for r in _rows(out, "gna_speedup_gpu")} >= {"toy2d_w16x16_s8x16_fwd"}
+    assert not flex or {r["point"] for r in _rows(out, "gna_speedup_gpu")} >= {"toy2d_w16x16_s8x16_fwd"}
     assert (out / "tests-cuda.xml").exists() and (out / "summary.txt").exists()
 
 
+@pytest.mark.skipif(torch_version() < (2, 5), reason="compiled layers need torch >= 2.5: the part has no compiled "
+                    "variant to stop after")
 def test_a_part_stopped_mid_way_keeps_the_variants_it_finished(tmp_path):
     """Stop the 1-GPU part as its time limit would, once the compiled variant's rows exist: they are in the
     results folder, the eager variant (not yet measured) is not, and the part says it was stopped."""
