@@ -10,6 +10,6 @@ if [ "${REPRO_KEEP_TORCH:-0}" != "1" ] && ! python3 -c 'import torch' 2>/dev/nul
   $PIP install --quiet torch==2.13.0
 fi
 echo "== installing repro and its test tools"
-# torch stays whatever is installed: the project's own spec is torch>=2.4
+# torch stays whatever is installed: the project's own spec is torch>=2.4.1 (scripts/torch_versions.sh proves it)
 $PIP install --quiet -e ".[dev]"
 python3 -c 'import torch, repro; print(f"repro {repro.__version__}, torch {torch.__version__}")'
