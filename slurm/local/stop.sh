@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop the local Slurm started by slurm/local/start.sh: slurmd, slurmctld, munged, each by its pid file.
+# Stop the local Slurm started by slurm/local/start.sh: every slurmd (one per emulated node), slurmctld, munged,
+# each by its pid file.
 set -uo pipefail
 
 stop_pidfile() {  # name pidfile
@@ -15,7 +16,11 @@ stop_pidfile() {  # name pidfile
   rm -f "$pidfile"
 }
 
-stop_pidfile slurmd /run/slurmd.pid
+for pidfile in /run/slurmd.pid /run/slurmd-*.pid; do  # /run/slurmd.pid: written by an older start.sh
+  [ -e "$pidfile" ] || continue
+  name="${pidfile#/run/}"
+  stop_pidfile "${name%.pid}" "$pidfile"
+done
 stop_pidfile slurmctld /run/slurmctld.pid
 stop_pidfile munged /run/munge/munged.pid
 exit 0

@@ -1,4 +1,5 @@
-"""Whether the one-node Slurm of ``slurm/local/start.sh`` answers; the Slurm integration tests skip without it."""
+"""Whether the local Slurm of ``slurm/local/start.sh`` answers (one node, or ``--nodes N`` emulated ones); the Slurm
+integration tests skip without it, the multi-node ones also with fewer nodes than they need."""
 
 from __future__ import annotations
 
@@ -19,7 +20,25 @@ def slurm_state() -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def skip_without_local_slurm() -> None:
-    """Skip the calling test module unless a node is idle, mixed or allocated."""
-    if not any(s.startswith(("idle", "mix", "alloc")) for s in slurm_state().split()):
-        pytest.skip("no local Slurm is running (start it with slurm/local/start.sh)", allow_module_level=True)
+def usable_nodes() -> list[str]:
+    """The names of the nodes that are idle, mixed or allocated ([] when there is no Slurm)."""
+    if not slurm_state():
+        return []
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return []
+    lines = [line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2]
+    return sorted({name for name, state in lines if state.startswith(("idle", "mix", "alloc"))})
+
+
+def skip_without_local_slurm(nodes: int = 1) -> None:
+    """Skip the calling test module unless ``nodes`` nodes (default 1) are idle, mixed or allocated."""
+    if nodes <= 1:
+        if not any(s.startswith(("idle", "mix", "alloc")) for s in slurm_state().split()):
+            pytest.skip("no local Slurm is running (start it with slurm/local/start.sh)", allow_module_level=True)
+        return
+    found = usable_nodes()
+    if len(found) < nodes:
+        pytest.skip(f"needs a local Slurm of {nodes} nodes, found {len(found)} usable "
+                    f"(start it with slurm/local/start.sh --nodes {nodes})", allow_module_level=True)
