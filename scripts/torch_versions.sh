@@ -4,6 +4,7 @@
 #
 #   scripts/torch_versions.sh                  # floor and newest: one venv each, then python -m pytest -q in each
 #   scripts/torch_versions.sh 2.7.1 2.15.0     # these versions instead
+#   scripts/torch_versions.sh --floor          # the floor only (CI's torch-range job), --newest the newest only
 #   scripts/torch_versions.sh --dry-run        # print the versions and the commands, install and run nothing
 #   scripts/torch_versions.sh -- tests/gna     # pytest arguments after --
 #
@@ -21,15 +22,18 @@ cd "$(dirname "$0")/.."
 die() { echo "torch_versions: error: $1" >&2; exit 2; }
 
 DRY=0
+WHICH=both
 VERSIONS=()
 PYTEST_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
+    --floor) WHICH=floor ;;
+    --newest) WHICH=newest ;;
     --) shift; PYTEST_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     [0-9]*.[0-9]*.[0-9]*) VERSIONS+=("$1") ;;
-    *) die "'$1' is not a torch version like 2.4.1 (major.minor.patch), --dry-run or --" ;;
+    *) die "'$1' is not a torch version like 2.4.1 (major.minor.patch), --floor, --newest, --dry-run or --" ;;
   esac
   shift
 done
@@ -56,9 +60,8 @@ newest_version() {
 }
 
 if [ ${#VERSIONS[@]} -eq 0 ]; then
-  floor_version
-  newest_version
-  VERSIONS=("$FLOOR" "$NEWEST")
+  [ "$WHICH" = newest ] || { floor_version; VERSIONS+=("$FLOOR"); }
+  [ "$WHICH" = floor ] || { newest_version; VERSIONS+=("$NEWEST"); }
 fi
 WHOLE=0
 if [ ${#PYTEST_ARGS[@]} -eq 0 ]; then
@@ -102,7 +105,11 @@ for version in "${VERSIONS[@]}"; do
   set -e
   summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$log" | tail -n1 | tr -d '=' | xargs)"
   RESULT[$version]="$summary (exit $code)"
-  [ "$code" = 0 ] || STATUS=1
+  if [ "$code" != 0 ]; then
+    STATUS=1
+    echo "== torch $version: the last lines of $log"
+    tail -n 60 "$log"
+  fi
   if [ "$WHOLE" = 1 ]; then
     "$venv/bin/python" - "$summary" "$code" >> results/torch_versions.jsonl <<'PY'
 import datetime, json, platform, re, subprocess, sys

@@ -43,13 +43,15 @@ def test_default_versions_are_pyprojects_floor_and_the_registrys_newest(tmp_path
     result = _run("--dry-run", env={"REPRO_PYTHON": str(stub), "REPRO_VENV_DIR": str(tmp_path / "v")})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith(f"torch versions: {_floor()} 9.1.0")
+    floor = _run("--dry-run", "--floor", env={"REPRO_PYTHON": str(stub), "REPRO_VENV_DIR": str(tmp_path / "v")})
+    assert floor.stdout.splitlines()[0].startswith(f"torch versions: {_floor()} (")  # CI's torch-range job
 
 
 def test_bad_version_is_one_line_and_exit_2():
     result = _run("2.4")
     assert result.returncode == 2
     assert result.stderr.strip() == ("torch_versions: error: '2.4' is not a torch version like 2.4.1 "
-                                     "(major.minor.patch), --dry-run or --")
+                                     "(major.minor.patch), --floor, --newest, --dry-run or --")
 
 
 @pytest.mark.skipif(os.environ.get("REPRO_TORCH_VERSIONS_RUN") == "1",
