@@ -93,8 +93,11 @@ class Heartbeats:
 
         def fetch() -> None:
             keys = [f"{self.PREFIX}{r}" for r in range(self.world_size)]
-            present = keys if self.store.check(keys) else [k for k in keys if self.store.check([k])]
-            values = self.store.multi_get(present) if present else []
+            try:
+                present = keys if self.store.check(keys) else [k for k in keys if self.store.check([k])]
+                values = self.store.multi_get(present) if present else []
+            except Exception:  # noqa: BLE001 - the store's host ended (connection reset): it does not answer
+                return
             result.append({int(k[len(self.PREFIX):]): json.loads(bytes(v)) for k, v in zip(present, values)})
 
         reader = threading.Thread(target=fetch, name="repro-heartbeat-read", daemon=True)
