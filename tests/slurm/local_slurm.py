@@ -3,8 +3,10 @@ integration tests skip without it, the multi-node ones also with fewer nodes tha
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +44,24 @@ def skip_without_local_slurm(nodes: int = 1) -> None:
     if len(found) < nodes:
         pytest.skip(f"needs a local Slurm of {nodes} nodes, found {len(found)} usable "
                     f"(start it with slurm/local/start.sh --nodes {nodes})", allow_module_level=True)
+
+
+def sbatch(argv: list[str], env: dict[str, str]) -> str:
+    """Run ``sbatch --parsable ...`` from the checkout; the job id it printed."""
+    from repro.results import REPO_ROOT
+
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def read_log(path: Path) -> str:
+    """A job log as it is now ("" before Slurm has opened it)."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def restarts(job_id: str) -> int:
+    """How often Slurm requeued the job (``Restarts=`` of scontrol; -1 when it no longer knows the job)."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
+    found = re.search(r"\bRestarts=(\d+)", out)
+    return int(found.group(1)) if found else -1

@@ -27,7 +27,7 @@ import pytest
 
 from repro.experiments import submit as S
 from repro.results import REPO_ROOT, load_rows
-from tests.slurm.local_slurm import skip_without_local_slurm, usable_nodes
+from tests.slurm.local_slurm import read_log, restarts, sbatch, skip_without_local_slurm, usable_nodes
 
 pytestmark = pytest.mark.slurm
 
@@ -48,22 +48,6 @@ exec %s "$@"
 """
 
 skip_without_local_slurm(nodes=2)
-
-
-def _sbatch(argv: list[str], env: dict[str, str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split(";")[0]
-
-
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _restarts(job_id: str) -> int:
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
-    found = re.search(r"\bRestarts=(\d+)", out)
-    return int(found.group(1)) if found else -1
 
 
 def _hostnames(nodelist: str) -> list[str]:
@@ -99,7 +83,7 @@ def jobs(tmp_path_factory):
     submit = None
     try:
         for key in ("preempted", "straight"):
-            ids[key] = _sbatch(["sbatch", "--parsable", *TWO_NODES, f"--output={tmp}/{key}-%j.out",
+            ids[key] = sbatch(["sbatch", "--parsable", *TWO_NODES, f"--output={tmp}/{key}-%j.out",
                                 "slurm/train.sbatch", *TRAIN], env)
         logs = {key: tmp / f"{key}-{ids[key]}.out" for key in ids}
         submit = subprocess.Popen([sys.executable, "-m", "repro", "--results-dir", str(tmp / "exp"), *SUBMIT],
@@ -107,7 +91,7 @@ def jobs(tmp_path_factory):
         start = time.monotonic()
         signalled = None
         while signalled is None and time.monotonic() - start < WAIT_S:
-            if len(ITERATION.findall(_read(logs["preempted"]))) >= 3:
+            if len(ITERATION.findall(read_log(logs["preempted"]))) >= 3:
                 subprocess.run(["scancel", "--signal=USR1", ids["preempted"]], check=True)
                 signalled = round(time.monotonic() - start, 1)
             time.sleep(0.2)
@@ -127,9 +111,9 @@ def jobs(tmp_path_factory):
         log_path = re.search(r"^job \S+: \w+, exit code \S+, log (\S+)$", submitted, re.M)
         yield {"ids": ids, "signalled": signalled, "submit_rc": submit.returncode, "submit_out": submitted,
                "states": {key: S.job_states(ids[key]) for key in ("preempted", "straight")},
-               "restarts": {key: _restarts(ids[key]) for key in ("preempted", "straight")},
-               "logs": {key: _read(path) for key, path in logs.items()},
-               "experiment_log": _read(Path(log_path.group(1))) if log_path else "",
+               "restarts": {key: restarts(ids[key]) for key in ("preempted", "straight")},
+               "logs": {key: read_log(path) for key, path in logs.items()},
+               "experiment_log": read_log(Path(log_path.group(1))) if log_path else "",
                "results": tmp / "results", "exp_results": tmp / "exp"}
     finally:
         if submit is not None and submit.poll() is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from repro.results import REPO_ROOT
-from tests.slurm.local_slurm import skip_without_local_slurm
+from tests.slurm.local_slurm import restarts, skip_without_local_slurm
 
 pytestmark = pytest.mark.slurm
 skip_without_local_slurm()
@@ -41,12 +41,6 @@ def _srun_of(job_id: str) -> int | None:
         if argv and os.path.basename(argv[0]) == b"srun" and f"SLURM_JOB_ID={job_id}".encode() in environ:
             return int(entry.name)
     return None
-
-
-def _restarts(job_id: str) -> int:
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
-    found = re.search(r"\bRestarts=(\d+)", out)
-    return int(found.group(1)) if found else -1
 
 
 def test_sigusr1_to_srun_saves_exits_75_and_requeues(tmp_path):
@@ -82,7 +76,7 @@ def test_sigusr1_to_srun_saves_exits_75_and_requeues(tmp_path):
         subprocess.run(["scancel", job], capture_output=True)
     text = log.read_text(errors="replace")
     assert text.count("exiting with code 75") >= 1, text[-3000:]
-    assert _restarts(job) == 1, text[-3000:]
+    assert restarts(job) == 1, text[-3000:]
     assert "resumed from checkpoint" in text and "training done: iteration 40" in text, text[-3000:]
     iterations = [int(i) for i, _ in ITERATION.findall(text)]
     assert iterations[-1] == 40 and sorted(set(iterations)) == list(range(1, 41))  # no step lost or repeated

@@ -29,7 +29,7 @@ import pytest
 from repro.experiments import registry
 from repro.experiments import submit as S
 from repro.results import REPO_ROOT, load_rows
-from tests.slurm.local_slurm import skip_without_local_slurm
+from tests.slurm.local_slurm import read_log, restarts, sbatch, skip_without_local_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -70,22 +70,6 @@ def readme_commands() -> list[str]:
     return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
 
 
-def _sbatch(argv: list[str], env: dict[str, str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().split(";")[0]
-
-
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _restarts(job_id: str) -> int:
-    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
-    found = re.search(r"\bRestarts=(\d+)", out)
-    return int(found.group(1)) if found else -1
-
-
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     """Submit the jobs, signal the ones to preempt (or cancel) once they are under way, wait for all."""
@@ -95,15 +79,15 @@ def jobs(tmp_path_factory):
     started = tmp / "probe.started"
     env = {**os.environ, "REPRO_ROOT": str(REPO_ROOT), "REPRO_PYTHON": sys.executable,
            "REPRO_RESULTS_DIR": str(tmp / "results"), "PROBE_STARTED": str(started)}
-    sbatch, scancel = readme_commands()
-    argv = shlex.split(sbatch)
+    command, scancel = readme_commands()
+    argv = shlex.split(command)
     assert argv[:2] == ["sbatch", "slurm/train.sbatch"] and scancel == "scancel --signal=USR1 JOBID"
     ids: dict[str, str] = {}
     logs: dict[str, Path] = {}
     old = os.environ.get("REPRO_EXTRA_EXPERIMENTS")
     try:
-        ids["preempted"] = _sbatch(["sbatch", "--parsable", f"--output={tmp}/%x-%j.out", *argv[1:]], env)
-        ids["straight"] = _sbatch(["sbatch", "--parsable", *argv[1:]], env)  # the header's log: results/slurm-logs/
+        ids["preempted"] = sbatch(["sbatch", "--parsable", f"--output={tmp}/%x-%j.out", *argv[1:]], env)
+        ids["straight"] = sbatch(["sbatch", "--parsable", *argv[1:]], env)  # the header's log: results/slurm-logs/
         os.environ["REPRO_EXTRA_EXPERIMENTS"] = str(probe)
         plan = S.plan(registry(refresh=True).get("preempt_probe"), "ci", slurm_dir=tmp, log_dir=tmp / "logs",
                       array=False)
@@ -114,7 +98,7 @@ def jobs(tmp_path_factory):
                 **{key: tmp / "logs" / f"repro-preempt_probe-{ids[key]}.out" for key in ("experiment", "cancelled")}}
         signals = {  # what to send, and when
             "preempted": (shlex.split(scancel.replace("JOBID", ids["preempted"])),
-                          lambda: len(ITERATION.findall(_read(logs["preempted"]))) >= 3),
+                          lambda: len(ITERATION.findall(read_log(logs["preempted"]))) >= 3),
             "experiment": (["scancel", "--full", "--signal=USR1", ids["experiment"]],
                            Path(f"{started}.{ids['experiment']}").exists),
             "cancelled": (["scancel", ids["cancelled"]], Path(f"{started}.{ids['cancelled']}").exists),
@@ -135,10 +119,10 @@ def jobs(tmp_path_factory):
                           if job_id not in queued and key not in ended})
             time.sleep(0.5)
         states = {key: S.job_states(job_id) for key, job_id in ids.items()}
-        restarts = {key: _restarts(job_id) for key, job_id in ids.items()}
-        texts = {key: _read(path) for key, path in logs.items()}
+        requeues = {key: restarts(job_id) for key, job_id in ids.items()}
+        texts = {key: read_log(path) for key, path in logs.items()}
         print(f"signalled at {signalled} s, ended at {ended} s")
-        yield {"ids": ids, "states": states, "logs": texts, "signalled": signalled, "restarts": restarts,
+        yield {"ids": ids, "states": states, "logs": texts, "signalled": signalled, "restarts": requeues,
                "results": tmp / "results", "ended": ended}
     finally:
         if old is None:
