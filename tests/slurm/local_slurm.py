@@ -65,3 +65,25 @@ def restarts(job_id: str) -> int:
     out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True).stdout
     found = re.search(r"\bRestarts=(\d+)", out)
     return int(found.group(1)) if found else -1
+
+
+#: Megatron's log line of one iteration (``repro train``'s rank 0): iteration, total, lm loss
+ITERATION = re.compile(r"^ iteration\s+(\d+)/\s*(\d+) \|.*\| lm loss: ([0-9.eE+-]+) \|", re.M)
+
+
+def losses(log: str) -> dict[int, float]:
+    """``{iteration: lm loss}`` of a training log."""
+    return {int(i): float(loss) for i, _, loss in ITERATION.findall(log)}
+
+
+def check_resumed_like_straight(first: str, second: str, straight: str, steps: int = 40) -> None:
+    """The first attempt stopped at iteration k >= 3 and saved it, the second went on from k + 1 to ``steps``, and
+    together they printed the same losses as a job that was never interrupted, to the last digit."""
+    log = first + second
+    assert "resumed from checkpoint" in second and f"training done: iteration {steps}" in second, log
+    before, after = sorted(losses(first)), sorted(losses(second))
+    assert before == list(range(1, len(before) + 1)) and len(before) >= 3, log
+    assert after == list(range(len(before) + 1, steps + 1)), log
+    assert losses(log) == losses(straight) and len(losses(straight)) == steps
+    final = re.findall(rf"training done: iteration {steps} lm loss ([0-9.eE+-]+)", log)
+    assert final and final == re.findall(rf"training done: iteration {steps} lm loss ([0-9.eE+-]+)", straight)

@@ -29,13 +29,14 @@ import pytest
 from repro.experiments import registry
 from repro.experiments import submit as S
 from repro.results import REPO_ROOT, load_rows
-from tests.slurm.local_slurm import read_log, restarts, sbatch, skip_without_local_slurm
+from tests.slurm.local_slurm import (
+    ITERATION, check_resumed_like_straight, read_log, restarts, sbatch, skip_without_local_slurm,
+)
 
 pytestmark = pytest.mark.slurm
 
 README = REPO_ROOT / "slurm" / "README.md"
 WAIT_S = 240.0
-ITERATION = re.compile(r"^ iteration\s+(\d+)/\s*(\d+) \|.*\| lm loss: ([0-9.eE+-]+) \|", re.M)
 
 PROBE = '''
 """A two-point experiment whose second point waits to be preempted on the first attempt of its job."""
@@ -146,10 +147,6 @@ def _cancel(job_ids: list[str]) -> None:
         job_ids = [job_id for job_id in job_ids if job_id in queued]
 
 
-def _losses(log: str) -> dict[int, float]:
-    return {int(i): float(loss) for i, _, loss in ITERATION.findall(log)}
-
-
 def _ok(jobs, key: str) -> None:
     states = jobs["states"][key]
     assert jobs["logs"][key], f"{key}: no log"
@@ -166,16 +163,8 @@ def test_training_preempted_by_scancel_usr1_requeues_resumes_and_matches_a_strai
     assert "attempt=1" in first and second, log
     assert "no checkpoint in" in first and "received SIGUSR1" in first and "exiting with code 75" in first, log
     assert "training stopped for preemption (exit code 75)" in first and f"scontrol requeue {jobs['ids']['preempted']}" in first
-    assert "resumed from checkpoint" in second and "training done: iteration 40" in second, log
     assert jobs["restarts"]["preempted"] == 1 and jobs["restarts"]["straight"] == 0
-    # attempt 1 stopped at iteration k (k >= 3) and saved it; attempt 2 went on from k + 1
-    before, after = sorted(_losses(first)), sorted(_losses(second))
-    assert before == list(range(1, len(before) + 1)) and len(before) >= 3, log
-    assert after == list(range(len(before) + 1, 41)), log
-    # the same numbers as the job that was never interrupted, to the last printed digit
-    assert _losses(log) == _losses(straight) and len(_losses(straight)) == 40
-    final = re.findall(r"training done: iteration 40 lm loss ([0-9.eE+-]+)", log)
-    assert final and final == re.findall(r"training done: iteration 40 lm loss ([0-9.eE+-]+)", straight)
+    check_resumed_like_straight(first, second, straight)
 
 
 def test_requeued_experiment_appends_to_its_run_and_skips_the_written_point(jobs):
