@@ -25,7 +25,9 @@ TENSOR_PARALLEL_SEED_OFFSET = 2718  # any constant works; Megatron uses this one
 #: Whether torch.compile can keep the swap ops in the layer's graph. torch 2.4's AOTAutograd cannot (it clones the
 #: generator-state buffers the ops write outside its fake mode: "Please convert all Tensors to FakeTensors"), so
 #: there the ops run outside the graph (a graph break on each side: the same states, the same masks).
-OPS_IN_GRAPH = torch_version() >= (2, 5)
+#: the torch from which compiled transformer layers work (the trainer refuses ``compile_layers`` below it)
+COMPILED_LAYERS_TORCH = (2, 5)
+OPS_IN_GRAPH = torch_version() >= COMPILED_LAYERS_TORCH
 
 
 def _rng_enter(like: torch.Tensor, load: torch.Tensor, save: torch.Tensor, device: str) -> torch.Tensor:

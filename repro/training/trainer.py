@@ -30,6 +30,7 @@ from repro.pipeline.partition import check_micro_batches, layers_per_stage
 from repro.pipeline.stage import GPTStage
 from repro.pipeline.tied import allreduce_tied_embedding_grad
 from repro.tensor_parallel import RNGTracker
+from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
 from repro.training.recompute import _Checkpointed
@@ -91,7 +92,7 @@ class PipelineTrainer:
         if settings.compile_layers:
             # torch 2.4 compiles a layer only with graph breaks around the RNG swap, and not at all inside an
             # activation checkpoint (AOTAutograd meets the generator state outside its fake mode)
-            require_torch((2, 5), "compiled transformer layers (compile_layers)")
+            require_torch(COMPILED_LAYERS_TORCH, "compiled transformer layers (compile_layers)")
         for index, layer in enumerate(self.stage.layers):
             if settings.compile_layers:
                 layer.compile()

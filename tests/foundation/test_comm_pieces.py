@@ -89,5 +89,6 @@ def test_reduce_scatter_pieces_fall_back_where_gloo_lacks_the_list_form():
 
 
 def _gloo_has_list_reduce_scatter() -> bool:
-    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    return (major, minor) >= (2, 8)
+    from repro.optional import torch_version
+
+    return torch_version() >= (2, 8)
