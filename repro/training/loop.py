@@ -111,9 +111,10 @@ def train_loop(
         if preemption is not None:
             doing(f"agreeing on preemption after iteration {trainer.iteration}")
         if preemption is not None and preemption.agreed(world, trainer.device):
-            log.print(f"received {preemption.received or 'a preemption signal on another rank'}: stopping after "
+            log.print(f"received {preemption.describe()}: stopping after "
                       f"iteration {trainer.iteration}" + ("" if save else " (no --save given: nothing is saved)"))
-            log.event("preempted", iteration=trainer.iteration, signal=preemption.received)
+            log.event("preempted", iteration=trainer.iteration, signal=preemption.received,
+                      ranks={str(r): name for r, name in preemption.heard.items()})
             if save is not None and not saved:
                 checkpoint()
             outcome.preempted = True

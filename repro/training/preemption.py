@@ -55,6 +55,9 @@ class PreemptionFlag:
         self._previous: dict[signal.Signals, object] = {}
         self.on_parent_death = launched_by_torchrun() if on_parent_death is None else on_parent_death
         self._death_signal = False
+        #: after :meth:`agreed`: rank in the group -> name of the signal it received (empty: none did)
+        self.heard: dict[int, str] = {}
+        self._size = 1
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signal.Signals(signum).name
@@ -78,12 +81,39 @@ class PreemptionFlag:
         self._previous.clear()
 
     def agreed(self, group: CommGroup | None, device: torch.device | str) -> bool:
-        """True on every rank of ``group`` when any of them received a signal (a MAX all-reduce of the flag, on
-        ``device``: the rank's compute device, as nccl needs)."""
-        flag = torch.tensor(1.0 if self.received else 0.0, device=device)
+        """True on every rank of ``group`` when any of them received a signal; afterwards :attr:`heard` says which
+        rank got which signal (the signal reaches the nodes of a job one after another, so rank 0 may learn of it
+        from another rank). One SUM all-reduce of a vector of signal numbers, one entry per rank, on ``device``:
+        the rank's compute device, as nccl needs."""
+        size = group.size if group is not None else 1
+        rank = group.rank if group is not None else 0
+        codes = torch.zeros(size, device=device)
+        if self.received:
+            codes[rank] = float(signal.Signals[self.received].value)
         if group is not None and group.size > 1:
-            comm.all_reduce(flag, group, op=torch.distributed.ReduceOp.MAX)
-        return bool(flag > 0)
+            comm.all_reduce(codes, group, op=torch.distributed.ReduceOp.SUM)
+        values = [int(v) for v in codes.tolist()]
+        self._size = size
+        self.heard = {r: signal.Signals(v).name for r, v in enumerate(values) if v}
+        return bool(self.heard)
+
+    def describe(self) -> str:
+        """What :meth:`agreed` found, for the log: ``SIGUSR1`` in a job of one rank, else the signal and the ranks
+        that got it, e.g. ``SIGUSR1 on rank 1 of 2``."""
+        if not self.heard:
+            return "no preemption signal"
+        size = self._size
+        by_signal: dict[str, list[int]] = {}
+        for rank, name in sorted(self.heard.items()):
+            by_signal.setdefault(name, []).append(rank)
+        if size == 1:
+            return ", ".join(by_signal)
+        parts = []
+        for name, ranks in by_signal.items():
+            which = "all ranks" if len(ranks) == size else (
+                f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {size}")
+            parts.append(f"{name} on {which}")
+        return "; ".join(parts)
 
 
 def launched_by_torchrun() -> bool:

@@ -3,6 +3,7 @@ test_hangs.py)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -22,7 +23,11 @@ def test_preempted_job_saves_exits_75_and_resumes_to_the_same_losses(tmp_path):
     first.wait_for(r" iteration +5/")
     first.procs[1].send_signal(signal.SIGUSR1)
     assert first.wait() == [75, 75], first.all_output()
-    assert "received" in first.output() and "exiting with code 75" in first.output()
+    # rank 0 did not get the signal: its log names the signal and the rank that did
+    assert "received SIGUSR1 on rank 1 of 2: stopping after iteration" in first.output(), first.output()
+    assert "exiting with code 75" in first.output()
+    preempted = [e for e in map(json.loads, (ckpt / "log.jsonl").read_text().splitlines()) if e["event"] == "preempted"]
+    assert [(e["signal"], e["ranks"]) for e in preempted] == [(None, {"1": "SIGUSR1"})], preempted
     second = Ranks(tmp_path, "second", 2, [*STEPS, "--pp", "2", "--save", str(ckpt), "--load", str(ckpt)])
     assert second.wait() == [0, 0], second.all_output()
     assert "resumed from checkpoint" in second.output()
