@@ -90,7 +90,7 @@ class PreemptionFlag:
         codes = torch.zeros(size, device=device)
         if self.received:
             codes[rank] = float(signal.Signals[self.received].value)
-        if group is not None and group.size > 1:
+        if size > 1:
             comm.all_reduce(codes, group, op=torch.distributed.ReduceOp.SUM)
         values = [int(v) for v in codes.tolist()]
         self._size = size
