@@ -11,6 +11,17 @@ from repro.tensor_parallel import VocabParallelEmbedding
 from repro.tensor_parallel.layers import normal_init
 
 
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Refuse ids outside ``[0, vocab_size)`` in one line. On a GPU tensor, reading its min and max blocks the host
+    until the GPU has caught up: a training loop checks the host batch before it moves and turns the embedding's
+    own check off (:attr:`Embedding.check_ids`), as the trainer does."""
+    if input_ids.numel() == 0:
+        return
+    low, high = torch.aminmax(input_ids)
+    if int(low) < 0 or int(high) >= vocab_size:
+        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}); got [{int(low)}, {int(high)}]")
+
+
 class Embedding(nn.Module):
     """word (vocab-parallel) + position (+ token type) embeddings, then dropout (replicated region)."""
 
@@ -29,6 +40,8 @@ class Embedding(nn.Module):
             normal_init(config.init_std)(self.tokentype_embeddings.weight.data)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.max_positions = config.max_position_embeddings
+        #: check the ids of every forward (a host sync on a GPU); off where the caller checked them on the host
+        self.check_ids = True
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         if input_ids.dim() != 2:
@@ -36,11 +49,8 @@ class Embedding(nn.Module):
         seq = input_ids.shape[1]
         if seq > self.max_positions:
             raise ValueError(f"sequence length {seq} exceeds max_position_embeddings={self.max_positions}")
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.vocab_size):
-            raise ValueError(
-                f"token ids must lie in [0, vocab_size={self.vocab_size}); got [{int(input_ids.min())}, "
-                f"{int(input_ids.max())}]"
-            )
+        if self.check_ids:
+            check_token_ids(input_ids, self.vocab_size)
         positions = torch.arange(seq, device=input_ids.device)
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
         if self.tokentype_embeddings is not None:

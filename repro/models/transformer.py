@@ -50,7 +50,7 @@ class ParallelSelfAttention(nn.Module):
             x = tracker.enter(x)
         bias_through = tracker.enter if tracker is not None and self.qkv.bias is not None else None
         qkv = self.qkv(x, bias_through=bias_through).view(batch, seq, self.heads_per_rank, 3, self.head_dim)
-        q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # [b, heads/tp, s, d]
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # [b, heads/tp, s, d]; backward: one stack
         mask = None
         if attention_mask is not None:  # [b, s] with 1 = attend; broadcast over heads and queries
             mask = attention_mask[:, None, None, :].to(torch.bool)

@@ -32,9 +32,10 @@ LossFn = Callable[[torch.Tensor, int], torch.Tensor]
 
 @dataclass
 class StepResult:
-    """What one stage saw in one step. ``losses`` (last stage only): each micro-batch's ``loss_fn`` value."""
+    """What one stage saw in one step. ``losses`` (last stage only): each micro-batch's ``loss_fn`` value, a detached
+    0-dim tensor where it was computed (reading it is the caller's host sync, not the schedule's)."""
 
-    losses: list[float] = field(default_factory=list)
+    losses: list[torch.Tensor] = field(default_factory=list)
     events: list[StageEvent] = field(default_factory=list)
     recv_wait_s: float = 0.0
     wall_s: float = 0.0
@@ -81,7 +82,7 @@ def run_1f1b(
             y = forward_fn(x, i)
             if channel.is_last:
                 y = loss_fn(y, i)
-                result.losses.append(float(y.detach()))
+                result.losses.append(y.detach())
             result.events.append(StageEvent(stage, action.kind, i, start, time.perf_counter()))
             if not channel.is_last:
                 channel.send_forward(y)

@@ -78,7 +78,9 @@ class RNGTracker:
         """Swap in the region's generator; return ``anchor`` plus a zero that only exists after the swap, so that
         the region's random op runs after it when it consumes the result (pass a small tensor it depends on, such
         as a projection's bias: the same values, gradients pass through). Pair with :meth:`leave`. Traceable."""
-        return anchor + _rng_enter(anchor.detach(), self._state, self._outside, self.device)
+        zero = _rng_enter(anchor.detach(), self._state, self._outside, self.device)
+        # eagerly, program order is the order: the addition (a kernel launch) only matters to a graph
+        return anchor + zero if torch.compiler.is_compiling() else anchor
 
     def leave(self, after: torch.Tensor) -> None:
         """Once ``after`` (the region's output) exists, keep the region's state and restore the replicated one."""

@@ -82,23 +82,42 @@ def train_loop(
                   f"({time.perf_counter() - started:.2f} s)")
         log.event("save", iteration=trainer.iteration, path=str(path))
 
+    pending: list[tuple[dict, torch.Tensor, object]] = []  # steps not yet read: (record, loss, grad norm)
+    window_start = time.perf_counter()
+
+    def read_pending() -> None:
+        """Read the losses and norms of the steps since the last read in one host sync, then log them; each step
+        is credited the window's mean time (Megatron's per-interval timing: nothing waits on the GPU per step)."""
+        nonlocal window_start
+        if not pending:
+            return
+        lazy = [loss for _, loss, _ in pending] + [norm for _, _, norm in pending if isinstance(norm, torch.Tensor)]
+        values = iter(torch.stack([v.reshape(()).to(torch.float64) for v in lazy]).tolist())
+        losses = [next(values) for _ in pending]
+        elapsed = (time.perf_counter() - window_start) / len(pending)
+        for (record, _, norm), loss in zip(pending, losses):
+            norm = next(values) if isinstance(norm, torch.Tensor) else norm
+            outcome.losses.append(loss)
+            log.step({**record, "lm_loss": loss, "iteration_s": elapsed, "tokens_per_s": b * s.seq_len / elapsed,
+                      "tflops_per_rank": flops / elapsed / world.size / 1e12,
+                      "grad_norm": float(norm) if norm is not None else None})
+        pending.clear()
+        window_start = time.perf_counter()
+
     while trainer.iteration < steps:
         doing(f"step {trainer.iteration + 1}")
-        started = time.perf_counter()
         batch = source.batch(trainer.consumed_samples, b)
-        loss = trainer.step(batch)
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize(trainer.device)
-        elapsed = time.perf_counter() - started
-        outcome.losses.append(loss)
-        norm = trainer.grad_norm
-        log.step({
-            "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples, "lm_loss": loss,
-            "learning_rate": trainer.schedule.lr(trainer.iteration - 1), "iteration_s": elapsed,
-            "tokens_per_s": b * s.seq_len / elapsed, "tflops_per_rank": flops / elapsed / world.size / 1e12,
-            "global_batch_size": b, "loss_scale": trainer.loss_scale,
-            "grad_norm": float(norm) if norm is not None else None, "skipped_iterations": trainer.skipped_steps,
-        })
+        loss = trainer.step_lazy(batch)
+        pending.append(({
+            "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples,
+            "learning_rate": trainer.schedule.lr(trainer.iteration - 1), "global_batch_size": b,
+            "loss_scale": trainer.loss_scale, "skipped_iterations": trainer.skipped_steps,
+        }, loss, trainer.grad_norm_lazy))
+        due = (trainer.iteration % log.log_interval == 0 or trainer.iteration == steps
+               or (validation is not None and trainer.iteration % validation.interval == 0)
+               or (save is not None and save_interval and trainer.iteration % save_interval == 0))
+        if due:
+            read_pending()
         if validation is not None and trainer.iteration % validation.interval == 0:
             value = _validate(trainer, validation, doing)
             outcome.validation.append((trainer.iteration, value))
@@ -111,6 +130,7 @@ def train_loop(
         if preemption is not None:
             doing(f"agreeing on preemption after iteration {trainer.iteration}")
         if preemption is not None and preemption.agreed(world, trainer.device):
+            read_pending()
             log.print(f"received {preemption.describe()}: stopping after "
                       f"iteration {trainer.iteration}" + ("" if save else " (no --save given: nothing is saved)"))
             log.event("preempted", iteration=trainer.iteration, signal=preemption.received,
@@ -119,6 +139,7 @@ def train_loop(
                 checkpoint()
             outcome.preempted = True
             return outcome
+    read_pending()
     last_saved = outcome.saved[-1] if outcome.saved else ""
     if save is not None and save_at_end and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
         checkpoint()

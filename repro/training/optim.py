@@ -45,7 +45,8 @@ class DataParallelOptimizer:
         self.dp_group = groups.dp
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_torch_optimizer(self.params, settings)
-        self.last_grad_norm: float | None = None
+        #: the last step's gradient norm before clipping: a 0-dim device tensor, read (a host sync) only when logged
+        self.last_grad_norm: torch.Tensor | None = None
         self.scaler = DynamicLossScaler() if settings.precision == "fp16" else None
         self.skipped_steps = 0
 

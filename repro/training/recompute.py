@@ -6,6 +6,8 @@ which the paper's FLOPs formula counts (96 instead of 72 in ``96 B s l h^2 (...)
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -48,6 +50,39 @@ class _Checkpointed(torch.nn.Module):
                 tracker._state = later_state
 
         return checkpoint(run, x, use_reentrant=False)
+
+
+def _keep_rng_swaps(ctx, op, *args, **kwargs):
+    """Selective-checkpoint policy of :class:`CompiledCheckpointed`: the RNG tracker's swap ops (which write the
+    generators' states) run once, in the forward, and are never replayed; everything else may be recomputed."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if "repro." in str(op) else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class CompiledCheckpointed(torch.nn.Module):
+    """A layer and its activation checkpoint compiled as one region (call :meth:`compile` on it; eager is wrong).
+
+    ``checkpoint(compiled layer)`` replays the compiled forward whole in backward: every GEMM, the second FC's
+    included, whose output backward never reads. Compiled as one region, the checkpoint becomes a tag on the
+    layer's graph and the partitioner recomputes only what the backward graph needs (the second FC's GEMM drops
+    out: ``tests/training/test_step_proxies.py`` checks it on the graphs inductor compiles). Random ops are not
+    redrawn: the graph saves the generator state each one drew from and replays it, so attention dropout keeps the
+    mask it drew from the tensor-parallel generator, and the tracker's swap ops are saved by the policy, not re-run.
+    Compiled with ``fullgraph=True``: eagerly the policy would skip the swap while dropout redraws (wrong masks)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        return checkpoint(self.layer, x, use_reentrant=False,
+                          context_fn=functools.partial(create_selective_checkpoint_contexts, _keep_rng_swaps))
+
+    def compile(self, **kwargs) -> None:  # noqa: D102 - nn.Module.compile, whole graph only
+        super().compile(fullgraph=True, **kwargs)
 
 
 def checkpoint_layers(layers: torch.nn.ModuleList, mode: str, tp_group: CommGroup,

@@ -40,10 +40,11 @@ def model_flops(*, global_batch: int, seq_len: int, num_layers: int, hidden_size
                                    hidden_size=hidden_size, vocab_size=vocab_size, activation_recompute=recompute)
 
 
-def measure_steps(step: Callable[[], float], *, device: torch.device, flops_per_iteration: float,
+def measure_steps(step: Callable[[], float | torch.Tensor], *, device: torch.device, flops_per_iteration: float,
                   tokens_per_iteration: int, num_gpus: int, warmup: int, iters: int, setup_s: float) -> Throughput:
-    """Time ``step`` (one optimizer step; returns its loss) and turn the median time into throughput."""
-    losses: list[float] = []
+    """Time ``step`` (one optimizer step; returns its loss, best as a device tensor: read once, after the timing,
+    so that no step waits for the GPU) and turn the median time into throughput."""
+    losses: list[float | torch.Tensor] = []
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     timing = time_iterations(lambda: losses.append(step()), device=device, warmup=warmup, iters=iters)
@@ -56,7 +57,7 @@ def measure_steps(step: Callable[[], float], *, device: torch.device, flops_per_
         flops_per_iteration=flops_per_iteration,
         peak_memory_gib=peak,
         setup_s=setup_s,
-        last_loss=losses[-1],
+        last_loss=float(losses[-1]),
     )
 
 
@@ -88,7 +89,7 @@ def measure_trainer(config, groups, settings, *, device: torch.device, warmup: i
     flops = model_flops(global_batch=trainer.global_batch_size, seq_len=s, num_layers=config.num_layers,
                         hidden_size=config.hidden_size, vocab_size=config.vocab_size,
                         recompute=settings.activation_checkpointing)
-    result = measure_steps(lambda: trainer.step(batch), device=device, flops_per_iteration=flops,
+    result = measure_steps(lambda: trainer.step_lazy(batch), device=device, flops_per_iteration=flops,
                            tokens_per_iteration=trainer.global_batch_size * s, num_gpus=groups.world_size,
                            warmup=warmup, iters=iters, setup_s=build.s + first.s)
     del trainer

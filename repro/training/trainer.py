@@ -23,6 +23,7 @@ import torch
 from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
 from repro.models.config import GPTConfig
+from repro.models.embedding import check_token_ids
 from repro.optional import require_torch
 from repro.pipeline.engine import StepResult, run_1f1b
 from repro.pipeline.p2p import P2PChannel
@@ -33,7 +34,7 @@ from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
-from repro.training.recompute import _Checkpointed
+from repro.training.recompute import CompiledCheckpointed, _Checkpointed
 from repro.training.settings import PRECISIONS, TrainSettings
 
 class _StageLoss(torch.nn.Module):
@@ -86,6 +87,8 @@ class PipelineTrainer:
                                       device=self.device.type)
         self.stage = GPTStage(config, pp_rank=groups.pp_rank, pp_size=groups.pp_size, tp_group=groups.tp,
                               seed=settings.seed, rng_tracker=self.rng_tracker)
+        if self.stage.embedding is not None:
+            self.stage.embedding.check_ids = False  # _micro_batches checks the ids on the host batch instead
         if initial_state is not None:
             self.stage.load_consolidated(initial_state)
         self.stage.to(self.device)
@@ -94,9 +97,12 @@ class PipelineTrainer:
             # activation checkpoint (AOTAutograd meets the generator state outside its fake mode)
             require_torch(COMPILED_LAYERS_TORCH, "compiled transformer layers (compile_layers)")
         for index, layer in enumerate(self.stage.layers):
-            if settings.compile_layers:
+            if settings.compile_layers and settings.activation_checkpointing:
+                self.stage.layers[index] = CompiledCheckpointed(layer)  # recompute inside the compiled region
+                self.stage.layers[index].compile()
+            elif settings.compile_layers:
                 layer.compile()
-            if settings.activation_checkpointing:
+            elif settings.activation_checkpointing:
                 self.stage.layers[index] = _Checkpointed(layer, self.rng_tracker)
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         self.autocast_dtype = PRECISIONS[settings.precision]
@@ -121,16 +127,24 @@ class PipelineTrainer:
                 f"(micro_batch_size {s.micro_batch_size} x micro_batches {s.micro_batches} x dp "
                 f"{groups.dp_size}, seq_len + 1)"
             )
+        check_token_ids(batch, self.config.vocab_size)  # on the host batch: no sync (the embedding's check is off)
         micro = local_micro_batches(batch, dp_rank=groups.dp_rank, dp_size=groups.dp_size,
                                     num_micro_batches=s.micro_batches)
         return [(ids.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True))
                 for ids, labels in micro]
 
     def step(self, batch: torch.Tensor) -> float:
-        """One optimizer step on the global batch ``[B, seq + 1]``; returns its mean per-token loss."""
+        """One optimizer step on the global batch ``[B, seq + 1]``; returns its mean per-token loss. Reading that
+        loss is the step's one host sync; :meth:`step_lazy` leaves it on the device."""
+        return float(self.step_lazy(batch))
+
+    def step_lazy(self, batch: torch.Tensor) -> torch.Tensor:
+        """:meth:`step`, returning the loss as a 0-dim fp64 tensor on this rank's device (the same on every rank)
+        without waiting for it: nothing in the step blocks the host in bf16 or fp32 (fp16's overflow check does)."""
         s, groups = self.settings, self.groups
         micro = self._micro_batches(batch)
-        self.stage.train()
+        if not self.stage.training:  # one flag; train() walks every module (~500 at 1.2B) each call
+            self.stage.train()
         self.optimizer.zero_grad(set_to_none=True)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr
@@ -146,7 +160,7 @@ class PipelineTrainer:
         def loss(output: torch.Tensor, i: int) -> torch.Tensor:
             with self._autocast():  # the cross-entropy itself runs in fp32 (vocab_parallel_cross_entropy)
                 per_token = output if self.stage_loss is not None else self.stage.loss(output, micro[i][1])
-                value = per_token.mean() / m
+                value = per_token.mean() / m if m != 1 else per_token.mean()
             return value * scale if scale != 1.0 else value
 
         result = run_1f1b(
@@ -159,14 +173,17 @@ class PipelineTrainer:
             device=self.device,
             on_action=self.on_action,
         )
-        if scale != 1.0:
-            result.losses = [value / scale for value in result.losses]
+        # in order, in fp64: the sum the host once took of the values it read (0 + the first is the first)
+        local_sum = torch.zeros((), dtype=torch.float64, device=self.device) if not result.losses else None
+        for value in result.losses:
+            value = value.double() / scale if scale != 1.0 else value.double()
+            local_sum = value if local_sum is None else local_sum.add_(value)
         allreduce_tied_embedding_grad(self.stage, groups.embedding)
         self.optimizer.step()  # reduces over dp (all-reduce or ZeRO), clips, updates
         self.last_result = result
         self.iteration += 1
         self.consumed_samples += self.global_batch_size
-        return self._report_loss(sum(result.losses) if self.stage.is_last else 0.0)
+        return self._report_loss(local_sum)
 
     @torch.no_grad()
     def evaluate(self, batch: torch.Tensor) -> float:
@@ -192,11 +209,17 @@ class PipelineTrainer:
         finally:
             if hasattr(self.optimizer, "release_all"):  # ZeRO-3: gathered parameters go back to their shards
                 self.optimizer.release_all()
-        return self._report_loss(total if self.stage.is_last else 0.0)
+        return float(self._report_loss(torch.tensor(total, dtype=torch.float64, device=self.device)))
 
     @property
     def grad_norm(self) -> float | None:
-        """The global gradient norm of the last step (before clipping), when it was computed."""
+        """The global gradient norm of the last step (before clipping), when it was computed (a host sync)."""
+        norm = self.grad_norm_lazy
+        return None if norm is None else float(norm)
+
+    @property
+    def grad_norm_lazy(self) -> torch.Tensor | float | None:
+        """:attr:`grad_norm` as the optimizer keeps it: a device tensor (data parallelism) or a float (ZeRO)."""
         return getattr(self.optimizer, "last_grad_norm", None)
 
     @property
@@ -212,14 +235,14 @@ class PipelineTrainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def _report_loss(self, local_sum: float) -> float:
-        """Mean loss of the global batch: summed on the last stage, averaged over dp, sent to every stage."""
-        loss = torch.tensor(local_sum, dtype=torch.float64, device=self.device)
-        if self.stage.is_last:
+    def _report_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """Mean loss of the global batch from this stage's fp64 ``loss`` (the sum over its micro-batches on the
+        last stage, zero elsewhere), reduced in place: averaged over dp, sent to every stage. No host sync."""
+        if self.stage.is_last and self.groups.dp_size > 1:
             comm.all_reduce(loss, self.groups.dp)
             loss /= self.groups.dp_size
         comm.broadcast(loss, self.groups.pp, src_group_rank=self.groups.pp_size - 1)
-        return float(loss)
+        return loss
 
 
 def train_gpt(
