@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from repro.gna.flex_kernel import kernel_for
 from repro.gna.plan import build_plan
 from repro.gna.reference import check_qkv
 from repro.gna.spec import GNASpec
@@ -171,6 +172,8 @@ def flex_gna(
     k = sequence(key, plan.kv_layouts)
     v = sequence(value, plan.kv_layouts)
     attend = _compiled_flex() if compile else flex_attention
-    out = attend(q, k, v, block_mask=block_mask, scale=scale)  # [B, H, Lq, Dv]
+    kernel = kernel_for(q, block_mask)  # on a GPU: sub-tiles that divide the tiles (repro.gna.flex_kernel)
+    out = attend(q, k, v, block_mask=block_mask, scale=scale,
+                 kernel_options=kernel.options if kernel else None)  # [B, H, Lq, Dv]
     out = out.reshape(batch * heads, plan.num_q_tiles, plan.q_tile_numel, -1)
     return unpermute_from_tiles(out, plan.q_layouts, batch)

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from repro.gna.flex import _compiled_flex, gna_block_mask
+from repro.gna.flex_kernel import kernel_for
 from repro.gna.gpu_config import GpuConfig
 from repro.gna.tiling import all_dim_tiles, permute_to_tiles, unpermute_from_tiles
 
@@ -22,15 +23,17 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object, float], tor
 
 
 def flex_attend(*, compile: bool) -> Attend:
-    """Flex on tile-ordered sequences: compiled (the GPU kernel; ``repro.gna.flex``'s cached compiled function) or
-    eager (CPU, forward only; it evaluates the mask_mod densely and ignores the block sparsity)."""
+    """Flex on tile-ordered sequences: compiled (the GPU kernel; ``repro.gna.flex``'s cached compiled function, with
+    the kernel options :mod:`repro.gna.flex_kernel` chooses on a GPU) or eager (CPU, forward only; it evaluates the
+    mask_mod densely and ignores the block sparsity)."""
     from repro.gna.flex import flex_api
 
     flex_attention = flex_api().flex_attention
 
     def attend(q, k, v, block_mask, scale):
         fn = _compiled_flex() if compile else flex_attention
-        return fn(q, k, v, block_mask=block_mask, scale=scale)
+        kernel = kernel_for(q, block_mask)  # sub-tiles that divide the tiles on this GPU (None on CPU)
+        return fn(q, k, v, block_mask=block_mask, scale=scale, kernel_options=kernel.options if kernel else None)
 
     return attend
 

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from repro.gna.dense_baseline import SdpaBackend, dense_attention, math_skip_reason, probe_dense
+from repro.gna.flex_kernel import kernel_for
 from repro.gna.flex_problem import Attend, FlexProblem, compile_settings, flex_attend
 from repro.gna.gpu_check import check_against_reference, check_tokens
 from repro.gna.gpu_config import GpuConfig, random_inputs, shape_text
@@ -71,6 +72,7 @@ def _measure(config: GpuConfig, *, backward: bool, device: torch.device, dtype: 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     problem = FlexProblem(config, device, attend)
+    kernel = kernel_for(torch.empty(1, 1, 1, config.head_dim, device=device, dtype=dtype), problem.block_mask)
     sim = simulate(config.grid, config.spec, config.q_tile, config.kv_tile)
     q, k, v, grad_out = random_inputs(config, device, dtype)
     grad_heads_first = grad_out.reshape(config.batch, config.tokens, config.heads, -1).transpose(1, 2)
@@ -122,6 +124,7 @@ def _measure(config: GpuConfig, *, backward: bool, device: torch.device, dtype: 
         q_tile=shape_text(config.q_tile), kv_tile=shape_text(config.kv_tile),
         batch=config.batch, heads=config.heads, head_dim=config.head_dim, dtype=str(dtype).removeprefix("torch."),
         passes="fwd+bwd" if backward else "fwd", gna_backend=f"flex_{'compiled' if compile else 'eager'}",
+        flex_kernel=kernel.describe() if kernel else "cpu",
         dense_backend=ladder.fastest.name, dense_probe_s=ladder.probe_s(), dense_probe_iters=ladder.probe_iters(),
         dense_probe_notes=ladder.notes(), block_sparse=sim.block_sparse, checked_queries=int(tokens.numel()),
         **{f"iters_{name}": len(timing.times_s) for name, timing in timings.items()}, warmup=warmup,
