@@ -10,6 +10,8 @@ deadline (540 s on a GPU; 170 s for the CPU rehearsal of the same parts at toy s
 * ``node``: the ``node`` scale of ``megatron_weak_scaling_gpu`` beyond the headline: the 1.2B baseline without
   activation checkpointing (repro, then the plain GPT), and the 2-8 GPU points (Table 1's models, Table 8's strong
   scaling) that fit the machine; those that need more GPUs are reported as skipped.
+* ``perf``: the 1.2B step taken apart (:mod:`repro.training.step_perf`): its phases, host syncs and memory, and the
+  gradient norm, cross-entropy and recomputation before and after they moved to the device (within 5 minutes).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ GNA_POINTS = ("flux1dev_4k_w80x80_s16x16_fwd", "hunyuanvideo_w18x24x24_s16x8x8_f
 #: ``node`` points on 2-8 GPUs (Table 1's models on 2/4/8 GPUs, Table 8's strong scaling of the 1.2B model).
 MULTI_GPU_POINTS = ("2p5B_2gpu", "1p2B_2gpu_strong", "4p2B_4gpu", "1p2B_4gpu_strong", "8p3B_8gpu",
                     "1p2B_8gpu_strong")
-PLANS = ("headline", "zero_offload", "node")
+PLANS = ("headline", "zero_offload", "node", "perf")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Part:
 
 #: GNA on a GPU compiles FlexAttention, which torch has from 2.5
 FLEX = ((2, 5), "FlexAttention")
+#: the trainer's compiled transformer layers (repro.tensor_parallel.random.COMPILED_LAYERS_TORCH)
+COMPILED_LAYERS = ((2, 5), "compiled transformer layers")
 
 
 def _points(*names: str) -> tuple[str, ...]:
@@ -77,6 +81,12 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
         return [first, Part("zero_offload", 160 if rehearse else 525, 20 if rehearse else 120,
                             run + ("zero_gpu", "--device", "cuda") + point, one,
                             "ZeRO-Offload: the largest model on one GPU, offloaded and not")]
+    if name == "perf":
+        budget = ("--toy", "--budget-s", "120", "--iters", "3") if rehearse else ("--budget-s", "270")
+        return [first, Part("step_perf", 150 if rehearse else 290, 30 if rehearse else 90,
+                            (py, "-m", "repro.training.step_perf", "--out", str(out)) + budget, one,
+                            "the 1.2B step's phases and syncs; grad norm, cross-entropy and recompute before/after",
+                            COMPILED_LAYERS)]
     if name == "node":
         if rehearse:
             return [first, toy_repro,

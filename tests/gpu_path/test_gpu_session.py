@@ -123,3 +123,20 @@ def test_zero_offload_plan_rehearsed(tmp_path):
     rows = _rows(tmp_path, "zero_gpu")
     assert {r["point"] for r in rows} == {"search_1rank"} and any(r["metric"] == "largest_trained_params_b"
                                                                   for r in rows)
+
+
+@pytest.mark.skipif(torch_version() < (2, 5), reason="the step is measured with compiled layers (torch >= 2.5)")
+def test_perf_plan_rehearsed(tmp_path):
+    """The step's anatomy on the CPU at toy size: every section writes rows with provenance; the device-side norm
+    and the cross-entropy that saves the logits are measured beside the code they replaced."""
+    outcomes = G.run_session(tmp_path, deadline_s=170, rehearse=True, plan_name="perf", say=lambda _: None)
+    assert [(o.part, o.status) for o in outcomes] == [("provenance", "ok"), ("step_perf", "ok")]
+    rows = [json.loads(line) for line in (tmp_path / "step_perf.jsonl").read_text().splitlines()]
+    seen = {(r["section"], r["variant"]) for r in rows}
+    assert seen == {("step", "repro_compiled_ckpt"), ("grad_norm", "before_fp64_loop_host_sync"),
+                    ("grad_norm", "after_foreach_on_device"), ("cross_entropy", "before_fp32_softmax_saved"),
+                    ("cross_entropy", "after_logits_saved"), ("recompute", "before_checkpoint_of_compiled"),
+                    ("recompute", "after_compiled_checkpoint"), ("recompute", "no_checkpoint")}, seen
+    step = {r["metric"]: r["value"] for r in rows if r["section"] == "step"}
+    assert step["iteration_s"] > 0 and {"phase_forward_ms", "phase_backward_ms", "phase_optimizer_ms"} <= set(step)
+    assert all(r["provenance"]["git_commit"] and r["provenance"]["torch_version"] for r in rows)
