@@ -128,8 +128,9 @@ GEMMS = frozenset({"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"})
 @contextlib.contextmanager
 def compiled_graphs() -> Iterator[list[dict]]:
     """Record each graph inductor compiles inside the block, after its own passes (what it turns into kernels):
-    ``{"backward": bool, "gemms": [((m, k), (k, n)), ...]}`` per graph, in compile order; a backward graph is one
-    that takes tangents. Inductor's caches are off inside, so every graph is compiled and seen."""
+    ``{"backward": bool, "gemms": [((m, k), (k, n)), ...], "outputs": [(dtype, shape), ...]}`` per graph, in compile
+    order; a backward graph is one that takes tangents, and a forward graph's outputs are its results followed by
+    what it saves for backward. Inductor's caches are off inside, so every graph is compiled and seen."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -144,7 +145,10 @@ def compiled_graphs() -> Iterator[list[dict]]:
                           if hasattr(a, "meta") and isinstance(a.meta.get("val"), torch.Tensor)]
                 gemms.append(tuple(tuple(s) for s in shapes[-2:]))  # addmm's bias comes first
         backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in nodes)
-        graphs.append({"backward": backward, "gemms": gemms})
+        outputs = [a for n in nodes if n.op == "output" for a in torch.utils._pytree.tree_leaves(n.args)]
+        values = [a.meta.get("val") for a in outputs if hasattr(a, "meta")]
+        graphs.append({"backward": backward, "gemms": gemms,
+                       "outputs": [(v.dtype, tuple(v.shape)) for v in values if isinstance(v, torch.Tensor)]})
 
     try:  # torch >= 2.6 wants a CustomGraphPass (with a cache key); older ones take a callable
         from torch._inductor.custom_graph_pass import CustomGraphPass

@@ -105,6 +105,14 @@ class PipelineTrainer:
             elif settings.activation_checkpointing:
                 self.stage.layers[index] = _Checkpointed(layer, self.rng_tracker)
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
+        #: the last stage's output layer and cross-entropy: a compiled region of its own with compiled layers (the
+        #: embedding likewise), so the glue between the layers fuses too; evaluation runs them eagerly
+        self._loss = self.stage.loss
+        if settings.compile_layers and self.stage_loss is None:
+            if self.stage.is_last:
+                self._loss = torch.compile(self.stage.loss, fullgraph=True)
+            if self.stage.is_first:
+                self.stage.embedding.compile(fullgraph=True)
         self.autocast_dtype = PRECISIONS[settings.precision]
         self.optimizer = build_optimizer(self.stage, settings, groups, module=self.stage_loss)
         self.last_result: StepResult | None = None
@@ -159,7 +167,7 @@ class PipelineTrainer:
 
         def loss(output: torch.Tensor, i: int) -> torch.Tensor:
             with self._autocast():  # the cross-entropy itself runs in fp32 (vocab_parallel_cross_entropy)
-                per_token = output if self.stage_loss is not None else self.stage.loss(output, micro[i][1])
+                per_token = output if self.stage_loss is not None else self._loss(output, micro[i][1])
                 value = per_token.mean() / m if m != 1 else per_token.mean()
             return value * scale if scale != 1.0 else value
 

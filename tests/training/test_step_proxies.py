@@ -195,3 +195,24 @@ def test_the_norm_and_clipping_stay_on_the_device_and_equal_an_fp64_loop():
     before = [p.grad.clone() for p in model.parameters()]  # a norm below max_norm: a factor of exactly 1
     clip_grad_norm_(model, 1e9, tp_group=single, pp_group=single)
     assert all(torch.equal(p.grad, b) for p, b in zip(model.parameters(), before))
+
+
+@pytest.mark.skipif(not OPS_IN_GRAPH, reason="compiled transformer layers need torch >= 2.5")
+def test_with_compiled_layers_the_glue_is_compiled_too_and_the_loss_saves_bf16_logits():
+    """Three graphs (a layer, the embedding, the output layer with the cross-entropy), no break; the loss graph keeps
+    the bf16 logits for backward and no fp32 tensor of their size."""
+    from torch._dynamo.utils import counters
+
+    vocab = 256  # not the layers' ffn size (128), so that a [tokens, vocab] tensor is the logits
+    config = GPTConfig(**{**CONFIG.__dict__, "vocab_size": vocab})
+    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=BATCH, seq_len=SEQ, seed=3,
+                             activation_checkpointing=True, precision="bf16", compile_layers=True)
+    dynamo.reset()
+    counters.clear()
+    with compiled_graphs() as graphs:
+        PipelineTrainer(config, init_parallel(tp=1, pp=1, dp=1), settings).step(
+            torch.randint(0, vocab, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1)))
+    assert counters["stats"]["unique_graphs"] == 3 and not counters["graph_break"], dict(counters["graph_break"])
+    saved = [(dtype, shape) for g in graphs if not g["backward"] for dtype, shape in g["outputs"]
+             if vocab in shape and torch.Size(shape).numel() >= BATCH * SEQ * vocab]
+    assert saved and all(dtype == torch.bfloat16 for dtype, _ in saved), saved
