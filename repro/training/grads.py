@@ -52,25 +52,26 @@ def _by_device(tensors: Iterable[torch.Tensor]) -> dict[torch.device, list[torch
     return groups
 
 
-def sum_of_squares(grads: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """fp64 ``sum ||g||^2`` of ``grads`` as a 0-dim tensor on ``device``, without a host sync.
-
-    One ``_foreach_norm`` per device (a few kernels on a GPU, where a loop over ~500 parameters launched ~2,000) gives
-    each gradient's fp32 norm; their squares are summed in fp64."""
-    sums = [torch.stack(torch._foreach_norm(tensors)).double().square().sum().to(device)
-            for tensors in _by_device(grads).values()]
-    if not sums:
-        return torch.zeros((), dtype=torch.float64, device=device)
-    return sums[0] if len(sums) == 1 else torch.stack(sums).sum()
+def gradient_norms(grads: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Each gradient's L2 norm (fp32, as computed) in one fp64 vector on ``device``, without a host sync: one
+    ``_foreach_norm`` per device (a few kernels on a GPU, where a loop over ~500 parameters launched ~2,000)."""
+    norms = [torch.stack(torch._foreach_norm(tensors)).to(device) for tensors in _by_device(grads).values()]
+    if not norms:
+        return torch.zeros(0, dtype=torch.float64, device=device)
+    return (norms[0] if len(norms) == 1 else torch.cat(norms)).double()
 
 
 def global_grad_norm(model: nn.Module, *, tp_group: CommGroup, pp_group: CommGroup) -> torch.Tensor:
     """L2 norm of the gradient of the full (unsharded, unpipelined) model, identical on every rank: a 0-dim fp64
-    tensor on the parameters' device, summed over the tp and pp groups there (reading it is the only host sync)."""
+    tensor on the parameters' device (reading it is the only host sync). Over several ranks the fp64 sums of
+    squares are added over the tp and pp groups, on the device."""
     device = next((p.device for p in model.parameters()), None)
     device = device if device is not None else comm.group_device(tp_group)  # nccl reduces GPU tensors only
-    squares = sum_of_squares([p.grad.detach() for name, p in model.named_parameters()
-                              if p.grad is not None and counted_in_norm(name, tp_group.rank)], device)
+    norms = gradient_norms([p.grad.detach() for name, p in model.named_parameters()
+                            if p.grad is not None and counted_in_norm(name, tp_group.rank)], device)
+    if tp_group.size == 1 and pp_group.size == 1:
+        return torch.linalg.vector_norm(norms)
+    squares = norms.square().sum()
     comm.all_reduce(squares, tp_group)
     comm.all_reduce(squares, pp_group)
     return squares.sqrt()

@@ -10,7 +10,11 @@ batches, ``precision`` runs forward and loss under bf16 or fp16 autocast with th
 dynamic loss scaling, a skipped step on overflow agreed by every rank), ``activation_checkpointing`` recomputes each
 layer in backward (Megatron sec. 5: checkpointing after every transformer layer), and ``compile_layers`` compiles
 each transformer layer with ``torch.compile`` (the role of Megatron's fused bias-GeLU, bias-dropout-add and
-layer-norm kernels).
+layer-norm kernels), with its checkpoint inside the compiled region (:class:`~repro.training.recompute.
+CompiledCheckpointed`), and the embedding and the output layer with the loss as regions of their own.
+
+Nothing in a bf16 or fp32 step waits for the GPU: the loss, the gradient norm and the clipping factor stay on the
+device (:meth:`PipelineTrainer.step_lazy`); :meth:`PipelineTrainer.step` reads the loss, the one host sync.
 """
 
 from __future__ import annotations

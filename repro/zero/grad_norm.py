@@ -45,21 +45,21 @@ def sum_of_squares(shard: torch.Tensor, ranges: Sequence[tuple[int, int]] | None
     return total
 
 
-def global_grad_stats(
+def global_grad_sums(
     shards: Iterable[tuple[torch.Tensor, Sequence[tuple[int, int]] | None]],
     *,
     dp_group: CommGroup,
     model_parallel_group: CommGroup | Sequence[CommGroup] | None,
     replicated_over_dp: bool = False,
     device: torch.device | str | None = None,
-) -> tuple[float, bool]:
-    """(sum of squares, any non-finite) of the whole gradient, agreed by every rank.
+) -> torch.Tensor:
+    """``[sum of squares, any non-finite]`` of the whole gradient (fp32, on the device), agreed by every rank.
 
     ``shards`` yields (gradient shard, element ranges to count). ``replicated_over_dp``: every dp rank holds the
     whole gradient (stage 0), so the dp sum is skipped. ``model_parallel_group`` may be several groups of a grid
     (e.g. tp then pp): summing over each in turn sums over all the ranks that hold different parameters.
-    The sums stay on the gradients' ``device`` (nccl reduces GPU tensors only; one host sync at the end, not one
-    per shard); ``device`` defaults to the first shard's.
+    The sums stay on the gradients' ``device`` (nccl reduces GPU tensors only; nothing waits for them here);
+    ``device`` defaults to the first shard's.
     """
     local = None
     for shard, ranges in shards:
@@ -75,7 +75,12 @@ def global_grad_stats(
     groups = [model_parallel_group] if isinstance(model_parallel_group, CommGroup) else model_parallel_group or []
     for group in groups:
         comm.all_reduce(local, group)
-    sumsq, flag = local.tolist()
+    return local
+
+
+def global_grad_stats(shards, **kwargs) -> tuple[float, bool]:
+    """(sum of squares, any non-finite) of :func:`global_grad_sums`, read on the host (one sync)."""
+    sumsq, flag = global_grad_sums(shards, **kwargs).tolist()
     return sumsq, bool(flag > 0 or not math.isfinite(sumsq))
 
 
@@ -84,3 +89,12 @@ def clip_coefficient(total_norm: float, max_norm: float | None) -> float:
     if max_norm is None:
         return 1.0
     return min(1.0, max_norm / (total_norm + 1e-6))
+
+
+def scale_(grad: torch.Tensor, factor: float | torch.Tensor) -> None:
+    """``grad *= factor`` in place: a device tensor factor is applied as it is (no host comparison; moved to a host
+    tier's gradient), a float only when it is not 1."""
+    if isinstance(factor, torch.Tensor):
+        grad.mul_(factor.to(grad.device))
+    elif factor != 1.0:
+        grad.mul_(factor)

@@ -28,7 +28,7 @@ from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.zero.buckets import Bucket, build_buckets
 from repro.zero.config import LossScaleConfig
-from repro.zero.grad_norm import clip_coefficient, global_grad_stats
+from repro.zero.grad_norm import clip_coefficient, global_grad_sums, scale_
 from repro.zero.inner import OptimizerFactory, TieredOptimizer, optimizer_defaults
 from repro.zero.ledger import Item, MemoryLedger, TransientTracker, measure, tensor_bytes
 from repro.zero.offload.nvme import NvmeTier
@@ -95,7 +95,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         self.dp_group = dp_group
         self.model_parallel_group = model_parallel_group
         self.max_grad_norm = max_grad_norm
-        self.last_grad_norm: float | None = None
+        #: the last step's norm before clipping: a float under fp16, else a 0-dim fp64 device tensor (read when logged)
+        self.last_grad_norm: float | torch.Tensor | None = None
         self.tier = optimizer_tier if optimizer_tier is not None else ResidentTier("device", self.device)
         self.transient = TransientTracker()
         self._norm_excluded = {id(p) for p in norm_excluded}
@@ -185,21 +186,26 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         _bound_inflight(works, 0)
         return [bucket.flat_grad for bucket in self.buckets]
 
-    def _scale_factor(self, shards: list[torch.Tensor]) -> tuple[float, bool]:
+    def _scale_factor(self, shards: list[torch.Tensor]) -> tuple[float | torch.Tensor, bool]:
         """(factor turning summed gradients into the clipped mean, skip this step?)."""
         factor = 1.0 / (self.dp_group.size * self.precision.loss_scale)
         if self.max_grad_norm is None and not self.precision.checks_overflow:
             return factor, False
-        sumsq, found_inf = global_grad_stats(
+        sums = global_grad_sums(
             ((shard, bucket.shard_ranges_excluding(self._norm_excluded))
              for bucket, shard in zip(self.buckets, shards)),
             dp_group=self.dp_group, model_parallel_group=self.model_parallel_group,
             replicated_over_dp=self.stage == 0, device=self.device,
         )
-        if self.precision.update(found_inf):
-            return factor, True
-        self.last_grad_norm = math.sqrt(sumsq) * factor
-        return factor * clip_coefficient(self.last_grad_norm, self.max_grad_norm), False
+        if self.precision.checks_overflow:  # fp16: whether to skip is decided on the host (one sync)
+            sumsq, found_inf = sums.tolist()
+            if self.precision.update(bool(found_inf > 0 or not math.isfinite(sumsq))):
+                return factor, True
+            self.last_grad_norm = math.sqrt(sumsq) * factor
+            return factor * clip_coefficient(self.last_grad_norm, self.max_grad_norm), False
+        # bf16, fp32: the same double-precision arithmetic on the device, nothing waits for it
+        self.last_grad_norm = sums[0].double().sqrt() * factor
+        return factor * (self.max_grad_norm / (self.last_grad_norm + 1e-6)).clamp(max=1.0), False
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch.optim.Optimizer API
@@ -214,7 +220,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             self.zero_grad()
             return loss
         # The step writes host tiers in place: host -> device copies issued from them last step must be done.
-        synchronize(self.device)
+        if not (isinstance(self.tier, ResidentTier) and self.tier.name == "device"):
+            synchronize(self.device)
         for i, bucket in enumerate(self.buckets):
             if i + 1 < len(self.buckets):
                 self.inner.prefetch(self.buckets[i + 1].key)
@@ -222,8 +229,7 @@ class DataParallelOptimizer(torch.optim.Optimizer):
             grad = self.stager.fetch(i, shards[i]).float()
             if grad.data_ptr() != shards[i].data_ptr():
                 self.transient.add("comm_buffers", tensor_bytes(grad))
-            if factor != 1.0:
-                grad.mul_(factor)
+            scale_(grad, factor)
             master = self.inner.step(bucket.key, grad, self._hparams(bucket))
             self._write_params(bucket, master)
             self.inner.release(bucket.key)

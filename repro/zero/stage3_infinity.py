@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from repro.zero.buckets import Bucket
+from repro.zero.grad_norm import scale_
 from repro.zero.ledger import Item
 from repro.zero.offload.tiers import Tier
 from repro.zero.stage3 import ZeroStage3
@@ -98,8 +99,7 @@ class ZeroInfinityStage3(ZeroStage3):
                 self._prefetch_subgroup(self.buckets[i + 1])
             grad = self._grad(bucket)
             grad = grad if grad.dtype == torch.float32 else grad.float()
-            if factor != 1.0:
-                grad.mul_(factor)  # the fetched buffer is scratch: the stored gradient is not written back
+            scale_(grad, factor)  # the fetched buffer is scratch: the stored gradient is not written back
             master = self.inner.step(bucket.key, grad, self._hparams(bucket))
             self._write_params(bucket, master)
             self.inner.release(bucket.key)

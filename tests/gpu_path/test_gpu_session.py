@@ -129,8 +129,9 @@ def test_zero_offload_plan_rehearsed(tmp_path):
 def test_perf_plan_rehearsed(tmp_path):
     """The step's anatomy on the CPU at toy size: every section writes rows with provenance; the device-side norm
     and the cross-entropy that saves the logits are measured beside the code they replaced."""
-    outcomes = G.run_session(tmp_path, deadline_s=170, rehearse=True, plan_name="perf", say=lambda _: None)
-    assert [(o.part, o.status) for o in outcomes] == [("provenance", "ok"), ("step_perf", "ok")]
+    assert G.main(["--plan", "perf", "--rehearse", "--out", str(tmp_path)]) == 0  # README's command
+    outcomes = [json.loads(line) for line in (tmp_path / "session.jsonl").read_text().splitlines()]
+    assert [(o["part"], o["status"]) for o in outcomes] == [("provenance", "ok"), ("step_perf", "ok")]
     rows = [json.loads(line) for line in (tmp_path / "step_perf.jsonl").read_text().splitlines()]
     seen = {(r["section"], r["variant"]) for r in rows}
     assert seen == {("step", "repro_compiled_ckpt"), ("grad_norm", "before_fp64_loop_host_sync"),
