@@ -40,10 +40,10 @@ def require(module: str, purpose: str) -> ModuleType:
 
     ``purpose`` completes "<purpose> needs the package ...", e.g. ``"reading the LAMBADA test file"``.
     """
+    pip = pip_name(module)
     try:
-        return importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as err:
-        pip = pip_name(module)
         missing = err.name or ""
         if missing and (module == missing or module.startswith(missing + ".")):
             why = "which is not installed"
@@ -51,6 +51,12 @@ def require(module: str, purpose: str) -> ModuleType:
             why = f"which cannot be imported here ({type(err).__name__}: {err})"
         raise MissingPackage(f"{purpose} needs the package {pip!r}, {why}; install it with: pip install {pip}",
                              name=module) from None
+    spec = getattr(imported, "__spec__", None)
+    if spec is not None and spec.origin in (None, "namespace"):  # a bare folder of that name, not the package
+        folders = ", ".join(getattr(imported, "__path__", []))
+        raise MissingPackage(f"{purpose} needs the package {pip!r}, which is not installed (the folder {folders} "
+                             f"has its name but no code); install it with: pip install {pip}", name=module)
+    return imported
 
 
 def torch_version() -> tuple[int, int]:
@@ -70,8 +76,11 @@ def require_torch(minimum: tuple[int, int], feature: str) -> None:
 
 
 def available(module: str) -> bool:
-    """Whether ``module`` can be found (without importing it: cheap enough for a test's skip condition)."""
+    """Whether ``module`` can be found (without importing it: cheap enough for a test's skip condition). A bare
+    directory of that name on the path (a namespace package: no ``__init__``, no code) is not the package: it
+    imports, but has none of the package's code."""
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):  # a missing parent package, or a module with no __spec__
         return False
+    return spec is not None and spec.origin not in (None, "namespace")
