@@ -9,8 +9,9 @@ Layout (DESIGN.md, "data flows one way")::
 
 A row is ``{"metric", "value", "unit", <the experiment's own columns>, "experiment", "scale", "point",
 "run_id", "provenance": {config, git commit, torch version, device, job id, date, ...}}``. A run id is a UTC
-timestamp (microseconds) plus a short random suffix, so runs sort by time and two runs never share a file. When an experiment
-point has been run more than once, :func:`latest` keeps the newest run's rows.
+timestamp (microseconds) plus a short random suffix, so runs sort by time and two runs never share a file (the
+worker refuses any other id). When an experiment point has been run more than once, :func:`latest` keeps the newest
+run's rows (a run written by hand under another id is placed by its rows' provenance date).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import math
 import os
 import platform
+import re
 import socket
 import subprocess
 import uuid
@@ -52,6 +54,32 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     """``20261122T041000.123456Z-3f9a2c``: sorts by time (to the microsecond), unique by its random suffix."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return f"{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:6]}"
+
+
+#: what :func:`new_run_id` writes (and ``slurm/launch.sh``): a UTC time to the microsecond and a random suffix
+RUN_ID_PATTERN = re.compile(r"(\d{8}T\d{6})(\.\d{6})?Z-[0-9a-f]{6}")
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it is a timestamp run id; else one line (ValueError): the newest run of a point is the one
+    reported, and runs are ordered by the time their id carries."""
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r} is not a timestamp run id like {new_run_id()!r} (a UTC time, Z, a "
+                         f"dash, 6 hex digits): runs are ordered by it")
+    return run_id
+
+
+def run_time(run_id: str, date: Any = None) -> str:
+    """When a run was made, as ``YYYYMMDDTHHMMSS.ffffff`` (sortable): from a timestamp run id, else from the
+    provenance ``date`` of its rows (a run written under another id by hand), else empty (oldest)."""
+    match = RUN_ID_PATTERN.fullmatch(str(run_id))
+    if match:
+        return match.group(1) + (match.group(2) or ".000000")
+    try:
+        when = _dt.datetime.fromisoformat(str(date)).astimezone(_dt.timezone.utc)
+    except (TypeError, ValueError):
+        return ""
+    return when.strftime("%Y%m%dT%H%M%S.%f")
 
 
 @lru_cache(maxsize=1)
@@ -227,11 +255,14 @@ def load_rows(
 
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the newest run of each (experiment, scale, point); run ids sort by time."""
+    """Rows of the newest run of each (experiment, scale, point), by :func:`run_time` (then by run id)."""
     if frame.empty:
         return frame
-    newest = frame.groupby(["experiment", "scale", "point"])["run_id"].transform("max")
-    return frame[frame["run_id"] == newest]
+    dates = frame["prov_date"] if "prov_date" in frame else pd.Series([None] * len(frame), index=frame.index)
+    when = pd.Series([f"{run_time(r, d)}|{r}" for r, d in zip(frame["run_id"], dates)], index=frame.index)
+    when = when.groupby(frame["run_id"]).transform("max")  # one time per run: its latest row's
+    newest = when.groupby([frame["experiment"], frame["scale"], frame["point"]]).transform("max")
+    return frame[when == newest]
 
 
 def earlier_runs(root: Path, experiment: str, scale: str, points: Iterable[str] | None = None) -> list[Path]:

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--point", help="point name (default: every point of the scale)")
     which.add_argument("--point-index", type=int, help="point by position (a Slurm array task id)")
-    parser.add_argument("--run-id", help="append to this run (default: a new run id)")
+    parser.add_argument("--run-id", help="append to this run, a timestamp run id such as 20261127T222905.210778Z-4c66fb "
+                                          "(default: a new run id)")
     parser.add_argument("--results-dir", type=Path, help="results root (default: $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--device", default="auto", choices=DEVICES)
     parser.add_argument("--plan", action="store_true", help="print the points to run and exit")
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.skip_done and not (args.plan and args.run_id):
             raise ValueError("--skip-done needs --plan and --run-id (the run whose written points are left out)")
+        if args.run_id is not None:
+            R.check_run_id(args.run_id)
         experiment = get_experiment(args.experiment)
         points = _points(experiment, args.scale, args.point, args.point_index)
         if args.plan:

@@ -55,3 +55,17 @@ def test_run_ids_sort_by_time_and_are_unique():
     late = R.new_run_id(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
     assert early < late and early.startswith("20260101T000000.000000Z-")
     assert len({R.new_run_id() for _ in range(50)}) == 50
+
+
+def test_a_run_written_by_hand_under_another_id_is_placed_by_its_date(tmp_path):
+    """A run id that is not a timestamp (one GPU run was written as 'plainlong') must not win for ever because 'p'
+    sorts after '2': such a run is placed by its rows' provenance date."""
+    for run_id, point, value, date in (("plainlong", "p1", 1.0, "2026-11-27T22:50:11+00:00"),
+                                       ("20261128T000000.000000Z-aaaaaa", "p1", 2.0, "2026-11-28T00:00:00+00:00"),
+                                       ("plainlong", "p2", 3.0, "2026-11-27T22:50:11+00:00"),
+                                       ("20261127T000000.000000Z-bbbbbb", "p2", 4.0, "2026-11-27T00:00:00+00:00")):
+        R.append_rows(tmp_path, experiment="e", scale="node", point=point, run_id=run_id,
+                      rows=[{"metric": "m", "value": value, "unit": "u"}], prov={"date": date})
+    rows = R.load_rows(tmp_path)
+    assert dict(zip(rows.point, rows.value)) == {"p1": 2.0, "p2": 3.0}
+    assert R.run_time("20260101T000000Z-aaaaaa") == "20260101T000000.000000"

@@ -1,12 +1,11 @@
 """The 9-minute GPU command (``python -m repro.gpu_session``): its limits fit the deadline, its CPU rehearsal runs
-every part through the same code in under 3 minutes, and a part stopped mid-way keeps the variants it finished."""
+every part through the same code (limits stretched on a busy CPU), and a part stopped mid-way keeps the variants it finished."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -57,14 +56,14 @@ def _rows(out: Path, experiment: str) -> list[dict]:
     return [r for path in sorted((out / "results" / "runs" / experiment).glob("*.jsonl")) for r in read_run(path)]
 
 
-def test_rehearsal_runs_every_part_in_under_three_minutes(tmp_path):
+def test_rehearsal_runs_every_part(tmp_path):
+    """Every part of the headline plan runs on the CPU at toy size. Its limits stretch on a busy machine
+    (REHEARSAL_SLACK), so this checks the code, never the machine's speed: no wall-time bound here."""
     out = tmp_path / "session"
-    start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "repro.gpu_session", "--rehearse", "--out", str(out)],
-                          cwd=G.REPO, capture_output=True, text=True, timeout=240)
-    elapsed = time.monotonic() - start
+                          cwd=G.REPO, capture_output=True, text=True,
+                          timeout=G.REHEARSAL_DEADLINE_S * G.REHEARSAL_SLACK + 120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert elapsed < 180, f"the rehearsal took {elapsed:.0f} s"
     outcomes = [json.loads(line) for line in (out / "session.jsonl").read_text().splitlines()]
     assert [o["part"] for o in outcomes] == PARTS
     flex = torch_version() >= (2, 5)  # GNA's part compiles FlexAttention: on older torch it is skipped, saying so
@@ -85,7 +84,8 @@ def test_a_part_stopped_mid_way_keeps_the_variants_it_finished(tmp_path):
     """Stop the 1-GPU part as its time limit would, once the compiled variant's rows exist: they are in the
     results folder, the eager variant (not yet measured) is not, and the part says it was stopped."""
     out = tmp_path / "session"
-    part = G.plan(out, rehearse=True, run_id="stopped")[1]
+    stopped = "20261128T000000.000000Z-5709ed"
+    part = G.plan(out, rehearse=True, run_id=stopped)[1]
     runs = out / "results" / "runs" / "megatron_weak_scaling_gpu"
 
     def compiled_variant_written() -> bool:
@@ -97,13 +97,13 @@ def test_a_part_stopped_mid_way_keeps_the_variants_it_finished(tmp_path):
     rows = _rows(out, "megatron_weak_scaling_gpu")
     assert {r["variant"] for r in rows} == {"repro"}
     assert {r["metric"] for r in rows} >= {"iteration_s", "tokens_per_s", "model_tflops_per_gpu", "loss"}
-    assert all(r["run_id"] == "stopped" and r["provenance"]["config"]["variants"] == ["repro", "repro_eager"]
+    assert all(r["run_id"] == stopped and r["provenance"]["config"]["variants"] == ["repro", "repro_eager"]
                for r in rows)
 
 
 def test_too_little_time_left_skips_a_part_saying_so(tmp_path):
     outcomes = G.run_session(tmp_path, deadline_s=4, rehearse=True, parts=["provenance", "megatron_1gpu"],
-                             say=lambda _: None)
+                             say=lambda _: None, slack=1.0)
     assert [o.status for o in outcomes] == ["ok", "skipped"]
     assert "needs at least 20 s" in outcomes[1].note
 

@@ -186,20 +186,24 @@ def test_worker_plan_skips_only_points_this_job_wrote(tmp_path, monkeypatch, cap
     for key in [k for k in os.environ if k.startswith("SLURM_")]:
         monkeypatch.delenv(key)
     prov = {"job_id": JOB}
-    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n3", run_id="r1",
+    r1 = "20261128T000000.000000Z-0000a1"
+    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n3", run_id=r1,
                 rows=[{"metric": "triangle", "value": 6.0, "unit": "count"}], prov=prov)
-    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n4_ws2", run_id="r1",
+    append_rows(tmp_path, experiment="fake_sum", scale="ci", point="n4_ws2", run_id=r1,
                 rows=[{"metric": "triangle", "value": 10.0, "unit": "count"}], prov={"job_id": "77"})
-    plan = ["fake_sum", "--scale", "ci", "--plan", "--results-dir", str(tmp_path), "--run-id", "r1", "--skip-done"]
+    plan = ["fake_sum", "--scale", "ci", "--plan", "--results-dir", str(tmp_path), "--run-id", r1, "--skip-done"]
     assert worker.main(plan) == 0  # outside Slurm nothing counts as written by "this job"
     assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["n3", "n4_ws2"]
     monkeypatch.setenv("SLURM_JOB_ID", JOB)
     assert worker.main(plan) == 0
     captured = capsys.readouterr()
     assert [line.split("\t")[0] for line in captured.out.splitlines()] == ["n4_ws2"]
-    assert "point n3 is already in run r1" in captured.err
+    assert f"point n3 is already in run {r1}" in captured.err
     assert worker.main(["fake_sum", "--plan", "--skip-done"]) == 2
     assert "--skip-done needs --plan and --run-id" in capsys.readouterr().err
+    assert worker.main(["fake_sum", "--plan", "--run-id", "plainlong"]) == 2  # run ids are timestamps
+    err = capsys.readouterr().err
+    assert "run id 'plainlong' is not a timestamp run id" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("path", sorted((REPO_ROOT / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
