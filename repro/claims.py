@@ -38,7 +38,8 @@ COUNTED = ("measured", "simulated", "predicted", "derived")
 
 REPORT_COLUMNS = [
     "paper", "claim_id", "quantity", "setting", "unit", "paper_value", "reproduced_value", "tolerance", "verdict",
-    "evidence", "evidence_when_run", "same_as", "device", "experiment", "scale", "command", "note", "source",
+    "evidence", "evidence_when_run", "same_as", "device", "hardware", "experiment", "scale", "command", "note",
+    "source",
     "verbatim_or_derived",
 ]
 #: The evidence column of a row without a value yet: its class is what its run will give (``evidence_when_run``).
@@ -152,14 +153,22 @@ class CheckSet:
     scales: dict[str, str] = field(default_factory=dict)  # experiment -> scale whose rows were used
 
 
+#: Scales from the most decisive down: the paper's setting, one GPU node, then the CPU stand-ins.
+SCALE_ORDER = ("paper", "node", "ci", "smoke")
+
+
+def present_scales(rows: pd.DataFrame) -> list[str]:
+    """The scales ``rows`` hold, most decisive first (:data:`SCALE_ORDER`, then any other, by name)."""
+    found = set(rows["scale"]) if len(rows) else set()
+    return [s for s in SCALE_ORDER if s in found] + sorted(found - set(SCALE_ORDER))
+
+
 def choose_scale(rows: pd.DataFrame, scale: str) -> str:
-    """The scale asked for; ``any`` -> paper when the experiment has paper-scale rows, else ci, else smoke."""
+    """The scale asked for; ``any`` -> the most decisive scale the experiment has rows at (ci when none)."""
     if scale != "any":
         return scale
-    for candidate in ("paper", "ci", "smoke"):
-        if len(rows) and (rows["scale"] == candidate).any():
-            return candidate
-    return "ci"
+    present = present_scales(rows)
+    return present[0] if present else "ci"
 
 
 def _at_scale(rows: pd.DataFrame, experiment: str, scale: str) -> pd.DataFrame:
@@ -189,7 +198,7 @@ def _decided_elsewhere(exp, checks: list, used: str, all_rows: pd.DataFrame | No
             note = f"decided at scale {scale} (scale {used} cannot decide it)" + (
                 f"; {decided.note}" if decided.note else "")
             out.append(ClaimCheck(decided.paper, decided.claim_id, decided.reproduced_value, decided.tolerance,
-                                  decided.verdict, note, decided.evidence, decided.same_as))
+                                  decided.verdict, note, decided.evidence, decided.same_as, decided.hardware))
             came_from[check.claim_id] = scale
         else:
             out.append(ClaimCheck(check.paper, check.claim_id, None, check.tolerance, "not decidable",
@@ -212,16 +221,14 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
         if exp.claims is None:
             continue
         mine = rows[rows["experiment"] == exp.name] if len(rows) else rows
-        used = choose_scale(mine, scale)
-        scales[exp.name] = used
-        mine = _at_scale(rows, exp.name, used)
-        devices = _devices(mine)
+        candidates = (present_scales(mine) if scale == "any" else [scale]) or [choose_scale(mine, scale)]
+        scales[exp.name] = candidates[0]
         try:
-            checks, came_from = _decided_elsewhere(exp, exp.claims(mine), used, all_rows)
+            checks = _most_decisive(exp, candidates, rows, all_rows)
         except Exception:  # noqa: BLE001 - one broken mapping must not hide the report
             problems.append(f"{exp.name}.claims raised:\n{traceback.format_exc()}")
             continue
-        for check in checks:
+        for check, where in checks:
             if not isinstance(check, ClaimCheck):
                 problems.append(f"{exp.name}.claims returned {check!r}, not a ClaimCheck")
                 continue
@@ -243,15 +250,31 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
                 problems.append(f"{exp.name}: {check.claim_id} is the same quantity as {check.same_as!r}, which is not "
                                 f"a claim of {check.paper}")
                 continue
-            where = came_from.get(check.claim_id, used)
-            device = _devices(_at_scale(all_rows, exp.name, where)) if where != used else devices
-            device = device if check.evidence == "measured" and check.reproduced_value is not None else ""
+            measured = check.evidence == "measured" and check.reproduced_value is not None
+            device = _devices(_at_scale(all_rows, exp.name, where)) if measured else ""
             records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": where,
-                            "rows": len(mine)})
+                            "rows": len(_at_scale(rows, exp.name, candidates[0]))})
     frame = pd.DataFrame.from_records(
         records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",
-                          "same_as", "device", "experiment", "scale", "rows"])
+                          "same_as", "hardware", "device", "experiment", "scale", "rows"])
     return CheckSet(frame, problems, scales)
+
+
+def _most_decisive(exp, candidates: list[str], rows: pd.DataFrame,
+                   all_rows: pd.DataFrame) -> list[tuple[ClaimCheck, str]]:
+    """Each claim's check from the most decisive of ``candidates`` (scales, most decisive first) whose rows give it
+    a value (a GPU scale before a CPU stand-in), else from the first; with the scale it came from."""
+    picked: dict[str, tuple[ClaimCheck, str]] = {}
+    for used in candidates:
+        checks, came_from = _decided_elsewhere(exp, exp.claims(_at_scale(rows, exp.name, used)), used, all_rows)
+        for check in checks:
+            where = came_from.get(check.claim_id, used)
+            if not isinstance(check, ClaimCheck):
+                picked.setdefault(repr(check), (check, where))
+            elif check.claim_id not in picked or (_missing(picked[check.claim_id][0].reproduced_value)
+                                                  and not _missing(check.reproduced_value)):
+                picked[check.claim_id] = (check, where)
+    return list(picked.values())
 
 
 def _verdict_problem(check: ClaimCheck) -> str:
@@ -327,7 +350,8 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
             scope = out_of_reach(claim["paper"], claim["claim_id"]) if gpu else None
             note = f"{ONLY_PAPER_HARDWARE}: {scope.reason}" if scope else "no experiment maps this claim yet"
             out.append({**base, "reproduced_value": None, "tolerance": "", "verdict": "needs GPU" if gpu else "not run",
-                        "evidence": "", "evidence_when_run": "", "same_as": "", "device": "", "experiment": "",
+                        "evidence": "", "evidence_when_run": "", "same_as": "", "device": "", "hardware": "",
+                        "experiment": "",
                         "scale": "", "command": "", "note": note})
             continue
         best = speaking_row(mapped)
@@ -339,7 +363,8 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
         out.append({**base, "reproduced_value": best["reproduced_value"], "tolerance": best["tolerance"],
                     "verdict": best["verdict"], "evidence": PENDING if pending else best["evidence"],
                     "evidence_when_run": best["evidence"] if pending else "", "same_as": best.get("same_as") or "",
-                    "device": best["device"], "experiment": best["experiment"], "scale": best["scale"],
+                    "device": best["device"], "hardware": best.get("hardware") or "",
+                    "experiment": best["experiment"], "scale": best["scale"],
                     "command": _command(best["experiment"], best["verdict"], best["scale"]), "note": note})
     return pd.DataFrame.from_records(out, columns=REPORT_COLUMNS)
 

@@ -4,12 +4,14 @@ and ``results/claims.md``. The report itself (one row per claim) is :func:`repro
 The headline counts independent evidence only (measured, simulated, predicted, derived). The paper's own arithmetic
 on its printed numbers (``consistency``) is counted apart ("the paper's arithmetic checks out: N of M"), as are
 rows that restate a quantity another claim counts (``same quantity``), configurations and fit inputs (``not
-counted``) and claims the rows' scale cannot decide (``not decidable``).
+counted``) and claims the rows' scale cannot decide (``not decidable``); so are rows compared on another class of GPU
+than the paper's (``on other hardware``, :mod:`repro.cross_hardware`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -24,9 +26,26 @@ ORIGINS = {"verbatim": "printed in the paper", "derived": "computed from the pap
            "secondary": "from a secondary source"}
 
 
+#: The column of compared rows measured on another class of GPU than the paper's (repro.cross_hardware): counted
+#: apart from the verdicts, never in the headline.
+OTHER_HARDWARE = "on other hardware"
+COLUMNS = (*VERDICTS, OTHER_HARDWARE)
+
+
+def other_hardware(report: pd.DataFrame) -> pd.Series:
+    """Rows compared (reproduced or differs) on another class of GPU than the paper's."""
+    hardware = report["hardware"].fillna("") if "hardware" in report else pd.Series("", index=report.index)
+    return (hardware != "") & report["verdict"].isin(["reproduced", "differs"])
+
+
+def _counted_verdict(report: pd.DataFrame) -> pd.Series:
+    """The verdict a summary counts: :data:`OTHER_HARDWARE` for :func:`other_hardware` rows."""
+    return report["verdict"].where(~other_hardware(report), OTHER_HARDWARE).rename("verdict")
+
+
 def summary(report: pd.DataFrame) -> pd.DataFrame:
     """Counts of each verdict per paper (plus a total row)."""
-    table = pd.crosstab(report["paper"], report["verdict"]).reindex(columns=list(VERDICTS), fill_value=0)
+    table = pd.crosstab(report["paper"], _counted_verdict(report)).reindex(columns=list(COLUMNS), fill_value=0)
     table["total"] = table.sum(axis=1)
     table.loc["all"] = table.sum(axis=0)
     return table
@@ -37,8 +56,8 @@ def summary_by_evidence(report: pd.DataFrame) -> pd.DataFrame:
     (rows without a value yet), then ``unmapped``."""
     evidence = report["evidence"].fillna("").replace("", UNMAPPED)
     order = {name: i for i, name in enumerate((*EVIDENCE, PENDING, UNMAPPED))}
-    table = pd.crosstab([report["paper"], evidence.rename("evidence")], report["verdict"])
-    table = table.reindex(columns=list(VERDICTS), fill_value=0)
+    table = pd.crosstab([report["paper"], evidence.rename("evidence")], _counted_verdict(report))
+    table = table.reindex(columns=list(COLUMNS), fill_value=0)
     table = table.iloc[sorted(range(len(table)), key=lambda i: (table.index[i][0], order[table.index[i][1]]))]
     table["total"] = table.sum(axis=1)
     return table
@@ -48,14 +67,16 @@ def headline(report: pd.DataFrame) -> dict[str, int]:
     """The counts the report leads with: claims reproduced by independent evidence (per class and per origin of the
     paper value), those that differ, the paper's arithmetic (consistent of all consistency rows), and the rows
     shown but not counted."""
-    verdict, evidence = report["verdict"], report["evidence"]
-    independent = evidence.isin(COUNTED_EVIDENCE)
+    verdict, evidence, elsewhere = report["verdict"], report["evidence"], other_hardware(report)
+    independent = evidence.isin(COUNTED_EVIDENCE) & ~elsewhere
     reproduced = (verdict == "reproduced") & independent
     origin = report["verbatim_or_derived"].fillna("")
     return {
         "claims": len(report),
         "reproduced": int(reproduced.sum()),
         "differs": int(((verdict == "differs") & independent).sum()),
+        "other_hardware": int(elsewhere.sum()),
+        "other_hardware_agree": int((elsewhere & (verdict == "reproduced")).sum()),
         "consistent": int((verdict == "consistent").sum()),
         "consistency": int(verdict.isin(["consistent", "inconsistent"]).sum()),
         "same_quantity": int((verdict == "same quantity").sum()),
@@ -72,7 +93,10 @@ def headline_sentence(report: pd.DataFrame) -> str:
     by_class = ", ".join(f"{head['reproduced_' + c]} {c}" for c in COUNTED_EVIDENCE)
     by_origin = ", ".join(f"{head['origin_' + o]} {words}" for o, words in ORIGINS.items())
     return (f"**{head['reproduced']} of {head['claims']} claims reproduced by independent evidence** ({by_class}); "
-            f"{head['differs']} differ. Their paper values: {by_origin}. Counted apart: the paper's arithmetic "
+            f"{head['differs']} differ. Their paper values: {by_origin}. Counted apart: "
+            f"{head['other_hardware']} claims compared on another class of GPU than the paper's, through a share of "
+            f"peak, a ratio on one GPU or an estimate from one ({head['other_hardware_agree']} agree, "
+            f"{head['other_hardware'] - head['other_hardware_agree']} differ); the paper's arithmetic "
             f"checks out for {head['consistent']} of {head['consistency']} claims computed from its own printed "
             f"numbers (consistency); {head['same_quantity']} claims restate a quantity another claim counts; "
             f"{head['not_counted']} configuration or fitted rows are shown, never counted; "
@@ -93,12 +117,43 @@ def _short(text: object, width: int = 120) -> str:
 
 
 def _table(frame: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
-    lines = ["| " + " | ".join(keys) + " | " + " | ".join(VERDICTS) + " | total |",
-             "|" + "---|" * len(keys) + "---:|" * (len(VERDICTS) + 1)]
+    lines = ["| " + " | ".join(keys) + " | " + " | ".join(COLUMNS) + " | total |",
+             "|" + "---|" * len(keys) + "---:|" * (len(COLUMNS) + 1)]
     for index, counts in frame.iterrows():
         index = index if isinstance(index, tuple) else (index,)
-        lines.append("| " + " | ".join(map(str, index)) + " | " + " | ".join(str(int(counts[v])) for v in VERDICTS)
+        lines.append("| " + " | ".join(map(str, index)) + " | " + " | ".join(str(int(counts[v])) for v in COLUMNS)
                      + f" | {int(counts['total'])} |")
+    return lines
+
+
+_MEASURED_ON = re.compile(r"measured on (?:another GPU: )?(?:NVIDIA|AMD|Tesla) ")
+
+
+def gpu_rows(report: pd.DataFrame) -> pd.DataFrame:
+    """Claims a GPU run speaks to: compared on one (``hardware`` named, or a CUDA device) or measured on one and
+    left "needs GPU" (their note says where)."""
+    hardware = report["hardware"].fillna("") if "hardware" in report else pd.Series("", index=report.index)
+    cuda = report["device"].fillna("").str.contains("cuda")
+    noted = report["note"].fillna("").str.contains(_MEASURED_ON)
+    return report[(hardware != "") | cuda | noted]
+
+
+def _gpu_section(report: pd.DataFrame) -> list[str]:
+    rows = gpu_rows(report)
+    if not len(rows):
+        return []
+    lines = ["", "## Measured on GPUs", "",
+             "The claims GPU runs speak to, with the whole note (where the measurement ran, what it is compared "
+             "as). By the cross-hardware rule (`repro/cross_hardware.py`), an absolute quantity (TFLOP/s, seconds, "
+             "days) is compared only on the paper's class of GPU; a share of peak, a ratio of two runs on one GPU "
+             f"or an estimate computed from one is compared on any GPU, and counted in the column "
+             f"*{OTHER_HARDWARE}* off the paper's.", "",
+             "| paper | claim_id | paper value | this suite | verdict | evidence | hardware | note |",
+             "|---|---|---:|---:|---|---|---|---|"]
+    for row in rows.itertuples():
+        unit = "" if row.unit in ("-", "") else f" {row.unit}"
+        lines.append(f"| {row.paper} | {row.claim_id} | {_fmt(row.paper_value)}{unit} | {_fmt(row.reproduced_value)} "
+                     f"| **{row.verdict}** | {_fmt(row.evidence)} | {_fmt(row.hardware)} | {_fmt(row.note)} |")
     return lines
 
 
@@ -137,6 +192,7 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
         for paper, group in consistency.groupby("paper"):
             lines.append(f"| {paper} | {int((group['verdict'] == 'consistent').sum())} | "
                          f"{int((group['verdict'] == 'inconsistent').sum())} |")
+    lines += _gpu_section(report)
     if checks.scales:
         lines += ["", "## Experiments", "", "| experiment | rows used (scale) | claims mapped | reproduced | differs | "
                   "consistent |", "|---|---|---:|---:|---:|---:|"]

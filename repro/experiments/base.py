@@ -141,6 +141,8 @@ class ClaimCheck:
     evidence: str = ""
     #: for the verdict "same quantity": the claim id (same paper) whose row counts this quantity
     same_as: str = ""
+    #: measured on another class of GPU than the paper's: both named (repro.cross_hardware); counted apart
+    hardware: str = ""
 
 
 #: Name prefix of the modules loaded from a ``.py`` path (``REPRO_EXTRA_EXPERIMENTS``).

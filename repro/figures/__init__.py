@@ -21,7 +21,9 @@ for e.g. ``fig5_eff_mp_8gpu`` or ``t1_7.5B_Posg_nd64`` is all a figure needs. Me
 * GNA: ``gna_speedup`` rows per point, ``paired_speedup`` (or ``speedup``, or a metric with ``measured``) against
   ``bound`` (or a metric with ``sim``/``bound``), block-sparse points (``block_sparse`` column) marked;
 * evals: ``eval_wikitext_lambada`` and ``eval_race`` rows whose metric contains ``ppl``, ``perplexity``, ``acc``
-  or ``accuracy``.
+  or ``accuracy``;
+* GPU runs (:mod:`repro.figures.gpu`): ``megatron_weak_scaling_gpu``'s 1-GPU ``share_of_peak`` and ``tokens_per_s``
+  per variant, and ``gna_speedup_gpu``'s ``speedup``, ``op_speedup`` and ``bound`` per point, each naming its GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ for _package in ("matplotlib", "seaborn"):  # one clear line here, before the fi
 from repro.figures.common import FigureContext, style  # noqa: E402
 from repro.figures.claims_overview import claims_overview  # noqa: E402
 from repro.figures.evals_overview import evals, mtnlg_throughput  # noqa: E402
+from repro.figures.gpu import gna_gpu, megatron_1gpu  # noqa: E402
 from repro.figures.infinity_gna import gna_speedup, infinity_efficiency  # noqa: E402
 from repro.figures.megatron import parameter_counts, weak_scaling  # noqa: E402
 from repro.figures.zero import communication_volume, memory_by_stage  # noqa: E402
@@ -46,11 +49,13 @@ from repro.figures.zero import communication_volume, memory_by_stage  # noqa: E4
 #: name -> function; the name is also the file stem.
 FIGURES: dict[str, Callable[[FigureContext], list[Path]]] = {
     "megatron_weak_scaling": weak_scaling,
+    "megatron_1gpu_baseline": megatron_1gpu,
     "parameter_counts": parameter_counts,
     "zero_memory_by_stage": memory_by_stage,
     "zero_communication_volume": communication_volume,
     "zero_infinity_efficiency": infinity_efficiency,
     "gna_speedup": gna_speedup,
+    "gna_speedup_gpu": gna_gpu,
     "evals": evals,
     "mtnlg_throughput": mtnlg_throughput,
     "claims_overview": claims_overview,

@@ -18,14 +18,14 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from repro.claims import CheckSet, build_report
-from repro.claims_render import summary
-from repro.experiments.base import EVIDENCE, VERDICTS
+from repro.claims_render import COLUMNS, OTHER_HARDWARE, other_hardware, summary
+from repro.experiments.base import EVIDENCE
 from repro.figures.common import MIN_FONT_PT, FigureContext, caption, mark_missing, save
 from repro.paper import PAPER_TITLES
 
 COLORS = {"reproduced": "#55A868", "differs": "#C44E52", "consistent": "#64B5CD", "inconsistent": "#8C613C",
           "same quantity": "#CCB974", "not counted": "#DD8452", "not decidable": "#BBBBBB", "needs GPU": "#8172B3",
-          "not run": "#999999"}
+          "not run": "#999999", OTHER_HARDWARE: "#4C72B0"}
 MARKERS = {"measured": "o", "simulated": "s", "predicted": "D", "derived": "^", "consistency": "v",
            "configuration": "x", "fitted": "P"}
 _BOUND = re.compile(r"^\s*(>=|<=|>|<)\s*([-+0-9.eE]+)")
@@ -50,7 +50,7 @@ def report_of(ctx: FigureContext) -> pd.DataFrame:
     if "experiment" in checks:  # the figure shows every experiment's checks: its provenance names their runs
         ctx.touched.update(str(name) for name in checks["experiment"] if name)
     for column in ("paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence", "device",
-                   "experiment", "scale"):
+                   "hardware", "experiment", "scale"):
         if column not in checks:
             checks[column] = None if column == "reproduced_value" else ""
     return build_report(CheckSet(checks), ctx.claims)
@@ -59,7 +59,7 @@ def report_of(ctx: FigureContext) -> pd.DataFrame:
 def panel_title(paper: str, counts: pd.Series, drawn: int) -> str:
     """The paper's name and its verdict counts (those not zero), as claims.md's table by paper gives them, and how
     many are drawn."""
-    parts = [f"{int(counts[v])} {v}" for v in VERDICTS if int(counts[v])]
+    parts = [f"{int(counts[v])} {v}" for v in COLUMNS if int(counts[v])]
     lines = [", ".join(parts[i:i + 3]) for i in range(0, len(parts), 3)]
     return (f"{PAPER_TITLES.get(paper, paper)}\n{int(counts['total'])} claims: " + ",\n".join(lines)
             + f"; {drawn} drawn")
@@ -69,6 +69,7 @@ def claims_overview(ctx: FigureContext) -> list[Path]:
     """Paper (x) against this suite (y), log-log, one panel per paper; colour = verdict, marker = evidence."""
     report = report_of(ctx)
     counts = summary(report)
+    colour = report["verdict"].where(~other_hardware(report), OTHER_HARDWARE)  # as the summary counts them
     papers = list(PAPER_TITLES)
     fig, axes = plt.subplots(2, 3, figsize=(15, 10.5))
     fig.subplots_adjust(hspace=0.42, wspace=0.28)
@@ -84,16 +85,16 @@ def claims_overview(ctx: FigureContext) -> list[Path]:
             lo = min(x[keep].min(), y[keep].min(), *ends) / 2
             hi = max(x[keep].max(), y[keep].max(), *ends) * 2
             ax.plot([lo, hi], [lo, hi], "--", color="#888888", lw=1, zorder=1)
-            for row, px, py in zip(drawn.itertuples(), x[keep], y[keep]):
+            for row, px, py, shade in zip(drawn.itertuples(), x[keep], y[keep], colour[drawn.index]):
                 bound = bound_of(row.tolerance)
                 if bound is not None and bound[1] > 0:  # the allowed side of the bound, from the bound
                     side, start = bound
                     end = start * 4 if side.startswith(">") else start / 4
                     ax.annotate("", xy=(px, end), xytext=(px, start), zorder=2,
-                                arrowprops={"arrowstyle": "-|>", "color": COLORS[row.verdict], "lw": 1.2,
+                                arrowprops={"arrowstyle": "-|>", "color": COLORS[shade], "lw": 1.2,
                                             "alpha": 0.6})
                 marker = MARKERS.get(row.evidence, "o")
-                ax.scatter([px], [py], s=26, marker=marker, color=COLORS[row.verdict], zorder=3,
+                ax.scatter([px], [py], s=26, marker=marker, color=COLORS[shade], zorder=3,
                            edgecolors=None if marker == "x" else "white", linewidths=0.4)
             ax.set_xscale("log")
             ax.set_yscale("log")
@@ -105,7 +106,7 @@ def claims_overview(ctx: FigureContext) -> list[Path]:
                      else PAPER_TITLES[paper], fontsize=MIN_FONT_PT + 1)
         ax.set_xlabel("paper's value (claim's unit, log scale)")
         ax.set_ylabel("this suite's value (same unit, log scale)")
-    verdict_handles = [Line2D([], [], ls="", marker="o", color=COLORS[v], label=v) for v in VERDICTS]
+    verdict_handles = [Line2D([], [], ls="", marker="o", color=COLORS[v], label=v) for v in COLUMNS]
     evidence_handles = [Line2D([], [], ls="", marker=MARKERS[e], color="#444444", label=e) for e in EVIDENCE]
     bound_handle = [Line2D([], [], color="#777777", marker=">", lw=1.2, label="threshold claim: allowed side")]
     fig.legend(handles=verdict_handles + bound_handle, title="verdict (colour)", loc="upper left",
@@ -118,7 +119,9 @@ def claims_overview(ctx: FigureContext) -> list[Path]:
                  "same as claims.md's summary, and how many rows are drawn (the others have no positive number "
                  "yet: not run, needs GPU, or a formula or text value); in all "
                  f"{int(total['total'])} claims: "
-                 + ", ".join(f"{int(total[v])} {v}" for v in VERDICTS) + ". 'not counted' rows are settings the "
+                 + ", ".join(f"{int(total[v])} {v}" for v in COLUMNS) + ". 'not counted' rows are settings the "
                  "suite was given (configuration) or inputs of a fit (fitted), shown but never counted as "
-                 f"reproduced. Rows: the experiments' newest rows at scale '{ctx.scale}'.")
+                 f"reproduced; '{OTHER_HARDWARE}' rows were compared on another class of GPU than the paper's "
+                 "(the GPU is named in claims.md), counted apart. Rows: the experiments' newest rows at scale "
+                 f"'{ctx.scale}'.")
     return save(fig, ctx, "claims_overview")

@@ -9,6 +9,7 @@ from repro import claims as C
 from repro.experiments import registry
 from repro.experiments.base import (COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck, Experiment,
                                     Point)
+from repro.claims_render import COLUMNS
 from repro.results import REPO_ROOT
 
 
@@ -163,7 +164,7 @@ def _summary_of_markdown(text: str) -> dict[str, list[int]]:
     out = {}
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == len(VERDICTS) + 2 and cells[1].isdigit():
+        if len(cells) == len(COLUMNS) + 2 and cells[1].isdigit():
             out[cells[0]] = [int(c) for c in cells[1:]]
     return out
 
@@ -182,14 +183,14 @@ def test_claims_overview_counts_are_claims_md_counts(tmp_path):
     assert not rendered.errors, rendered.errors
     svg = (tmp_path / "figures" / "claims_overview.svg").read_text()
     md = _summary_of_markdown((tmp_path / "claims.md").read_text())
-    verdicts = "|".join(VERDICTS)
+    verdicts = "|".join(COLUMNS)
     for paper in PAPER_TITLES:
         panel = svg[svg.index(f"<!-- {PAPER_TITLES[paper]} -->"):]
         title = panel[:panel.index(" drawn")]
         total = int(re.search(r"(\d+) claims:", title).group(1))
         counts = {v: int(n) for n, v in re.findall(rf"(\d+) ({verdicts})\b", title)}
         drawn = int(re.search(r"; (\d+)$", title).group(1))
-        assert md[paper] == [counts.get(v, 0) for v in VERDICTS] + [total], paper
+        assert md[paper] == [counts.get(v, 0) for v in COLUMNS] + [total], paper
         assert 0 <= drawn <= total
 
 
@@ -258,10 +259,12 @@ def test_readme_gives_the_committed_headline():
     head = headline(committed)
     text = " ".join((REPO_ROOT / "README.md").read_text().split())
     found = re.search(r"\*\*(\d+) of (\d+) claims reproduced by independent evidence\*\* \((\d+) measured, (\d+) "
-                      r"simulated, (\d+) predicted, (\d+) derived\), (\d+) differ; the papers' arithmetic checks out "
-                      r"for (\d+) of (\d+) claims", text)
+                      r"simulated, (\d+) predicted, (\d+) derived\), (\d+) differ; counted apart, (\d+) claims "
+                      r"measured on another class of GPU than the paper's .*? agree; the papers' arithmetic checks "
+                      r"out for (\d+) of (\d+) claims", text)
     assert found, "README lacks the headline sentence"
     assert [int(g) for g in found.groups()] == [head["reproduced"], head["claims"], head["reproduced_measured"],
                                                 head["reproduced_simulated"], head["reproduced_predicted"],
-                                                head["reproduced_derived"], head["differs"], head["consistent"],
-                                                head["consistency"]]
+                                                head["reproduced_derived"], head["differs"], head["other_hardware"],
+                                                head["consistent"], head["consistency"]]
+    assert head["other_hardware_agree"] == head["other_hardware"]  # the README says they all agree
