@@ -84,8 +84,15 @@ def run_time(run_id: str, date: Any = None) -> str:
 
 @lru_cache(maxsize=1)
 def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
-    """(commit, dirty) of the checkout the code runs from; ("unknown", False) outside git."""
+    """(commit, dirty) of the checkout the code runs from; ("unknown", False) outside git, and where the git
+    repository found is not this project's own (an exported copy placed inside another repository: its HEAD is
+    another project's commit, which a GPU session once recorded)."""
     try:
+        top = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
+            check=True).stdout.strip()
+        if Path(top).resolve() != Path(repo).resolve():
+            return "unknown", False
         commit = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()

@@ -69,3 +69,17 @@ def test_a_run_written_by_hand_under_another_id_is_placed_by_its_date(tmp_path):
     rows = R.load_rows(tmp_path)
     assert dict(zip(rows.point, rows.value)) == {"p1": 2.0, "p2": 3.0}
     assert R.run_time("20260101T000000Z-aaaaaa") == "20260101T000000.000000"
+
+
+def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
+    """A GPU session once ran an exported copy placed inside another repository and recorded that repository's HEAD
+    as the suite's commit: the git top level must be the project's own root."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
+                    "--allow-empty", "-m", "other project"], check=True)
+    (tmp_path / "copy").mkdir()
+    assert R.git_state(tmp_path / "copy") == ("unknown", False)
+    commit, _ = R.git_state(tmp_path)
+    assert len(commit) == 40
