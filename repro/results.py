@@ -86,13 +86,15 @@ def run_time(run_id: str, date: Any = None) -> str:
 def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
     """(commit, dirty) of the checkout the code runs from; ("unknown", False) outside git, and where the git
     repository found is not this project's own (an exported copy placed inside another repository: its HEAD is
-    another project's commit, which a GPU session once recorded)."""
+    another project's commit, which a GPU session once recorded). Where git cannot tell, ``$REPRO_GIT_COMMIT``
+    (set by whoever exported the copy) is recorded instead, as given."""
+    unknown = (os.environ.get("REPRO_GIT_COMMIT") or "unknown", False)
     try:
         top = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
             check=True).stdout.strip()
         if Path(top).resolve() != Path(repo).resolve():
-            return "unknown", False
+            return unknown
         commit = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
@@ -102,7 +104,7 @@ def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
         ).stdout
         return commit, bool(status.strip())
     except (OSError, subprocess.SubprocessError):
-        return "unknown", False
+        return unknown
 
 
 def device_description(device: str) -> str:

@@ -71,7 +71,7 @@ def test_a_run_written_by_hand_under_another_id_is_placed_by_its_date(tmp_path):
     assert R.run_time("20260101T000000Z-aaaaaa") == "20260101T000000.000000"
 
 
-def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
+def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkeypatch):
     """A GPU session once ran an exported copy placed inside another repository and recorded that repository's HEAD
     as the suite's commit: the git top level must be the project's own root."""
     import subprocess
@@ -80,6 +80,9 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path):
     subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q",
                     "--allow-empty", "-m", "other project"], check=True)
     (tmp_path / "copy").mkdir()
+    monkeypatch.delenv("REPRO_GIT_COMMIT", raising=False)
     assert R.git_state(tmp_path / "copy") == ("unknown", False)
+    monkeypatch.setenv("REPRO_GIT_COMMIT", "9923494")  # said by whoever exported the copy
+    assert R.git_state(tmp_path / "copy") == ("9923494", False)
     commit, _ = R.git_state(tmp_path)
     assert len(commit) == 40
