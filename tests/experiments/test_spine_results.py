@@ -81,8 +81,11 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkey
                     "--allow-empty", "-m", "other project"], check=True)
     (tmp_path / "copy").mkdir()
     monkeypatch.delenv("REPRO_GIT_COMMIT", raising=False)
+    R.git_state.cache_clear()
     assert R.git_state(tmp_path / "copy") == ("unknown", False)
     monkeypatch.setenv("REPRO_GIT_COMMIT", "9923494")  # said by whoever exported the copy
+    R.git_state.cache_clear()  # read once per process
     assert R.git_state(tmp_path / "copy") == ("9923494", False)
+    R.git_state.cache_clear()
     commit, _ = R.git_state(tmp_path)
     assert len(commit) == 40
