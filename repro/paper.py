@@ -6,6 +6,7 @@ Figures and the claims report read the committed copy, so they work on a checkou
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -142,6 +143,23 @@ def evidence_from(*inputs: object, otherwise: str = "derived") -> str:
     if not inputs:
         raise ValueError("evidence_from needs the inputs the value was computed from")
     return "consistency" if all(is_paper_number(x) for x in inputs) else otherwise
+
+
+def evidence_of_count(counted: float | None, closed_form: float | None, *, otherwise: str = "derived") -> str:
+    """The class of a count of something the suite built: ``consistency`` when it equals the paper's closed form on
+    the paper's printed shapes (the count then adds nothing to the formula: it shows the paper agrees with itself,
+    and the built modules with the formula), else ``otherwise``."""
+    if counted is None or closed_form is None:
+        return otherwise
+    return "consistency" if math.isclose(float(counted), float(closed_form), rel_tol=1e-12) else otherwise
+
+
+def evidence_of_simulation(simulated: float | None, flop_ratio: float | None, *, otherwise: str = "simulated") -> str:
+    """The class of a simulator's speedup: ``consistency`` when it equals the FLOP-wise ratio of the same setting
+    (perfectly block-sparse tiles: the simulator adds nothing to the paper's FLOP arithmetic), else ``otherwise``."""
+    if simulated is None or flop_ratio is None:
+        return otherwise
+    return "consistency" if math.isclose(float(simulated), float(flop_ratio), rel_tol=1e-9) else otherwise
 
 
 def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:

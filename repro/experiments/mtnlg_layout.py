@@ -44,8 +44,9 @@ GLOBAL_BATCH_PRINTED = printed(GLOBAL_BATCH, PAPER, "global_batch")
 #: gradients and the 4 of the fp32 gradient copy are the widths of the formats, not something the suite built or
 #: counted; the one number with content is Adam's K = 12 (fp32 master weights, momentum, variance) as ZeRO prints it.
 BYTES_INPUTS = (printed(K_ADAM, "zero_2019", "K_adam"),)
-#: Same quantity, stated twice: the claims table's recomputation of the count points to the paper's 530B.
-SAME_QUANTITY = {"params_repro": "params"}
+#: Same quantity, stated twice: the claims table's recomputation of the count points to the paper's 530B; a node
+#: count's TFLOP/s per GPU is its predicted iteration time in other units (the model's FLOPs over it).
+SAME_QUANTITY = {"params_repro": "params", **{f"tflops_{n}n": f"iter_time_{n}n" for n in NODES}}
 
 
 def _row(metric, value, unit, claim_id=None, *, evidence: str, **config) -> dict:

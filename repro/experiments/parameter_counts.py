@@ -24,7 +24,7 @@ import torch
 from repro.claims import check_value
 from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
-from repro.paper import evidence_from, half_last_digit, printed
+from repro.paper import evidence_from, evidence_of_count, half_last_digit, printed
 from repro.perfmodel.megatron import TABLE1, TABLE2
 from repro.perfmodel.mtnlg import MTNLG_530B
 from repro.perfmodel.zero_infinity import params_per_block
@@ -139,22 +139,26 @@ def claims(rows) -> list[ClaimCheck]:
     checks = []
     same = counted_claims()
     for label, (_, _, _, _, paper, prefix) in CONFIGS.items():
-        got = _value(rows, "instantiated_params", label)  # counted on the module the suite built: derived
+        got = _value(rows, "instantiated_params", label)  # counted on the module the suite built
         closed = _value(rows, "closed_form_params", label)
-        note = (f"GPTModel on the meta device; closed form {closed:.4f}B" if closed is not None else "")
+        # equal to the closed form on the paper's printed shapes: the paper's formula on its inputs (consistency)
+        evidence = evidence_of_count(got, closed)
+        note = (f"GPTModel on the meta device; closed form {closed:.4f}B"
+                + (" (the count equals it: the paper's formula on its printed shapes)" if evidence == "consistency"
+                   else "") if closed is not None else "")
         if paper == "mt_nlg_2022":
-            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note, evidence="derived",
+            checks.append(check_value(paper, "params_repro", got, abs=0.05, note=note, evidence=evidence,
                                       same_as=same.get("params_repro", "")))
             checks.append(check_value(paper, "params", got, rel=0.01, note=note + "; paper rounds to 530B",
-                                      evidence="derived", same_as=same.get("params", "")))
+                                      evidence=evidence, same_as=same.get("params", "")))
             continue
         recomputed = f"{prefix}_params_recomputed"
         checks.append(check_value(paper, recomputed, got, abs=half_last_digit(paper, recomputed),
-                                  note=note + "; ±half the paper's last printed digit", evidence="derived",
+                                  note=note + "; ±half the paper's last printed digit", evidence=evidence,
                                   same_as=same.get(recomputed, "")))
         if prefix.startswith("t1_"):
             checks.append(check_value(paper, f"{prefix}_params", got, abs=0.05, note=note + "; paper rounds to 0.1B",
-                                      evidence="derived", same_as=same.get(f"{prefix}_params", "")))
+                                      evidence=evidence, same_as=same.get(f"{prefix}_params", "")))
             continue
         checks.append(check_value(paper, f"{prefix}_hidden_per_head", _value(rows, "hidden_per_head", label),
                                   note="hidden / heads, both printed in the paper", evidence="consistency"))

@@ -85,12 +85,13 @@ def claims(rows) -> list[ClaimCheck]:
     per_param = rows[(rows["metric"] == "model_state_bytes_per_param") & (rows["placement"] == "nvme")]
     if len(per_param):
         value = float(per_param["value"].iloc[0])
-        checks.append(ClaimCheck(
-            PAPER, "model_state_bytes", value, "16 B/param ±2%",
-            "reproduced" if abs(value - 16) <= 0.32 else "differs",
-            "measured bytes per parameter over all tiers (bf16 params+grads, fp32 master+Adam moments) with params "
-            "and optimizer states on NVMe: supports the 16 B/param (192 nl hd^2) reading, not 20 B/param",
-            evidence="measured"))
+        agree = "equals 16 B/param" if abs(value - 16) <= 0.32 else "differs from 16 B/param"
+        checks.append(ClaimCheck(  # the paper's value is a formula (192 nl hd^2): compared with 16 B/param here
+            PAPER, "model_state_bytes", value, "16 B/param ±2%", "not counted",
+            f"a setting the suite was given; {agree}: bytes per parameter over all tiers (bf16 params+grads, fp32 "
+            "master+Adam moments) with params and optimizer states on NVMe, 2 + 2 + 12 by the dtypes configured and "
+            "read back by the ledger (it supports the 16 B/param (192 nl hd^2) reading, not 20 B/param)",
+            evidence="configuration"))
     mswm = rows[(rows["metric"] == "mswm_over_hd2") & (rows["placement"] == "nvme")]
     if len(mswm):
         value = float(mswm["value"].iloc[0])

@@ -97,7 +97,8 @@ def test_every_mapped_row_has_a_class_and_echoes_are_not_counted(report):
 
 #: A sample of rows and the class the producing code must give them: fitted inputs of the Megatron model (the
 #: 32-head row of Table 7 is the 8-way MP bar's configuration; the 30 % of peak is circular), held-out predictions,
-#: configuration echoes, closed forms, the simulator, the paper's own arithmetic, and measurements on this CPU.
+#: configuration echoes (bytes fixed by the dtypes configured), closed forms (a module count equal to the paper's
+#: formula on its shapes), the simulator, the paper's own arithmetic, and measurements on this CPU.
 SAMPLE = {
     ("megatron_lm_2019", "baseline_tflops_1gpu"): "fitted",
     ("megatron_lm_2019", "fig5_eff_mp_8gpu"): "fitted",
@@ -108,16 +109,16 @@ SAMPLE = {
     ("megatron_lm_2019", "t1_8p3B_hidden"): "configuration",
     ("megatron_lm_2019", "fig5_eff_mp_1gpu"): "configuration",
     ("megatron_lm_2019", "eff_from_15p1PF"): "consistency",
-    ("megatron_lm_2019", "t1_8p3B_params"): "derived",
+    ("megatron_lm_2019", "t1_8p3B_params"): "consistency",  # the built model's count is the closed form
     ("megatron_lm_2019", "comm_allreduce_per_layer"): "measured",
     ("mt_nlg_2022", "tflops_280n"): "fitted",
     ("mt_nlg_2022", "tflops_350n"): "predicted",
     ("mt_nlg_2022", "tflops_280n_repro"): "consistency",
     ("mt_nlg_2022", "hidden"): "configuration",
     ("zero_2019", "t2_mp16_theo_Pos"): "consistency",
-    ("zero_infinity_2021", "states_1T_16B"): "derived",
+    ("zero_infinity_2021", "states_1T_16B"): "consistency",  # a model sized to 1T: 16 B x 1T by construction
     ("zero_2019", "trillion_compute_ratio"): "consistency",
-    ("zero_2019", "K_adam"): "measured",
+    ("zero_2019", "K_adam"): "configuration",  # 12 B/param: the fp32 dtypes the run configures
     ("zero_infinity_2021", "implied_peak"): "consistency",
     ("gna_2025", "fig3_na_limit"): "simulated",
     ("gna_2025", "flux_sparsity"): "consistency",
@@ -268,3 +269,14 @@ def test_readme_gives_the_committed_headline():
                                                 head["reproduced_derived"], head["differs"], head["other_hardware"],
                                                 head["consistent"], head["consistency"]]
     assert head["other_hardware_agree"] == head["other_hardware"]  # the README says they all agree
+
+
+def test_counts_and_simulations_that_are_the_papers_arithmetic_are_consistency():
+    """A count of built modules equal to the paper's closed form, and a simulated speedup equal to the FLOP-wise
+    ratio, add nothing to the paper's arithmetic on its printed numbers."""
+    from repro.paper import evidence_of_count, evidence_of_simulation
+
+    assert evidence_of_count(1.2136, 1.2136) == "consistency"
+    assert evidence_of_count(1.2137, 1.2136) == "derived" and evidence_of_count(None, 1.0) == "derived"
+    assert evidence_of_simulation(11.111111, 11.111111) == "consistency"
+    assert evidence_of_simulation(3.27, 11.11) == "simulated"
