@@ -12,7 +12,9 @@ job with ``--save D --load D`` continues). SIGTERM or SIGUSR1 (Slurm's ``--signa
 A failing rank ends every rank (see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective of every
 process group, the watchdog (:mod:`repro.training.watchdog`) the time without progress in a step, an evaluation, a
 save or a load; a rank that gives up exits with code 124 and one line naming itself, what it was doing and the rank
-it waits for. Bad options exit with code 2 and one line naming the value.
+it waits for. Bad options exit with code 2 and one line naming the value. A loss or gradient norm that turns inf or
+NaN stops the run with one line naming the iteration and exit code 3, before any later save (``--on-nan continue``
+trains on).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from repro.cliargs import (
 )
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
-from repro.training.failfast import UsageError, agree_on_setup, run_fail_fast
+from repro.training.failfast import EXIT_NONFINITE, ON_NAN, UsageError, agree_on_setup, run_fail_fast
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
 
@@ -100,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval-iters", type=positive_int, default=2, help="global batches per validation")
     g = parser.add_argument_group("logging and checkpoints")
     g.add_argument("--log-interval", type=positive_int, default=1, help="iterations per printed log line")
+    g.add_argument("--on-nan", choices=ON_NAN, default="stop",
+                   help="stop (default): a loss or gradient norm that is inf or NaN (not an fp16 step the loss scaler "
+                        "skipped) stops the run with one line naming the iteration and exit code 3, before any "
+                        "later save, so the last checkpoint is the last good one; continue: log it and train on "
+                        "(Megatron's 'number of nan iterations')")
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
     g.add_argument("--tensorboard-dir", default=None,
@@ -225,7 +232,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     from repro.dist.device import select_device
     from repro.training.checkpoint import load_training_checkpoint
     from repro.training.log import TrainingLog
-    from repro.training.loop import train_loop
+    from repro.training.loop import NonFiniteTraining, train_loop
     from repro.training.trainer import PipelineTrainer, TrainSettings
 
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
@@ -272,9 +279,15 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                           world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
                           slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                           slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
-                outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
-                                     save_interval=args.save_interval, validation=validation,
-                                     preemption=preemption, activity=watchdog.doing)
+                try:
+                    outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
+                                         save_interval=args.save_interval, validation=validation,
+                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan)
+                except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
+                    last = f"; the last checkpoint in {args.save} is from before it" if args.save else ""
+                    log.print(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
+                              f"trains on){last}")
+                    return EXIT_NONFINITE
             if outcome.preempted:
                 log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; resume with --load {args.save})")
                 return EXIT_PREEMPTED

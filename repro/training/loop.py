@@ -11,6 +11,7 @@ checkpoint iteration 12: writing rank00001.pt"): the watchdog's heartbeat, and w
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -18,6 +19,7 @@ from typing import Callable, Protocol
 import torch
 
 from repro.training.checkpoint import save_training_checkpoint
+from repro.training.failfast import ON_NAN
 from repro.training.log import TrainingLog
 from repro.training.preemption import PreemptionFlag
 from repro.training.throughput import model_flops
@@ -37,6 +39,15 @@ class Validation:
     interval: int
     iters: int = 2
     start: int = 0
+
+
+class NonFiniteTraining(RuntimeError):
+    """A step's loss or gradient norm was inf or NaN, and not on an fp16 step the loss scaler skipped. Raised before
+    any later save, so the last checkpoint is the last good one."""
+
+    def __init__(self, iteration: int, what: str, value: float) -> None:
+        super().__init__(f"iteration {iteration}: {what} is {value}")
+        self.iteration, self.what, self.value = iteration, what, value
 
 
 @dataclass
@@ -59,11 +70,15 @@ def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
     preemption: PreemptionFlag | None = None, activity: Callable[[str], None] | None = None,
-    save_at_end: bool = True,
+    save_at_end: bool = True, on_nan: str = "stop",
 ) -> Outcome:
     """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
     with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved. ``activity``
-    is told what starts next (the module's docstring)."""
+    is told what starts next (the module's docstring). ``on_nan`` (:data:`ON_NAN`): a non-finite loss or gradient
+    norm raises :class:`NonFiniteTraining` once its step is read (before validation or a save), or is logged and
+    trained past."""
+    if on_nan not in ON_NAN:
+        raise ValueError(f"on_nan={on_nan!r} must be one of {ON_NAN}")
     doing = activity or (lambda what: None)
     outcome = Outcome()
     b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
@@ -83,6 +98,7 @@ def train_loop(
         log.event("save", iteration=trainer.iteration, path=str(path))
 
     pending: list[tuple[dict, torch.Tensor, object]] = []  # steps not yet read: (record, loss, grad norm)
+    skipped_before = [trainer.skipped_steps]  # fp16 steps the loss scaler skipped, up to the last step read
     window_start = time.perf_counter()
 
     def read_pending() -> None:
@@ -95,14 +111,24 @@ def train_loop(
         values = iter(torch.stack([v.reshape(()).to(torch.float64) for v in lazy]).tolist())
         losses = [next(values) for _ in pending]
         elapsed = (time.perf_counter() - window_start) / len(pending)
+        bad = None
         for (record, _, norm), loss in zip(pending, losses):
             norm = next(values) if isinstance(norm, torch.Tensor) else norm
             outcome.losses.append(loss)
             log.step({**record, "lm_loss": loss, "iteration_s": elapsed, "tokens_per_s": b * s.seq_len / elapsed,
                       "tflops_per_rank": flops / elapsed / world.size / 1e12,
                       "grad_norm": float(norm) if norm is not None else None})
+            skipped = record["skipped_iterations"] > skipped_before[0]  # fp16: the loss scaler's business
+            skipped_before[0] = record["skipped_iterations"]
+            for what, value in (("lm loss", loss), ("grad norm", norm)):
+                if bad is None and not skipped and value is not None and not math.isfinite(value):
+                    bad = NonFiniteTraining(record["iteration"], what, value)
         pending.clear()
         window_start = time.perf_counter()
+        if bad is not None:
+            log.event("nonfinite", iteration=bad.iteration, what=bad.what, value=str(bad.value))
+            if on_nan == "stop":
+                raise bad
 
     while trainer.iteration < steps:
         doing(f"step {trainer.iteration + 1}")
