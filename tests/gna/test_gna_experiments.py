@@ -35,18 +35,24 @@ def test_simulator_experiment_claims(tmp_path):
     assert all(isinstance(c, ClaimCheck) and c.claim_id in known for c in checks)
     verdicts = Counter(c.verdict for c in checks)
     by_id = {c.claim_id: c for c in checks}
-    for claim_id in ("fig3_na_limit", "fig3_blocksparse", "flux_op_speedup", "block_sparse_condition",
-                     "t2_flux1dev_4k_w80x80_s16x16_sa9_sim", "t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_sim"):
+    for claim_id in ("fig3_na_limit", "block_sparse_condition", "t2_flux1dev_4k_w80x80_s1x1_sa9_sim",
+                     "t4_hunyuanvideo_w18x24x24_s2x8x8_sa15_sim"):
         assert by_id[claim_id].verdict == "reproduced", by_id[claim_id]
+    # block-sparse settings: the simulation equals the FLOP-wise ratio, the paper's arithmetic (consistency)
+    for claim_id in ("fig3_blocksparse", "flux_op_speedup", "t2_flux1dev_4k_w80x80_s16x16_sa9_sim",
+                     "t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_sim"):
+        assert by_id[claim_id].evidence == "consistency", by_id[claim_id]
+        assert by_id[claim_id].verdict in ("consistent", "same quantity"), by_id[claim_id]
     # FLOP-wise bounds are the paper's arithmetic on its printed configuration (issue 26): consistent, not reproduced
     flopwise = [c for c in checks if c.claim_id.endswith("_flopwise")]
     assert flopwise and all(c.evidence == "consistency" for c in flopwise)
     assert all(c.verdict in ("consistent", "same quantity") for c in flopwise)
-    assert all(c.verdict == "reproduced" for c in checks if c.claim_id.endswith("_sim") and c.claim_id[:2] in "t2t4")
+    assert all(c.verdict == "reproduced" if c.evidence == "simulated" else c.verdict == "same quantity"
+               for c in checks if c.claim_id.endswith("_sim") and c.claim_id[:2] in "t2t4")
     # Known differences: Table 5's two WSA rows (see the experiment's module docstring).
     differs = sorted(c.claim_id for c in checks if c.verdict in ("differs", "inconsistent"))
     assert differs == ["t5_wsa58_e2e_sim", "t5_wsa91_e2e_sim"], differs
-    assert verdicts["reproduced"] >= 40 and verdicts["consistent"] >= 59
+    assert verdicts["reproduced"] >= 20 and verdicts["consistent"] >= 59
 
 
 def test_speedup_experiment_runs_and_maps_gpu_claims(tmp_path):
