@@ -75,7 +75,7 @@ def test_claim_classes_and_predictions(simulated_rows):
     assert checks["ideal_overlap_geomean"].evidence == "fitted" and checks["t3_geomean"].verdict == "not counted"
     assert checks["cu_split_8cu_ar_slowdown"].evidence == "fitted"
     assert checks["sim_cus"].evidence == "configuration" and checks["sim_cus"].verdict == "not counted"
-    assert checks["rs_reads_reduction_tp8"].evidence == "derived"
+    assert checks["rs_reads_reduction_tp8"].evidence == "consistency"  # T3's closed form at its p = 8
     assert checks["rs_reads_reduction_tp8"].reproduced_value == pytest.approx(15 / 6)
     assert checks["data_movement_geomean"].evidence == "simulated"
     for claim_id in ("sublayer_speedup_geomean", "e2e_train_max", "comm_frac_train", "sublayer_speedup_500B"):
@@ -97,6 +97,7 @@ def test_claim_classes_and_predictions(simulated_rows):
     assert share.evidence == "predicted" and share.reproduced_value == pytest.approx(17.6, abs=0.5)
     assert share.verdict == "differs" and share.tolerance == "in [40, 45] ±5"
     counted = {c.verdict for c in checks.values() if c.evidence in ("predicted", "simulated", "derived")}
+    assert not any(c.evidence == "derived" for c in checks.values())
     assert counted <= {"reproduced", "differs", "same quantity"}
     not_modelled = {c.claim_id for c in checks.values() if c.verdict in ("not run", "needs GPU")}
     assert not_modelled == {"sim_error", "tp_futuristic", "tracker_entries", "tracker_size"}
