@@ -231,7 +231,8 @@ class PipelineTrainer:
 
     @property
     def grad_norm_lazy(self) -> torch.Tensor | float | None:
-        """:attr:`grad_norm` as the optimizer keeps it: a device tensor (data parallelism) or a float (ZeRO)."""
+        """:attr:`grad_norm` as the optimizer keeps it, unread: a 0-dim device tensor, or a float where the optimizer
+        had to read it anyway (ZeRO under fp16, deciding a skip)."""
         return getattr(self.optimizer, "last_grad_norm", None)
 
     @property
