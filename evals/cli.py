@@ -192,9 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
         p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (spawns local processes)")
         p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (at --tp 1)")
-        p.add_argument("--seq-len", type=int, default=None, help=seq_len_help)
+        p.add_argument("--seq-len", type=positive_int, default=None, help=seq_len_help)
         p.add_argument("--batch-size", type=positive_int, default=8, help="sequences per forward pass")
-        p.add_argument("--limit", type=int, default=None, help="first N passages / articles only (quick runs)")
+        p.add_argument("--limit", type=positive_int, default=None,
+                       help="first N passages / articles only, N >= 1 (quick runs; default: all)")
 
     p = sub.add_parser("wikitext", help="WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb")
     model_args(p)

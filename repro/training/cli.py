@@ -138,10 +138,21 @@ def read_deepspeed_config(path: str):
     from repro.zero.config import ZeroConfig
     from repro.zero.deepspeed_json import deepspeed_batch
 
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        seen: dict = {}
+        for key, value in pairs:
+            if key in seen:  # json.loads would keep the later one silently; DeepSpeed refuses the file
+                raise UsageError(f"--deepspeed-config {path}: key {key!r} appears twice in one object")
+            seen[key] = value
+        return seen
+
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
     except OSError as err:
         raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"--deepspeed-config {path} is not UTF-8 text (byte {err.start}: {err.reason}); a "
+                         "DeepSpeed config is a JSON file") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"--deepspeed-config {path} is not valid JSON ({err})") from None
     if not isinstance(data, dict):
@@ -161,6 +172,11 @@ def check_args(args: argparse.Namespace) -> None:
     for option, value in (("--timeout-s", args.timeout_s), ("--watchdog-s", args.watchdog_s)):
         if value is not None and value > MAX_WAIT_S:
             raise UsageError(f"{option} {value:g} must be at most {MAX_WAIT_S:.0f} s (30 days)")
+    for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--valid-data",
+                   "--deepspeed-config"):
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is not None and not str(value).strip():  # '' would mean the current directory, or nothing
+            raise UsageError(f"{option} {value!r} is empty: give a path (or leave the option out)")
     args.zero, batch = None, None
     if args.deepspeed_config is not None:
         args.zero, batch = read_deepspeed_config(args.deepspeed_config)

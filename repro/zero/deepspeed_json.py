@@ -62,6 +62,16 @@ def _how_many(what: str) -> Callable[[Any, str], None]:
     return check
 
 
+def _batch(what: str) -> Callable[[Any, str], None]:
+    """A kind for a positive batch count: an integer, as ``stage`` is (8.0 is refused like 2.0 is for a stage; sizes
+    in elements, written 5e8, are :func:`_how_many`)."""
+
+    def check(value: Any, key: str) -> None:
+        check_numel(value, key, what=what)
+
+    return check
+
+
 def _int(value: Any, key: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key}={value!r} must be an integer")
@@ -143,9 +153,9 @@ BF16_KEYS: dict[str, Kind] = {"enabled": _bool, "immediate_grad_update": _bool}
 #: top-level keys the suite reads (the batch keys through :func:`deepspeed_batch`)
 READ: dict[str, Kind] = {
     "zero_optimization": _block(ZERO_KEYS), "fp16": _block(FP16_KEYS), "bf16": _block(BF16_KEYS),
-    "bfloat16": _block(BF16_KEYS), "gradient_clipping": _number, "train_batch_size": _how_many("sequences per step"),
-    "train_micro_batch_size_per_gpu": _how_many("sequences per micro-batch"),
-    "gradient_accumulation_steps": _how_many("micro-batches per step"),
+    "bfloat16": _block(BF16_KEYS), "gradient_clipping": _number, "train_batch_size": _batch("sequences per step"),
+    "train_micro_batch_size_per_gpu": _batch("sequences per micro-batch"),
+    "gradient_accumulation_steps": _batch("micro-batches per step"),
 }
 #: top-level keys accepted and ignored: logging, profiling and DeepSpeed's own I/O library settings
 IGNORED: dict[str, Kind] = {

@@ -60,6 +60,8 @@ CASES = {
     "results_dir_is_a_file": (["--results-dir", "{file}", "list"], "{file}"),
     # repro eval
     "eval_threads_zero": (["eval", "--threads", "0", "count"], "'0'"),
+    "eval_limit_negative": (["eval", "lambada", "--limit", "-1"], "'-1'"),  # it scored 5,152 of 5,153 passages
+    "eval_limit_zero": (["eval", "wikitext", "--limit", "0"], "'0'"),
     "eval_threads_text": (["eval", "--threads", "abc", "count"], "'abc'"),
     "eval_missing_data_dir": (["eval", "--data-dir", "/nonexistent", "count"], "'/nonexistent'"),
     "eval_results_dir_is_a_file": (["eval", "--results-dir", "{file}", "count"], "{file}"),

@@ -58,6 +58,13 @@ DS = {
     "ds_fp16_enabled": {"fp16": {"enabled": True}},
     "ds_clipping_negative": {"gradient_clipping": -1},
     "ds_not_an_object": [],
+    "ds_batch_float": {"train_batch_size": 8.0},
+}
+#: DeepSpeed configs written as raw bytes: name -> (bytes, expected text)
+DS_RAW = {
+    "ds_duplicate_key": (b'{"zero_optimization": {"stage": 1}, "zero_optimization": {"stage": 2}}',
+                         "key 'zero_optimization' appears twice"),
+    "ds_binary": (b"\xff\xfe\x00\x01 not text", "is not UTF-8 text"),
 }
 DS_TEXT = {
     "ds_stage_bool": "stage=True", "ds_stage_5": "stage=5", "ds_bucket_0": "reduce_bucket_size=0",
@@ -72,6 +79,7 @@ DS_TEXT = {
     "gradient_accumulation_steps='4'", "ds_optimizer_block": "optimizer is not supported", "ds_scheduler_block":
     "scheduler is not supported", "ds_bf16_enabled_text": "bf16.enabled='yes'", "ds_fp16_enabled": "enables fp16",
     "ds_clipping_negative": "gradient_clipping=-1", "ds_not_an_object": "must hold a JSON object",
+    "ds_batch_float": "train_batch_size=8.0",
 }
 
 #: corpora written by hand: name -> (tokens, index fields to set, fields to drop, whole index instead)
@@ -155,6 +163,10 @@ TRAIN_CASES = {
     "train_deepspeed_missing": (["--deepspeed-config", "/nonexistent.json"], "/nonexistent.json"),
     "train_deepspeed_not_json": (["--deepspeed-config", "{file}"], "not valid JSON"),
     **{name: (["--deepspeed-config", "{" + name + "}"], DS_TEXT[name]) for name in DS},
+    **{name: (["--deepspeed-config", "{" + name + "}"], text) for name, (_, text) in DS_RAW.items()},
+    # empty paths ('' is the current directory to some, nothing to others): refused
+    **{f"train_{option[2:].replace('-', '_')}_empty": ([option, ""], f"{option} '' is empty")
+       for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--deepspeed-config")},
     # launch variables (names ending in _env set ENV[name] first)
     "launch_rank_text_env": ([], "RANK='abc'"),
     "launch_world_text_env": ([], "WORLD_SIZE='x'"),
@@ -209,6 +221,9 @@ def materialise(argv: list[str], text: str, tmp_path: Path) -> tuple[list[str], 
     for name, config in DS.items():
         values[name] = str(tmp_path / f"{name}.json")
         Path(values[name]).write_text(json.dumps(config))
+    for name, (raw, _) in DS_RAW.items():
+        values[name] = str(tmp_path / f"{name}.json")
+        Path(values[name]).write_bytes(raw)
     for name, spec in CORPORA.items():
         values[name] = str(tmp_path / name)
         write_corpus(tmp_path / name, *spec)
