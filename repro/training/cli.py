@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: only then)")
     g.add_argument("--load", default=None,
                    help="resume from the newest checkpoint in this directory, if any (default: start afresh)")
+    g.add_argument("--overwrite-checkpoints", action="store_true",
+                   help="save into a --save directory that holds another run's checkpoints without loading them "
+                        "(its newest pointer then moves to this run's); default: refused, since that run could no "
+                        "longer resume")
     g = parser.add_argument_group("failure handling")
     g.add_argument("--timeout-s", type=positive_float, default=30.0,
                    help="seconds a rank waits for the others in a collective or receive of any process group (tp, "
@@ -163,6 +167,22 @@ def read_deepspeed_config(path: str):
         raise UsageError(f"--deepspeed-config {path}: {err}") from None
 
 
+def _check_save_belongs_to_this_run(args: argparse.Namespace) -> None:
+    """A checkpoint directory belongs to one run: saving into one that holds checkpoints this run does not load
+    would move its newest pointer to another model, and its own run could not resume (a --load typo, a changed
+    --hidden). Refused unless --overwrite-checkpoints."""
+    from repro.training.checkpoint import LATEST
+
+    if args.save is None or args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
+        return
+    if args.load is not None and Path(args.load).resolve() == Path(args.save).resolve():
+        return  # resuming the run that wrote them
+    newest = (Path(args.save) / LATEST).read_text().strip()[:20]
+    raise UsageError(f"--save {args.save} holds another run's checkpoints (newest: iteration {newest}) and this run "
+                     f"does not load them: resume it with --load {args.save}, save elsewhere, or pass "
+                     f"--overwrite-checkpoints")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Everything that needs no process group, so every rank refuses a bad command before it starts (exit code 2,
     one line): the options, the DeepSpeed config, then (:mod:`repro.training.startcheck`) the launch variables, the
@@ -206,6 +226,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
     if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
         raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
+    _check_save_belongs_to_this_run(args)
     launch, dp = startcheck.check_launch(args)
     if batch is not None:
         try:

@@ -1,5 +1,6 @@
-"""A run whose loss or gradient norm turns inf or NaN stops with one line and exit code 3, before any later save,
-so the last checkpoint is the last good one; ``--on-nan continue`` trains on and counts nan iterations."""
+"""Data safety of repro train: a run whose loss or gradient norm turns inf or NaN stops with one line and exit code 3
+before any later save, so the last checkpoint is the last good one (``--on-nan continue`` trains on and counts nan
+iterations); another run's checkpoint directory is never saved into without loading it."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def test_on_nan_continue_trains_on_and_counts(tmp_path):
     counts = [int(line.split("number of nan iterations:")[1].split("|")[0]) for line in out.splitlines()
               if "number of nan iterations:" in line]
     assert counts[0] == 0 and counts[-1] == 1 and sum(counts) >= 6, out
+
+
+def test_a_checkpoint_directory_belongs_to_one_run(tmp_path):
+    """Saving into a directory whose checkpoints this run does not load (a --load typo, another --hidden) would move
+    its newest pointer to another model: refused in one line, unless --overwrite-checkpoints; resuming is fine."""
+    ckpt = tmp_path / "ckpt"
+    assert Ranks(tmp_path, "first", 1, ["--steps", "2", "--save", str(ckpt)]).wait() == [0]
+    other = Ranks(tmp_path, "other", 1, ["--steps", "2", "--hidden", "64", "--save", str(ckpt)])
+    assert other.wait() == [2], other.all_output()
+    lines = [line for line in other.output().splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--save {ckpt} holds another run's checkpoints (newest: iteration 2)" in lines[0]
+    assert "--overwrite-checkpoints" in lines[0] and (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2\n"
+    resumed = Ranks(tmp_path, "resumed", 1, ["--steps", "4", "--save", str(ckpt), "--load", str(ckpt)])
+    assert resumed.wait() == [0] and "resumed from checkpoint" in resumed.output(), resumed.all_output()
+    forced = Ranks(tmp_path, "forced", 1, ["--steps", "1", "--save", str(ckpt), "--overwrite-checkpoints"])
+    assert forced.wait() == [0], forced.all_output()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1\n"
