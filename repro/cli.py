@@ -32,6 +32,7 @@ from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_
 from repro.experiments.runner import budget_for
 from repro.experiments.submit import SlurmMissing, SubmitError, check_sbatch_arg
 from repro.optional import MissingPackage
+from repro.paths import writable_dir_problem
 
 SCALE_CHOICES = list(SCALES)
 
@@ -226,11 +227,10 @@ REPORT_SCALE_HELP = (f"whose rows to {{what}}: {SCALES_TEXT}, or any (default: a
 
 def _results_dir(text: str) -> Path:
     """--results-dir: a directory, or a path where one can be created."""
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a file; --results-dir must name a directory (created when "
-                                         "missing)")
-    return path
+    problem = writable_dir_problem(text, create=False)  # created by the commands that write into it
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+    return Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: subcommands that write under the results directory: checked writable before they start
+WRITES_RESULTS = ("run", "figures", "claims", "reproduce", "submit")
+
 #: subcommands that are other entry points: name -> (module with main(argv), help)
 FORWARDED = {
     "eval": ("evals.cli", "WikiText-103 / LAMBADA / RACE harnesses (same as python -m evals)"),
@@ -345,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(importlib.import_module(FORWARDED[argv[0]][0]).main(argv[1:]) or 0)
     args = build_parser().parse_args(_joined_sbatch_args(argv))
+    if args.command in WRITES_RESULTS:
+        root = R.results_dir(args.results_dir)
+        problem = writable_dir_problem(root)
+        if problem is not None:  # before a point runs, not after
+            option = "--results-dir" if args.results_dir else f"the results directory ({R.RESULTS_ENV} or results/)"
+            print(f"repro: error: {option} {root} {problem}", file=sys.stderr)
+            return 2
     try:
         return args.func(args)
     except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError, MissingPackage) as err:

@@ -34,6 +34,7 @@ from typing import Callable
 
 from repro.gpu_plans import (DEFAULT_DEADLINE_S, PLANS, REHEARSAL_DEADLINE_S, REHEARSAL_SLACK, REPO, Part,
                              parts as plan_parts)
+from repro.paths import writable_dir_problem
 
 
 @dataclass
@@ -234,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if not deadline > 0:
         print(f"repro.gpu_session: error: --deadline-s {args.deadline_s!r} must be a positive number of seconds",
               file=sys.stderr)
+        return 2
+    problem = writable_dir_problem(out)
+    if problem is not None:
+        print(f"repro.gpu_session: error: --out {out} {problem}", file=sys.stderr)
         return 2
     try:
         outcomes = run_session(out.resolve(), deadline_s=deadline, rehearse=args.rehearse, parts=args.part,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,7 +33,8 @@ import torch
 from repro.dist import comm
 from repro.dist.groups import GridCoord, RankGrid
 from repro.zero.checkpoint import (
-    MANIFEST, CheckpointError, _rank_file, _verify_file, atomic_write_bytes, read_manifest, save_checkpoint,
+    MANIFEST, CheckpointError, CheckpointWriteError, _rank_file, _verify_file, agree_on_failure, atomic_write_bytes,
+    read_manifest, save_checkpoint, write_failure,
 )
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -69,7 +71,7 @@ def save_training_checkpoint(
 ) -> Path:
     """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it.
 
-    ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "waiting for every rank's file"):
+    ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "agreeing that every rank wrote its file"):
     a heartbeat, and what the watchdog names when the save hangs."""
     report = progress or (lambda phase: None)
     groups, s = trainer.groups, trainer.settings
@@ -83,6 +85,7 @@ def save_training_checkpoint(
     Path(directory).mkdir(parents=True, exist_ok=True)
     save_checkpoint(path, trainer.optimizer, group=groups.world, model_parallel_rank=_model_parallel_rank(groups),
                     extra=payload, progress=report)
+    failure = None
     if groups.rank == 0:
         report(f"writing {TRAINER} and {LATEST}")
         meta = {
@@ -92,11 +95,29 @@ def save_training_checkpoint(
             "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.__dict__.items()},
             **(extra or {}),
         }
-        atomic_write_bytes(path / TRAINER, json.dumps(meta, indent=1, default=str).encode())
-        atomic_write_bytes(Path(directory) / LATEST, f"{trainer.iteration}\n".encode())
+        written = path / TRAINER
+        try:
+            atomic_write_bytes(written, json.dumps(meta, indent=1, default=str).encode())
+            written = Path(directory) / LATEST
+            atomic_write_bytes(written, f"{trainer.iteration}\n".encode())
+        except OSError as err:  # the pointer did not move: the newest checkpoint is still the previous one
+            failure = write_failure(written, err)
+            if latest_iteration(directory) != trainer.iteration:
+                shutil.rmtree(path, ignore_errors=True)
     report(f"waiting for rank 0 to move {LATEST}")
-    comm.barrier(groups.world)
+    agreed = agree_on_failure(failure, groups.world, trainer.device)
+    if agreed is not None:
+        raise CheckpointWriteError(f"rank {agreed[0]}: {agreed[1]}; the newest-pointer did not move")
     return path
+
+
+def latest_iteration(directory: str | os.PathLike) -> int | None:
+    """The iteration ``DIR/latest_checkpointed_iteration.txt`` names, or None (no pointer, or not a number)."""
+    try:
+        text = (Path(directory) / LATEST).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def find_checkpoint(directory: str | os.PathLike) -> Path | None:

@@ -14,7 +14,8 @@ process group, the watchdog (:mod:`repro.training.watchdog`) the time without pr
 save or a load; a rank that gives up exits with code 124 and one line naming itself, what it was doing and the rank
 it waits for. Bad options exit with code 2 and one line naming the value. A loss or gradient norm that turns inf or
 NaN stops the run with one line naming the iteration and exit code 3, before any later save (``--on-nan continue``
-trains on).
+trains on). A checkpoint that cannot be written (a full disk) stops every rank with one line and exit code 74; the
+previous checkpoint stays the newest.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from repro.cliargs import (
 )
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
-from repro.training.failfast import EXIT_NONFINITE, ON_NAN, UsageError, agree_on_setup, run_fail_fast
+from repro.paths import name_problem
+from repro.training.failfast import EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
 
@@ -111,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
     g.add_argument("--tensorboard-dir", default=None,
                    help="TensorBoard scalars here (needs tensorboard; default: none)")
-    g.add_argument("--save", default=None, help="directory for checkpoints; default: no checkpoints")
+    g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
+                   "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
+                   "default: no checkpoints")
     g.add_argument("--save-interval", type=positive_int, default=None,
                    help="checkpoint every this many iterations (and always at the end and on preemption; "
                         "default: only then)")
@@ -195,8 +199,10 @@ def check_args(args: argparse.Namespace) -> None:
     for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--valid-data",
                    "--deepspeed-config"):
         value = getattr(args, option[2:].replace("-", "_"), None)
-        if value is not None and not str(value).strip():  # '' would mean the current directory, or nothing
-            raise UsageError(f"{option} {value!r} is empty: give a path (or leave the option out)")
+        # '' would mean the current directory, or nothing; a name too long fails at the first stat
+        problem = None if value is None or value == "synthetic" else name_problem(value)
+        if problem is not None:
+            raise UsageError(f"{option} {value!r} {problem}")
     args.zero, batch = None, None
     if args.deepspeed_config is not None:
         args.zero, batch = read_deepspeed_config(args.deepspeed_config)
@@ -268,6 +274,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     """Run the training this rank takes part in; returns the process's exit code (0, or 75 when preempted)."""
     from repro.dist.device import select_device
     from repro.training.checkpoint import load_training_checkpoint
+    from repro.zero.checkpoint import CheckpointWriteError
     from repro.training.log import TrainingLog
     from repro.training.loop import NonFiniteTraining, train_loop
     from repro.training.trainer import PipelineTrainer, TrainSettings
@@ -320,6 +327,10 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                     outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
                                          save_interval=args.save_interval, validation=validation,
                                          preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan)
+                except CheckpointWriteError as err:  # every rank raises it, with the same reason
+                    log.print(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
+                              f"{EXIT_WRITE_FAILED})")
+                    return EXIT_WRITE_FAILED
                 except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
                     last = f"; the last checkpoint in {args.save} is from before it" if args.save else ""
                     log.print(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
@@ -336,6 +347,16 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             return 0
         finally:
             log.close()
+
+
+def _last_checkpoint(save: str) -> str:
+    from repro.training.checkpoint import latest_iteration
+
+    newest = latest_iteration(save)
+    if newest is None:
+        return f"no earlier checkpoint was saved in {save}"
+    return (f"the last checkpoint, iteration {newest}, is intact: free space (or --save elsewhere) and resume with "
+            f"--load {save}")
 
 
 def _watchdog(args: argparse.Namespace, rank: int):

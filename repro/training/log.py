@@ -46,8 +46,7 @@ class TrainingLog:
 
     def event(self, kind: str, **fields: Any) -> None:
         """A record of something other than a step (start, resume, save, validation, preemption, end)."""
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+        self._write({"event": kind, "time": time.time(), **fields})
         if self._tb is not None and kind == "validation":
             self._tb.add_scalar("lm loss validation", fields["lm_loss"], fields["iteration"])
 
@@ -55,8 +54,7 @@ class TrainingLog:
         """One training iteration's numbers (``iteration`` counts from 1 here, as Megatron prints it)."""
         if not self.enabled:
             return
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"event": "iteration", "time": time.time(), **record}) + "\n")
+        self._write({"event": "iteration", "time": time.time(), **record})
         if self._tb is not None:
             for key in ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_s", "tflops_per_rank"):
                 if record.get(key) is not None:
@@ -65,6 +63,26 @@ class TrainingLog:
         if record["iteration"] % self.log_interval == 0 or record["iteration"] == self.total_iters:
             self.print(self.line(self._window))
             self._window = []
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Append one JSONL record. A file that stops taking writes (a full disk) ends the JSON log with one line,
+        not the run: the checkpoints that follow say for themselves whether they could be written."""
+        if self._jsonl is None:
+            return
+        try:
+            self._jsonl.write(json.dumps(record) + "\n")
+        except OSError as err:
+            self._give_up_jsonl(err)
+
+    def _give_up_jsonl(self, err: OSError) -> None:
+        name = getattr(self._jsonl, "name", "the JSONL log")
+        try:
+            self._jsonl.close()
+        except OSError:
+            pass
+        self._jsonl = None
+        self.print(f"warning: cannot write {name} ({err.strerror or err}); the JSON log stops here, training goes "
+                   "on")
 
     def line(self, window: list[dict[str, Any]]) -> str:
         last = window[-1]
@@ -93,7 +111,10 @@ class TrainingLog:
 
     def close(self) -> None:
         if self._jsonl is not None:
-            self._jsonl.close()
+            try:
+                self._jsonl.close()
+            except OSError as err:  # the last buffered line could not be written
+                self._give_up_jsonl(err)
             self._jsonl = None
         if self._tb is not None:
             self._tb.close()

@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import socket
-import tempfile
 from pathlib import Path
 
 from repro.dist.launch import LaunchEnv, read_launch_env
@@ -214,14 +213,11 @@ def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int
 # ---- files ----------------------------------------------------------------------------------------------------
 
 def _make_dir(option: str, path: Path, launch: LaunchEnv) -> None:
-    if path.exists() and not path.is_dir():
-        raise machine_error(launch, f"{option} {path} is a file; it must be a directory (created when missing)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".repro-write-check-"):
-            pass
-    except OSError as err:
-        raise machine_error(launch, f"{option} {path} is not a writable directory ({err.strerror or err})") from None
+    from repro.paths import writable_dir_problem
+
+    problem = writable_dir_problem(path)
+    if problem is not None:
+        raise machine_error(launch, f"{option} {path} {problem}")
 
 
 def check_outputs(args: argparse.Namespace, *, launch: LaunchEnv, checkpoint_bytes: int) -> None:
@@ -241,16 +237,12 @@ def check_outputs(args: argparse.Namespace, *, launch: LaunchEnv, checkpoint_byt
         _make_dir("--tensorboard-dir", Path(args.tensorboard_dir), launch)
     jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
     if jsonl is not None:
+        from repro.paths import appendable_file_problem
+
         option = "--log-jsonl" if args.log_jsonl else "--save (its log.jsonl)"
-        path = Path(jsonl)
-        if path.is_dir():
-            raise machine_error(launch, f"{option} {path} is a directory; it must name a file (appended to)")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a"):  # the log appends here next; an empty file is what it would create anyway
-                pass
-        except OSError as err:
-            raise machine_error(launch, f"{option} {path} cannot be appended to ({err.strerror or err})") from None
+        problem = appendable_file_problem(jsonl)
+        if problem is not None:
+            raise machine_error(launch, f"{option} {jsonl} {problem}")
 
 
 def checkpoint_bytes(config, *, tp: int, dp: int, zero_stage: int) -> int:

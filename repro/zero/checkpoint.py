@@ -47,6 +47,11 @@ class CheckpointError(ValueError):
     """The checkpoint is incomplete, corrupt, or does not fit this optimizer."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A save that could not write its files (a full disk, a lost file system): raised on every rank, nothing was
+    published, the previous checkpoint is as it was."""
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -80,60 +85,88 @@ def save_checkpoint(
 
     Each rank hashes the file it writes, and every file's size and sha256 reach rank 0 in one all-gather: the
     other ranks wait at most for the slowest rank's own write (never for rank 0 to read every file back), so that
-    write is what the groups' timeout must allow. ``progress(phase)`` is called as each phase starts (the watchdog
-    names the phase when a save hangs)."""
+    write is what the groups' timeout must allow. A rank that cannot write (a full disk) tells the others in the
+    same step: every rank raises :class:`CheckpointWriteError` with the first failing rank's reason, nothing is
+    published, and the previous checkpoint stays as it was. ``progress(phase)`` is called as each phase starts
+    (the watchdog names the phase when a save hangs)."""
     report = progress or (lambda phase: None)
     group = group if group is not None else optimizer.dp_group
+    device = comm.group_device(group)
     final = Path(directory)
     partial = final.with_name(final.name + ".partial")
     report("preparing the directory")
+    failure = None
     if group.rank == 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    comm.barrier(group)
+        try:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        except OSError as err:
+            failure = write_failure(partial, err)
+    _raise_agreed(agree_on_failure(failure, group, device), final, partial if group.rank == 0 else None)
     payload = {"optimizer": optimizer.state_dict(), "extra": extra, "rank": group.rank, "world_size": group.size,
                "model_parallel_rank": model_parallel_rank}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
     report(f"writing {_rank_file(group.rank)}")
+    digest = ""
     try:
         digest = atomic_write(partial / _rank_file(group.rank), [data])
     except OSError as err:
-        if group.size == 1:
-            shutil.rmtree(partial, ignore_errors=True)
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            kept = f"; the previous checkpoint {final} is intact" if final.exists() else ""
-            raise CheckpointError(f"disk full while writing checkpoint {final}: nothing was published{kept}") from err
-        raise
+        failure = write_failure(partial / _rank_file(group.rank), err)
+    report("agreeing that every rank wrote its file")
+    _raise_agreed(agree_on_failure(failure, group, device), final, partial if group.rank == 0 else None)
     report("waiting for every rank's file")
     entries = _gather_files(len(data), digest, group)
     if group.rank == 0:
         report("publishing")
         try:
-            files = {}
-            for rank, (size, sha256) in enumerate(entries):
-                path = partial / _rank_file(rank)
-                if path.stat().st_size != size:  # a shared file system that lost or cut a rank's file
-                    raise CheckpointError(f"{path} holds {path.stat().st_size} bytes; rank {rank} wrote {size}")
-                files[path.name] = {"bytes": size, "sha256": sha256}
-            manifest = {"format": FORMAT, "world_size": group.size, "stage": optimizer.stage,
-                        "dp_size": optimizer.dp_group.size, "files": files}
-            atomic_write_bytes(partial / MANIFEST, json.dumps(manifest, indent=1).encode())
-            _fsync_dir(partial)
-            old = final.with_name(final.name + ".old")
-            if final.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                final.rename(old)
-            partial.rename(final)
-            _fsync_dir(final.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
+            _publish(partial, final, entries, group, optimizer)
+        except (OSError, CheckpointError) as err:
+            failure = write_failure(partial, err) if isinstance(err, OSError) else str(err)
     report("waiting for rank 0 to publish")
-    comm.barrier(group)
+    _raise_agreed(agree_on_failure(failure, group, device), final, partial if group.rank == 0 else None)
     return final
+
+
+def write_failure(path: Path, err: OSError) -> str:
+    """One line for a write that failed: a full disk (or quota) is named as such."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full while writing {path}"
+    return f"cannot write {path} ({err.strerror or err})"
+
+
+def _raise_agreed(agreed: tuple[int, str] | None, final: Path, partial: Path | None) -> None:
+    """After :func:`agree_on_failure`: when a rank failed, remove the unpublished files (``partial``, rank 0) and
+    raise."""
+    if agreed is None:
+        return
+    if partial is not None:
+        shutil.rmtree(partial, ignore_errors=True)
+    rank, reason = agreed
+    kept = f"; the previous checkpoint {final} is intact" if final.exists() else ""
+    raise CheckpointWriteError(f"rank {rank}: {reason}; nothing was published{kept}")
+
+
+def _publish(partial: Path, final: Path, entries: list[tuple[int, str]], group: CommGroup, optimizer) -> None:
+    """Rank 0: check every rank's file against what it wrote, write the manifest, rename ``partial`` to ``final``."""
+    files = {}
+    for rank, (size, sha256) in enumerate(entries):
+        path = partial / _rank_file(rank)
+        if path.stat().st_size != size:  # a shared file system that lost or cut a rank's file
+            raise CheckpointError(f"{path} holds {path.stat().st_size} bytes; rank {rank} wrote {size}")
+        files[path.name] = {"bytes": size, "sha256": sha256}
+    manifest = {"format": FORMAT, "world_size": group.size, "stage": optimizer.stage,
+                "dp_size": optimizer.dp_group.size, "files": files}
+    atomic_write_bytes(partial / MANIFEST, json.dumps(manifest, indent=1).encode())
+    _fsync_dir(partial)
+    old = final.with_name(final.name + ".old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    partial.rename(final)
+    _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 #: one rank's entry in :func:`_gather_files`: its file's size (8 bytes, little-endian), then its sha256 (32 bytes)
@@ -233,7 +266,7 @@ def _read_resharded(
     return {"optimizer": state, "extra": extra}
 
 
-def _agree(failure: str | None, group: CommGroup, device: torch.device) -> tuple[int, str] | None:
+def agree_on_failure(failure: str | None, group: CommGroup, device: torch.device) -> tuple[int, str] | None:
     """All ranks learn whether any failed: one all-reduce (MIN of the failing rank, ``group.size`` for none)
     and, only after a failure, a broadcast of the first failing rank's reason. Returns (rank, reason) or None.
 
@@ -281,7 +314,7 @@ def load_checkpoint(
         failure = _fit_error(payload["optimizer"], optimizer)
     except Exception as err:  # noqa: BLE001 - every failure must reach the agreement below
         failure = str(err) or type(err).__name__
-    agreed = _agree(failure, group, optimizer.device)
+    agreed = agree_on_failure(failure, group, optimizer.device)
     if agreed is not None:
         rank, reason = agreed
         raise CheckpointError(f"loading checkpoint {directory} failed on rank {rank} "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
+from repro.gpu_session import main as gpu_session_main
 from tests.foundation.bad_input_helpers import assert_refused, run_in_process
 from tests.foundation.test_bad_inputs_corpus import CORPUS_CASES
 from tests.foundation.test_bad_inputs_train import PROCESS_CASES, TRAIN_CASES
@@ -58,6 +59,11 @@ CASES = {
     "reproduce_unknown_scale": (["reproduce", "--scale", "any"], "'any'"),
     "reproduce_unknown_experiment": (["reproduce", "--only", "nope"], "'nope'"),
     "results_dir_is_a_file": (["--results-dir", "{file}", "list"], "{file}"),
+    # checked before a point runs (it failed after the point had run)
+    "results_dir_under_a_file": (["--results-dir", "{file}/sub", "run", "mtnlg_layout"], "{file}/sub"),
+    "results_dir_unwritable": (["--results-dir", "/proc/repro-results", "run", "parameter_counts"],
+                               "/proc/repro-results"),
+    "results_dir_name_too_long": (["--results-dir", "{dir}/" + "r" * 300, "list"], "the file system allows 255"),
     # repro eval
     "eval_threads_zero": (["eval", "--threads", "0", "count"], "'0'"),
     "eval_limit_negative": (["eval", "lambada", "--limit", "-1"], "'-1'"),  # it scored 5,152 of 5,153 passages
@@ -102,7 +108,7 @@ def materialise(argv: list[str], text: str, tmp_path: Path) -> tuple[list[str], 
 
 
 def test_the_tables_cover_at_least_100_kinds_of_bad_input():
-    tables = (CASES, TRAIN_CASES, PROCESS_CASES, CORPUS_CASES)
+    tables = (CASES, TRAIN_CASES, PROCESS_CASES, CORPUS_CASES, GPU_SESSION_CASES)
     names = [name for table in tables for name in table]
     assert len(names) == len(set(names)) and len(names) >= 100
     commands = {argv[0] for argv, _ in CASES.values() if not argv[0].startswith("-")}
@@ -124,3 +130,16 @@ def test_bad_input_exits_2_with_one_line(name, tmp_path, capsys, request):
         pytest.importorskip(package, reason=f"needs {package}: pip install {package}")
     argv, text = materialise(*CASES[name], tmp_path)
     assert_refused(argv, *run_in_process(main, argv, capsys), text)
+
+
+GPU_SESSION_CASES = {
+    "gpu_session_out_a_file": (["--out", "{file}"], "{file} is a file"),
+    "gpu_session_out_under_a_file": (["--out", "{file}/sub"], "is under {file}"),
+    "gpu_session_out_unwritable": (["--out", "/proc/repro-gpu"], "/proc/repro-gpu"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_SESSION_CASES))
+def test_gpu_session_bad_out_exits_2_with_one_line(name, tmp_path, capsys):
+    argv, text = materialise(*GPU_SESSION_CASES[name], tmp_path)
+    assert_refused(argv, *run_in_process(gpu_session_main, argv, capsys), text)

@@ -142,6 +142,11 @@ TRAIN_CASES = {
     "train_log_jsonl_below_a_file": (["--log-jsonl", "{file}/log.jsonl"], "{file}/log.jsonl"),
     "train_tensorboard_a_file": (["--tensorboard-dir", "{file}"], "{file}"),
     "train_tensorboard_under_proc": (["--tensorboard-dir", "/proc/repro-tb"], "/proc/repro-tb"),
+    "train_log_jsonl_full_device": (["--log-jsonl", "/dev/full"], "/dev/full cannot be appended to (the device is "
+                                    "full)"),  # was ENOSPC at the first write, a traceback
+    "train_save_name_too_long": (["--save", "{dir}/" + "s" * 300 + "/ck"], "the file system allows 255"),
+    "train_log_jsonl_name_too_long": (["--log-jsonl", "{dir}/" + "j" * 300], "the file system allows 255"),
+    "train_load_name_too_long": (["--load", "{dir}/" + "l" * 300], "the file system allows 255"),
     # corpora
     "train_missing_corpus": (["--data", "/nonexistent/corpus"], "/nonexistent/corpus"),
     "train_valid_without_interval": (["--valid-data", "/x/valid"], "--valid-data /x/valid"),

@@ -72,7 +72,8 @@ def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path
     save = Ranks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
                                        "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
                  timeout_s=TIMEOUT_S, program=JOB)
-    _assert_named(save, *_exit_after_stop(save), "saving checkpoint iteration 4: waiting for every rank's file")
+    _assert_named(save, *_exit_after_stop(save),
+                  "saving checkpoint iteration 4: agreeing that every rank wrote its file")
     load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
                                        "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
     _assert_named(load, *_exit_after_stop(load), "loading checkpoint: agreeing that every rank read its files")
