@@ -35,7 +35,13 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """Parse a .safetensors file: 8-byte little-endian header size, JSON header, then raw tensor bytes."""
     data = path.read_bytes()
     (header_size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8: 8 + header_size])
+    if header_size > len(data) - 8:
+        raise ValueError(f"{str(path)!r} is not a safetensors file: its header claims {header_size} bytes, the file "
+                         f"has {len(data)}")
+    try:
+        header = json.loads(data[8: 8 + header_size])
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{str(path)!r} is not a safetensors file: its header is not JSON ({err})") from None
     base = 8 + header_size
     tensors = {}
     for name, info in header.items():
@@ -63,12 +69,24 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """Every weight file of an HF directory, merged. A file that does not parse is a ValueError naming it (one
+    line), never the reader's own exception: the directory came from elsewhere."""
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
-        if path.suffix == ".safetensors":
-            state.update(read_safetensors(path))
-        else:
-            state.update(torch.load(path, map_location="cpu", weights_only=True))
+        kind = "a safetensors file" if path.suffix == ".safetensors" else "a PyTorch weights file (weights_only)"
+        try:
+            part = (read_safetensors(path) if path.suffix == ".safetensors"
+                    else torch.load(path, map_location="cpu", weights_only=True))
+        except ValueError:
+            raise
+        except Exception as err:  # noqa: BLE001 - struct, json, pickle, zip and reshape errors alike
+            reason = (str(err).strip().splitlines() or [""])[0][:160]
+            if "weights only load failed" in reason.lower():  # torch's paragraph on weights_only, not the cause
+                reason = "torch.load(weights_only=True) refuses it: garbage, or objects other than tensors"
+            raise ValueError(f"{str(path)!r} is not {kind} that can be read ({type(err).__name__}: {reason})") from None
+        if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
+            raise ValueError(f"{str(path)!r} holds {type(part).__name__}, not a dict of named tensors")
+        state.update(part)
     return state
 
 

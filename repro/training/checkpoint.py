@@ -32,6 +32,7 @@ import torch
 
 from repro.dist import comm
 from repro.dist.groups import GridCoord, RankGrid
+from repro.training.checkpoint_kinds import describe_foreign
 from repro.zero.checkpoint import (
     MANIFEST, CheckpointError, CheckpointWriteError, _rank_file, _verify_file, agree_on_failure, atomic_write_bytes,
     read_manifest, save_checkpoint, write_failure,
@@ -125,6 +126,9 @@ def find_checkpoint(directory: str | os.PathLike) -> Path | None:
     directory = Path(directory)
     if (directory / MANIFEST).exists():
         return directory
+    foreign = describe_foreign(directory)
+    if foreign is not None:
+        raise CheckpointError(f"{directory} {foreign}")
     pointer = directory / LATEST
     if not pointer.exists():
         return None
@@ -142,9 +146,16 @@ def read_trainer_meta(path: Path) -> dict[str, Any]:
     if not meta_path.exists():
         raise CheckpointError(f"{path} is not a training checkpoint: no {TRAINER} (a bare ZeRO checkpoint?)")
     try:
-        return json.loads(meta_path.read_text())
-    except json.JSONDecodeError as err:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"corrupt checkpoint {path}: {TRAINER} is not valid JSON ({err})") from err
+    kinds = {"iteration": int, "tp": int, "pp": int, "dp": int, "zero_stage": int, "global_batch_size": int,
+             "model": dict, "settings": dict}
+    wrong = [key for key, kind in kinds.items() if not isinstance(meta, dict) or not isinstance(meta.get(key), kind)]
+    if wrong:
+        raise CheckpointError(f"corrupt checkpoint {path}: {TRAINER} lacks {', '.join(wrong)} (or holds another "
+                              "type there)")
+    return meta
 
 
 def check_compatible(meta: dict[str, Any], trainer, path: Path) -> None:
@@ -184,7 +195,22 @@ def _read(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
     name = _rank_file(rank)
     if name not in manifest["files"]:
         raise CheckpointError(f"corrupt checkpoint {path}: the manifest lists no {name}")
-    return torch.load(_verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
+    payload = torch.load(_verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
+    # the hash proves the file is the one that was written, not that a trainer wrote it
+    extra = payload.get("extra") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict) or not isinstance(payload.get("optimizer"), dict) or not isinstance(extra, dict):
+        raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no optimizer state and trainer extra (it "
+                              f"holds {_shape_of(payload)})")
+    missing = [key for key in ("model", "rng", "iteration", "consumed_samples") if key not in extra]
+    if missing:
+        raise CheckpointError(f"corrupt checkpoint {path}: {name} lacks {', '.join(missing)}")
+    return payload
+
+
+def _shape_of(payload: Any) -> str:
+    if isinstance(payload, dict):
+        return f"a dict of {', '.join(map(repr, list(payload)[:5])) or 'nothing'}"
+    return f"a {type(payload).__name__}"
 
 
 def load_training_checkpoint(
@@ -219,7 +245,7 @@ def load_training_checkpoint(
     bad = int(first_bad)
     if bad < groups.world_size:
         if failure is not None:
-            raise CheckpointError(f"cannot resume from {path}: {failure}") from failure
+            raise CheckpointError(f"cannot resume from {path}: {failure or type(failure).__name__}") from failure
         named = path / _rank_file(bad) if meta["dp"] == groups.dp_size else f"its files of checkpoint {path}"
         error = CheckpointError(f"rank {bad} could not load {named}; no rank resumes")
         error.follower = True  # another rank's failure: that rank reports the reason

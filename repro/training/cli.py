@@ -32,6 +32,7 @@ from repro.cliargs import (
 from repro.dist import init_distributed, init_parallel
 from repro.models import GPTConfig
 from repro.paths import name_problem
+from repro.training.checkpoint_kinds import describe_foreign
 from repro.training.failfast import EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
@@ -232,6 +233,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
     if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
         raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
+    foreign = describe_foreign(args.load) if args.load is not None else None
+    if foreign is not None:
+        raise UsageError(f"--load {args.load} {foreign}")
     _check_save_belongs_to_this_run(args)
     launch, dp = startcheck.check_launch(args)
     if batch is not None:

@@ -191,11 +191,20 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
         hint = f" (an unfinished save left {partial})" if partial.exists() else ""
         raise CheckpointError(f"incomplete checkpoint {directory}: no {MANIFEST}, the save did not finish{hint}")
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from err
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} holds a JSON {type(manifest).__name__}, "
+                              "not an object")
     if manifest.get("format") != FORMAT:
         raise CheckpointError(f"{directory} is not a repro ZeRO checkpoint (format {manifest.get('format')!r})")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and isinstance(entry.get("sha256"), str)
+            for entry in files.values()):
+        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} has no files table of "
+                              "{name: {bytes, sha256}}")
     return manifest
 
 

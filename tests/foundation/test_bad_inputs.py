@@ -73,6 +73,10 @@ CASES = {
     "eval_results_dir_is_a_file": (["eval", "--results-dir", "{file}", "count"], "{file}"),
     "eval_missing_checkpoint": (["eval", "lambada", "--checkpoint", "/nonexistent"], "'/nonexistent'"),
     "eval_not_a_checkpoint": (["eval", "lambada", "--checkpoint", "{dir}"], "{dir}"),
+    "eval_hf_garbage_bin": (["eval", "lambada", "--checkpoint", "{hf_bin}"], "pytorch_model.bin' is not a PyTorch "
+                            "weights file"),  # was an UnpicklingError traceback
+    "eval_hf_garbage_safetensors": (["eval", "lambada", "--checkpoint", "{hf_safetensors}"],
+                                    "model.safetensors' is not a safetensors file"),
     "eval_tp_zero": (["eval", "lambada", "--checkpoint", "/nonexistent", "--tp", "0"], "tp=0"),
     "eval_batch_size_zero": (["eval", "lambada", "--checkpoint", "/x", "--batch-size", "0"], "'0'"),
     "eval_unknown_device": (["eval", "lambada", "--checkpoint", "/x", "--device", "tpu"], "'tpu'"),
@@ -104,6 +108,13 @@ def materialise(argv: list[str], text: str, tmp_path: Path) -> tuple[list[str], 
     (tmp_path / "rows_object.json").write_text('{"framework": "x"}')
     values = {"file": str(a_file), "dir": str(tmp_path), "rows": str(tmp_path / "rows.json"),
               "rows_object": str(tmp_path / "rows_object.json")}
+    config = '{"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 50257, "n_positions": 64}'
+    for name, weights, data in (("hf_bin", "pytorch_model.bin", b"garbage"),
+                                ("hf_safetensors", "model.safetensors", b"\x10" + b"\0" * 7 + b"{not json}xx")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(config)
+        (tmp_path / name / weights).write_bytes(data)
+        values[name] = str(tmp_path / name)
     return [arg.format(**values) for arg in argv], text.format(**values)
 
 
@@ -116,9 +127,10 @@ def test_the_tables_cover_at_least_100_kinds_of_bad_input():
 
 
 #: cases that get past the data-directory check first (skipped where the data is absent)
-NEEDS_DATA = {"eval_missing_checkpoint", "eval_not_a_checkpoint"}
+NEEDS_DATA = {"eval_missing_checkpoint", "eval_not_a_checkpoint", "eval_hf_garbage_bin", "eval_hf_garbage_safetensors"}
 #: cases that import an optional package before they meet the bad value (skipped, naming it, where it is absent)
 NEEDS_PACKAGES = {"eval_missing_checkpoint": ("tokenizers",), "eval_not_a_checkpoint": ("tokenizers",),
+                  "eval_hf_garbage_bin": ("tokenizers",), "eval_hf_garbage_safetensors": ("tokenizers",),
                   "figures_unknown_figure": ("matplotlib", "seaborn")}
 
 
