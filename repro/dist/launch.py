@@ -145,6 +145,8 @@ def init_distributed(
         torch.cuda.set_device(select_device("cuda", local_rank=launch.local_rank))
     rendezvous: dict = {"store": dist.HashStore()} if launch.master_port == 0 else {
         "init_method": f"tcp://{launch.master_addr}:{launch.master_port}"}
+    if launch.master_port and launch.rank != 0:
+        wait_for_rendezvous(launch, timeout_s=timeout_s)
     try:
         dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size,
                                 timeout=_dt.timedelta(seconds=timeout_s), **rendezvous)
@@ -153,12 +155,46 @@ def init_distributed(
             hint = "unset MASTER_PORT to run without a port" if launch.launcher == "single" else "choose a free port"
             raise ValueError(f"launch variable MASTER_PORT={launch.master_port}: the port is in use on "
                              f"{launch.master_addr} (another job?); {hint}") from None
+        joined = re.search(r"(\d+)/(\d+) clients joined", str(err))
+        if joined or "timed out" in str(err).lower():
+            count = f"only {joined.group(1)} of {joined.group(2)} ranks" if joined else "not every rank"
+            raise RendezvousFailed(f"rank {launch.rank}: {count} joined the rendezvous at {launch.master_addr}:"
+                                   f"{launch.master_port} within --timeout-s {timeout_s:g} s: are the others "
+                                   "running, with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE?") from None
         raise
     if backend == "nccl":
         from repro.dist.device import check_one_gpu_per_rank, gpu_identity
 
         check_one_gpu_per_rank(gpu_identity())
     return launch
+
+
+class RendezvousFailed(RuntimeError):
+    """The ranks did not meet at MASTER_ADDR:MASTER_PORT within the timeout (a host that does not resolve, nobody
+    listening, a rank that never came): one line, and the exit code of a hang (124) in the trainer."""
+
+
+def wait_for_rendezvous(launch: LaunchEnv, *, timeout_s: float) -> None:
+    """Before torch's store client (whose failure is a C++ stack dump and a traceback): connect to the master's
+    port until it answers, for at most ``timeout_s``; :class:`RendezvousFailed` naming the address otherwise."""
+    import socket
+    import time
+
+    deadline, reason = time.monotonic() + timeout_s, "no answer"
+    while True:
+        try:
+            with socket.create_connection((launch.master_addr, launch.master_port),
+                                          timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return
+        except socket.gaierror as err:
+            reason = f"the host does not resolve: {err.strerror}"
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+        if time.monotonic() >= deadline:
+            raise RendezvousFailed(
+                f"rank {launch.rank}: no rendezvous at MASTER_ADDR={launch.master_addr} MASTER_PORT="
+                f"{launch.master_port} within --timeout-s {timeout_s:g} s ({reason}): is rank 0 running there?")
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def device_for(backend: str | None = None) -> torch.device:

@@ -30,10 +30,13 @@ from repro.cliargs import (
     OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int, probability, seed,
 )
 from repro.dist import init_distributed, init_parallel
+from repro.dist.launch import RendezvousFailed
 from repro.models import GPTConfig
 from repro.paths import name_problem
 from repro.training.checkpoint_kinds import describe_foreign
-from repro.training.failfast import EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast
+from repro.training.failfast import (
+    EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
+)
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
 from repro.training.schedule import DECAY_STYLES
 
@@ -284,7 +287,11 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     from repro.training.trainer import PipelineTrainer, TrainSettings
 
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
-    launch = agree_on_setup(lambda: init_distributed(timeout_s=args.timeout_s))
+    try:
+        launch = agree_on_setup(lambda: init_distributed(timeout_s=args.timeout_s))
+    except RendezvousFailed as err:  # nobody to agree with: each rank says it
+        print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
+        return EXIT_HUNG
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():

@@ -77,3 +77,31 @@ def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path
     load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
                                        "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
     _assert_named(load, *_exit_after_stop(load), "loading checkpoint: agreeing that every rank read its files")
+
+
+def _lone_rank(rank: int, addr: str) -> tuple[int, str, float]:
+    """One rank of two started alone: nobody answers at ``addr`` (rank 1), or nobody joins (rank 0)."""
+    import os
+    import subprocess
+    import sys
+
+    from repro.dist.spawn import free_port
+
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR=addr,
+               MASTER_PORT=str(free_port()))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "2", "--layers", "2", "--hidden", "32",
+                           "--timeout-s", str(TIMEOUT_S)], env=env, capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+
+def test_a_rendezvous_that_never_happens_is_one_line_and_124():
+    """--help promises it: the start-up rendezvous is bounded by --timeout-s too (it was exit 1 with a C++ stack
+    dump and a traceback, ~75 lines)."""
+    for rank, addr, text in ((1, "127.0.0.1", "rank 1: no rendezvous at MASTER_ADDR=127.0.0.1"),
+                             (1, "nosuchhost.invalid", "the host does not resolve"),
+                             (0, "127.0.0.1", "rank 0: only 1 of 2 ranks joined the rendezvous")):
+        code, output, elapsed = _lone_rank(rank, addr)
+        assert code == 124, output
+        assert output.strip().count("\n") == 0 and text in output and "--timeout-s 5" in output, output
+        assert elapsed < TIMEOUT_S + 15, f"{elapsed:.1f} s: {output}"
