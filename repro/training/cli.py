@@ -32,8 +32,7 @@ from repro.cliargs import (
 from repro.dist import init_distributed, init_parallel
 from repro.dist.launch import RendezvousFailed
 from repro.models import GPTConfig
-from repro.paths import name_problem
-from repro.training.checkpoint_kinds import describe_foreign
+from repro.training.argcheck import check_args, explicit_options
 from repro.training.failfast import (
     EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
 )
@@ -42,7 +41,6 @@ from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
 #: the longest --timeout-s / --watchdog-s: 30 days (longer is no bound, and overflows the process group's timedelta)
-MAX_WAIT_S = 30 * 24 * 3600.0
 #: where the synthetic held-out batches start: far beyond any training sample index
 SYNTHETIC_VALID_START = 2**40
 
@@ -57,10 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
     g.add_argument("--deepspeed-config", default=None, metavar="JSON",
                    help="a DeepSpeed config file: its zero_optimization (stage, bucket sizes, offload tiers), "
-                        "gradient_clipping and batch keys are used (the stage overrides --zero-stage, the clipping "
-                        "--clip-grad, train_micro_batch_size_per_gpu --micro-batch-size, gradient_accumulation_steps "
-                        "--micro-batches; train_batch_size must equal micro-batch size x micro-batches x dp, or "
-                        "sets the one of them the file leaves out); every key is checked for its name and type, "
+                        "gradient_clipping and batch keys are used (the stage in place of --zero-stage, the clipping "
+                        "of --clip-grad, train_micro_batch_size_per_gpu of --micro-batch-size, "
+                        "gradient_accumulation_steps of --micro-batches; train_batch_size must equal micro-batch "
+                        "size x micro-batches x dp, or sets the one of them the file leaves out; an option also "
+                        "given on the command line must agree with the file, else both are refused); every key is "
+                        "checked for its name and type, "
                         "keys that would change the results unhonoured are refused (repro.zero.deepspeed_json); "
                         "default: none, the options below")
     g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
@@ -141,117 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
                         "a hang that no collective times out; default: --timeout-s + 10")
     return parser
-
-
-def read_deepspeed_config(path: str):
-    """(ZeRO settings, batch keys) of a DeepSpeed JSON file (a :class:`UsageError` names the file, key and rule)."""
-    import json
-
-    from repro.zero.config import ZeroConfig
-    from repro.zero.deepspeed_json import deepspeed_batch
-
-    def unique(pairs: list[tuple[str, object]]) -> dict:
-        seen: dict = {}
-        for key, value in pairs:
-            if key in seen:  # json.loads would keep the later one silently; DeepSpeed refuses the file
-                raise UsageError(f"--deepspeed-config {path}: key {key!r} appears twice in one object")
-            seen[key] = value
-        return seen
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
-    except OSError as err:
-        raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
-    except UnicodeDecodeError as err:
-        raise UsageError(f"--deepspeed-config {path} is not UTF-8 text (byte {err.start}: {err.reason}); a "
-                         "DeepSpeed config is a JSON file") from None
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--deepspeed-config {path} is not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
-    try:
-        return ZeroConfig.from_deepspeed(data), deepspeed_batch(data)
-    except ValueError as err:
-        raise UsageError(f"--deepspeed-config {path}: {err}") from None
-
-
-def _check_save_belongs_to_this_run(args: argparse.Namespace) -> None:
-    """A checkpoint directory belongs to one run: saving into one that holds checkpoints this run does not load
-    would move its newest pointer to another model, and its own run could not resume (a --load typo, a changed
-    --hidden). Refused unless --overwrite-checkpoints."""
-    from repro.training.checkpoint import LATEST
-
-    if args.save is None or args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
-        return
-    if args.load is not None and Path(args.load).resolve() == Path(args.save).resolve():
-        return  # resuming the run that wrote them
-    newest = (Path(args.save) / LATEST).read_text().strip()[:20]
-    raise UsageError(f"--save {args.save} holds another run's checkpoints (newest: iteration {newest}) and this run "
-                     f"does not load them: resume it with --load {args.save}, save elsewhere, or pass "
-                     f"--overwrite-checkpoints")
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """Everything that needs no process group, so every rank refuses a bad command before it starts (exit code 2,
-    one line): the options, the DeepSpeed config, then (:mod:`repro.training.startcheck`) the launch variables, the
-    corpora against the vocabulary, the model against the device's memory, and the output paths."""
-    from repro.training import startcheck
-
-    for option, value in (("--timeout-s", args.timeout_s), ("--watchdog-s", args.watchdog_s)):
-        if value is not None and value > MAX_WAIT_S:
-            raise UsageError(f"{option} {value:g} must be at most {MAX_WAIT_S:.0f} s (30 days)")
-    for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--valid-data",
-                   "--deepspeed-config"):
-        value = getattr(args, option[2:].replace("-", "_"), None)
-        # '' would mean the current directory, or nothing; a name too long fails at the first stat
-        problem = None if value is None or value == "synthetic" else name_problem(value)
-        if problem is not None:
-            raise UsageError(f"{option} {value!r} {problem}")
-    args.zero, batch = None, None
-    if args.deepspeed_config is not None:
-        args.zero, batch = read_deepspeed_config(args.deepspeed_config)
-        args.zero_stage = args.zero.stage
-        if args.zero.max_grad_norm is not None:
-            args.clip_grad = args.zero.max_grad_norm
-        if args.zero.dtype != "fp32":
-            raise UsageError(f"--deepspeed-config {args.deepspeed_config} enables {args.zero.dtype}: the trainer "
-                             f"computes in --precision (autocast over fp32 masters); use --precision "
-                             f"{args.zero.dtype} and drop the fp16/bf16 block")
-    if args.save_interval is not None and args.save is None:
-        raise UsageError(f"--save-interval {args.save_interval} needs --save DIR (where to write the checkpoints)")
-    decay = args.lr_decay_iters if args.lr_decay_iters is not None else args.steps
-    if decay < args.lr_warmup_iters:
-        raise UsageError(f"--lr-decay-iters {decay} must be >= --lr-warmup-iters {args.lr_warmup_iters}")
-    if args.min_lr > args.lr:
-        raise UsageError(f"--min-lr {args.min_lr} must be <= --lr {args.lr}")
-    if args.hidden % args.heads:
-        raise UsageError(f"--hidden {args.hidden} must be divisible by --heads {args.heads}")
-    if args.zero_stage >= 2 and args.pp > 1:
-        raise UsageError(f"--zero-stage {args.zero_stage} needs --pp 1 (ZeRO-2/3 shard gradients as backward makes "
-                         f"them; the pipeline's tied embedding needs them whole), got --pp {args.pp}")
-    if args.precision == "fp16" and args.zero_stage > 0:
-        raise UsageError(f"--precision fp16 needs --zero-stage 0 (the trainer's ZeRO stages have no loss scaler), "
-                         f"got --zero-stage {args.zero_stage}; use --precision bf16")
-    if args.valid_data is not None and args.eval_interval is None:
-        raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
-    if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
-        raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
-    foreign = describe_foreign(args.load) if args.load is not None else None
-    if foreign is not None:
-        raise UsageError(f"--load {args.load} {foreign}")
-    _check_save_belongs_to_this_run(args)
-    launch, dp = startcheck.check_launch(args)
-    if batch is not None:
-        try:
-            args.micro_batch_size, args.micro_batches = batch.resolve(
-                micro_batch_size=args.micro_batch_size, micro_batches=args.micro_batches, dp=dp)
-        except ValueError as err:
-            raise UsageError(f"--deepspeed-config {args.deepspeed_config}: {err}") from None
-    startcheck.check_data(args)
-    config = startcheck.model_config(args)
-    startcheck.check_memory(args, config, launch=launch, dp=dp)
-    startcheck.check_outputs(args, launch=launch, checkpoint_bytes=startcheck.checkpoint_bytes(
-        config, tp=args.tp, dp=dp, zero_stage=args.zero_stage))
 
 
 def _sources(args: argparse.Namespace):
@@ -348,7 +237,8 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                               f"trains on){last}")
                     return EXIT_NONFINITE
             if outcome.preempted:
-                log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; resume with --load {args.save})")
+                resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
+                log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
                 return EXIT_PREEMPTED
             if not outcome.losses:
                 log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
@@ -378,7 +268,10 @@ def _watchdog(args: argparse.Namespace, rank: int):
     limit, limit_name = ((args.watchdog_s, "--watchdog-s") if args.watchdog_s is not None
                          else (args.timeout_s + 10, "--timeout-s + 10 ="))
     return Watchdog(limit, name="starting", rank=rank, limit_name=limit_name, group_timeout_s=args.timeout_s,
-                    heartbeats=Heartbeats.of_default_group(interval_s=heartbeat_interval(args.timeout_s)))
+                    heartbeats=Heartbeats.of_default_group(interval_s=heartbeat_interval(args.timeout_s)),
+                    slow_hint=f"no rank is waiting for another: if one micro-batch is only slow (--seq-len "
+                              f"{args.seq_len}, --micro-batch-size {args.micro_batch_size} on {args.device}), raise "
+                              "--watchdog-s")
 
 
 def _beating(watchdog, on_action):
@@ -390,7 +283,9 @@ def _beating(watchdog, on_action):
 
 
 def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], None] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # argparse: usage line + one error line, exit code 2
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse: usage line + one error line, exit code 2
+    args.explicit = explicit_options(parser, argv)
     try:
         check_args(args)
     except UsageError as err:

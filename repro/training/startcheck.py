@@ -183,8 +183,25 @@ def state_bytes(params: int, *, dp: int, zero) -> tuple[int, int]:
     return device, host
 
 
+def activation_bytes(args: argparse.Namespace, config) -> int:
+    """A lower bound on the activations one micro-batch keeps on the busiest stage (so that a run refused here
+    could not have fit): per layer the tensors its backward needs at the least (Korthikanti et al. 2022, sec. 4.1,
+    without the attention scores, which a fused attention kernel never stores): its input (s b h, not split over
+    tp) and, split over tp, the QKV projection (3 s b h), the attention output (s b h) and the MLP's hidden and
+    GeLU output (8 s b h); under --activation-checkpointing only the input, plus one layer's set while it is
+    recomputed. The logits (s b V / tp) come on top, once. Elements are 4 bytes in fp32, 2 under bf16/fp16."""
+    element = 4 if args.precision == "fp32" else 2
+    tokens, hidden, tp = args.micro_batch_size * args.seq_len, config.hidden_size, args.tp
+    layers = math.ceil(config.num_layers / args.pp)
+    full_layer = tokens * (hidden + 12 * hidden // tp)
+    per_layer = tokens * hidden if args.activation_checkpointing else full_layer
+    stored = layers * per_layer + (full_layer if args.activation_checkpointing else 0)
+    return (stored + tokens * config.padded_vocab_size(tp) // tp) * element
+
+
 def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int) -> None:
-    """Refuse a model whose states alone exceed this rank's free memory (activations come on top)."""
+    """Refuse a model whose states and one micro-batch's activations (a lower bound) exceed this rank's free
+    memory."""
     from repro.dist.device import select_device
     from repro.models.params import count_parameters
 
@@ -202,6 +219,14 @@ def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int
                                     f"{needs / GIB:,.1f} GiB on {device} per rank for fp32 weights, gradients and "
                                     f"Adam states (tp {args.tp}, pp {args.pp}, dp {dp}, ZeRO stage "
                                     f"{args.zero_stage}); this machine has {has / GIB:,.1f} GiB ({source})")
+    activations = activation_bytes(args, config)
+    if needs + activations > has:
+        hint = "" if args.activation_checkpointing else ", --activation-checkpointing"
+        raise machine_error(launch, f"--micro-batch-size {args.micro_batch_size} --seq-len {args.seq_len}: one "
+                                    f"micro-batch's activations need at least {activations / GIB:,.1f} GiB on "
+                                    f"{device} per rank ({args.precision}, tp {args.tp}, pp {args.pp}), on top of "
+                                    f"{needs / GIB:,.1f} GiB of model states; this machine has {has / GIB:,.1f} GiB "
+                                    f"({source}): lower them, or raise --tp / --pp{hint}")
     if device == "cuda" and on_host:
         free, source = available_bytes("cpu", launch.local_rank)
         if on_host > free:

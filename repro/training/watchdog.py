@@ -141,13 +141,15 @@ class Watchdog:
     def __init__(
         self, timeout_s: float, *, name: str = "training loop", rank: int | None = None,
         limit_name: str = "the watchdog's limit", group_timeout_s: float | None = None,
-        heartbeats: Heartbeats | None = None,
+        heartbeats: Heartbeats | None = None, slow_hint: str | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"watchdog timeout_s={timeout_s} must be positive")
         self.timeout_s, self.name, self.limit_name = timeout_s, name, limit_name
         self.rank = rank if rank is not None else os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
         self.group_timeout_s, self.heartbeats = group_timeout_s, heartbeats
+        #: said when no other rank is to blame (alone, or every rank in the same activity): the work may be slow
+        self.slow_hint = slow_hint
         self.activity = name
         self._last = time.monotonic()
         self._stop = threading.Event()
@@ -172,6 +174,8 @@ class Watchdog:
         with self._exiting:  # the watchdog thread and a timed-out collective may both get here
             silent = time.monotonic() - self._last
             suspects = self.heartbeats.suspects(self.activity) if self.heartbeats is not None else ""
+            if self.slow_hint and (not suspects or suspects.startswith("every rank is in")):
+                suspects = "; ".join(part for part in (suspects, self.slow_hint) if part)
             print(f"[watchdog] rank {self.rank}: no progress for {silent:.0f} s in '{self.activity}' ({why})"
                   + (f"; {suspects}" if suspects else "") + f"; exiting with {EXIT_HUNG}",
                   file=sys.stderr, flush=True)

@@ -60,6 +60,16 @@ DS = {
     "ds_not_an_object": [],
     "ds_batch_float": {"train_batch_size": 8.0},
 }
+#: DeepSpeed configs that contradict an option given beside them: name -> (config, options, expected text)
+DS_WITH_OPTIONS = {
+    "ds_batch_contradicts_micro_batches": ({"train_batch_size": 16}, ["--micro-batches", "4"],
+                                           "--micro-batches 4 contradicts"),  # train_batch_size won, silently
+    "ds_micro_batch_contradicts_option": ({"train_micro_batch_size_per_gpu": 4}, ["--micro-batch-size", "2"],
+                                          "--micro-batch-size 2 contradicts"),
+    "ds_stage_contradicts_option": ({"zero_optimization": {"stage": 1}}, ["--zero-stage", "2"],
+                                    "--zero-stage 2 contradicts"),
+    "ds_clipping_contradicts_option": ({"gradient_clipping": 0.5}, ["--clip-grad", "1"], "--clip-grad 1.0 contradicts"),
+}
 #: DeepSpeed configs written as raw bytes: name -> (bytes, expected text)
 DS_RAW = {
     "ds_duplicate_key": (b'{"zero_optimization": {"stage": 1}, "zero_optimization": {"stage": 2}}',
@@ -130,6 +140,9 @@ TRAIN_CASES = {
     "train_seed_2_63": (["--seed", str(2**63)], f"'{2**63}'"),
     "train_seed_2_64": (["--seed", str(2**64)], f"'{2**64}'"),
     "train_seed_text": (["--seed", "abc"], "'abc'"),
+    # activations of one micro-batch past any machine's memory (was accepted, then a 'hang' 40 s later)
+    "train_micro_batch_size_huge": (["--micro-batch-size", "1000000"], "activations need at least"),
+    "train_seq_len_huge": (["--seq-len", "20000000", "--hidden", "16"], "--seq-len 20000000"),
     "train_dp_mismatch": (["--dp", "2"], "world size 1 != tp * pp * dp"),
     # output paths
     "train_save_a_file": (["--save", "{file}"], "{file}"),
@@ -169,6 +182,8 @@ TRAIN_CASES = {
     "train_deepspeed_not_json": (["--deepspeed-config", "{file}"], "not valid JSON"),
     **{name: (["--deepspeed-config", "{" + name + "}"], DS_TEXT[name]) for name in DS},
     **{name: (["--deepspeed-config", "{" + name + "}"], text) for name, (_, text) in DS_RAW.items()},
+    **{name: (["--deepspeed-config", "{" + name + "}", *options], text)
+       for name, (_, options, text) in DS_WITH_OPTIONS.items()},
     # empty paths ('' is the current directory to some, nothing to others): refused
     **{f"train_{option[2:].replace('-', '_')}_empty": ([option, ""], f"{option} '' is empty")
        for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--deepspeed-config")},
@@ -224,6 +239,9 @@ def materialise(argv: list[str], text: str, tmp_path: Path) -> tuple[list[str], 
     a_file.write_text("not json {")
     values = {"file": str(a_file), "dir": str(tmp_path)}
     for name, config in DS.items():
+        values[name] = str(tmp_path / f"{name}.json")
+        Path(values[name]).write_text(json.dumps(config))
+    for name, (config, _, _) in DS_WITH_OPTIONS.items():
         values[name] = str(tmp_path / f"{name}.json")
         Path(values[name]).write_text(json.dumps(config))
     for name, (raw, _) in DS_RAW.items():

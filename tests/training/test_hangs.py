@@ -105,3 +105,16 @@ def test_a_rendezvous_that_never_happens_is_one_line_and_124():
         assert code == 124, output
         assert output.strip().count("\n") == 0 and text in output and "--timeout-s 5" in output, output
         assert elapsed < TIMEOUT_S + 15, f"{elapsed:.1f} s: {output}"
+
+
+def test_a_step_that_is_only_slow_says_so():
+    """One rank, no peer to blame: the watchdog's line says the micro-batch may be slow and names --watchdog-s
+    (--seq-len 100000 on a CPU was reported as a bare 'no progress' hang)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "1", "--layers", "2", "--hidden", "32",
+                           "--seq-len", "30000", "--watchdog-s", "2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    assert "if one micro-batch is only slow (--seq-len 30000" in proc.stderr and "raise --watchdog-s" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr

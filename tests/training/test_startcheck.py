@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from repro.training.cli import build_parser, check_args
+from repro.training.argcheck import check_args
+from repro.training.cli import build_parser
 from repro.training.corpus import max_token_id
 from repro.training.data import SyntheticSamples
 from repro.training.startcheck import checkpoint_bytes, model_config, state_bytes

@@ -1,0 +1,153 @@
+"""What ``repro train`` checks before any work, so that every rank refuses a bad command in one line (exit code 2)
+before a process group exists: the options, paths and the DeepSpeed config here, then the launch variables, corpora,
+memory and output paths (:mod:`repro.training.startcheck`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+from repro.paths import name_problem
+from repro.training.checkpoint_kinds import describe_foreign
+from repro.training.failfast import UsageError
+
+#: the longest --timeout-s / --watchdog-s: beyond it, a timedelta or a C++ timeout overflows
+MAX_WAIT_S = 30 * 24 * 3600.0
+
+
+def read_deepspeed_config(path: str):
+    """(ZeRO settings, batch keys) of a DeepSpeed JSON file (a :class:`UsageError` names the file, key and rule)."""
+    import json
+
+    from repro.zero.config import ZeroConfig
+    from repro.zero.deepspeed_json import deepspeed_batch
+
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        seen: dict = {}
+        for key, value in pairs:
+            if key in seen:  # json.loads would keep the later one silently; DeepSpeed refuses the file
+                raise UsageError(f"--deepspeed-config {path}: key {key!r} appears twice in one object")
+            seen[key] = value
+        return seen
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
+    except OSError as err:
+        raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"--deepspeed-config {path} is not UTF-8 text (byte {err.start}: {err.reason}); a "
+                         "DeepSpeed config is a JSON file") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--deepspeed-config {path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
+    try:
+        return ZeroConfig.from_deepspeed(data), deepspeed_batch(data)
+    except ValueError as err:
+        raise UsageError(f"--deepspeed-config {path}: {err}") from None
+
+
+def _check_save_belongs_to_this_run(args: argparse.Namespace) -> None:
+    """A checkpoint directory belongs to one run: saving into one that holds checkpoints this run does not load
+    would move its newest pointer to another model, and its own run could not resume (a --load typo, a changed
+    --hidden). Refused unless --overwrite-checkpoints."""
+    from repro.training.checkpoint import LATEST
+
+    if args.save is None or args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
+        return
+    if args.load is not None and Path(args.load).resolve() == Path(args.save).resolve():
+        return  # resuming the run that wrote them
+    newest = (Path(args.save) / LATEST).read_text().strip()[:20]
+    raise UsageError(f"--save {args.save} holds another run's checkpoints (newest: iteration {newest}) and this run "
+                     f"does not load them: resume it with --load {args.save}, save elsewhere, or pass "
+                     f"--overwrite-checkpoints")
+
+
+def _agrees(args: argparse.Namespace, option: str, value, source: str) -> None:
+    """An option given on the command line that the DeepSpeed config sets too must have the config's value:
+    otherwise one of them would be ignored without a word."""
+    name = option[2:].replace("-", "_")
+    if name in getattr(args, "explicit", ()) and getattr(args, name) != value:
+        raise UsageError(f"{option} {getattr(args, name)} contradicts --deepspeed-config {args.deepspeed_config}: "
+                         f"its {source} make it {value}; drop one of them")
+
+
+def explicit_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
+    """The destinations the command line gave (not the defaults): parsed again with every default suppressed."""
+    import copy
+
+    probe = copy.deepcopy(parser)
+    for action in probe._actions:  # argparse keeps no record of which values were defaults
+        action.default = argparse.SUPPRESS
+    return frozenset(vars(probe.parse_args(argv)))
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Everything that needs no process group, so every rank refuses a bad command before it starts (exit code 2,
+    one line): the options, the DeepSpeed config, then (:mod:`repro.training.startcheck`) the launch variables, the
+    corpora against the vocabulary, the model against the device's memory, and the output paths."""
+    from repro.training import startcheck
+
+    for option, value in (("--timeout-s", args.timeout_s), ("--watchdog-s", args.watchdog_s)):
+        if value is not None and value > MAX_WAIT_S:
+            raise UsageError(f"{option} {value:g} must be at most {MAX_WAIT_S:.0f} s (30 days)")
+    for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--valid-data",
+                   "--deepspeed-config"):
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        # '' would mean the current directory, or nothing; a name too long fails at the first stat
+        problem = None if value is None or value == "synthetic" else name_problem(value)
+        if problem is not None:
+            raise UsageError(f"{option} {value!r} {problem}")
+    args.zero, batch = None, None
+    if args.deepspeed_config is not None:
+        args.zero, batch = read_deepspeed_config(args.deepspeed_config)
+        _agrees(args, "--zero-stage", args.zero.stage, "zero_optimization.stage")
+        args.zero_stage = args.zero.stage
+        if args.zero.max_grad_norm is not None:
+            _agrees(args, "--clip-grad", args.zero.max_grad_norm, "gradient_clipping")
+            args.clip_grad = args.zero.max_grad_norm
+        if args.zero.dtype != "fp32":
+            raise UsageError(f"--deepspeed-config {args.deepspeed_config} enables {args.zero.dtype}: the trainer "
+                             f"computes in --precision (autocast over fp32 masters); use --precision "
+                             f"{args.zero.dtype} and drop the fp16/bf16 block")
+    if args.save_interval is not None and args.save is None:
+        raise UsageError(f"--save-interval {args.save_interval} needs --save DIR (where to write the checkpoints)")
+    decay = args.lr_decay_iters if args.lr_decay_iters is not None else args.steps
+    if decay < args.lr_warmup_iters:
+        raise UsageError(f"--lr-decay-iters {decay} must be >= --lr-warmup-iters {args.lr_warmup_iters}")
+    if args.min_lr > args.lr:
+        raise UsageError(f"--min-lr {args.min_lr} must be <= --lr {args.lr}")
+    if args.hidden % args.heads:
+        raise UsageError(f"--hidden {args.hidden} must be divisible by --heads {args.heads}")
+    if args.zero_stage >= 2 and args.pp > 1:
+        raise UsageError(f"--zero-stage {args.zero_stage} needs --pp 1 (ZeRO-2/3 shard gradients as backward makes "
+                         f"them; the pipeline's tied embedding needs them whole), got --pp {args.pp}")
+    if args.precision == "fp16" and args.zero_stage > 0:
+        raise UsageError(f"--precision fp16 needs --zero-stage 0 (the trainer's ZeRO stages have no loss scaler), "
+                         f"got --zero-stage {args.zero_stage}; use --precision bf16")
+    if args.valid_data is not None and args.eval_interval is None:
+        raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
+    if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():
+        raise UsageError(f"--load {args.load} is a file; it must be a checkpoint directory")
+    foreign = describe_foreign(args.load) if args.load is not None else None
+    if foreign is not None:
+        raise UsageError(f"--load {args.load} {foreign}")
+    _check_save_belongs_to_this_run(args)
+    launch, dp = startcheck.check_launch(args)
+    if batch is not None:
+        try:
+            size, steps = batch.resolve(micro_batch_size=args.micro_batch_size, micro_batches=args.micro_batches,
+                                        dp=dp)
+        except ValueError as err:
+            raise UsageError(f"--deepspeed-config {args.deepspeed_config}: {err}") from None
+        keys = "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps"
+        _agrees(args, "--micro-batch-size", size, f"batch keys ({keys}) with dp {dp}")
+        _agrees(args, "--micro-batches", steps, f"batch keys ({keys}) with dp {dp}")
+        args.micro_batch_size, args.micro_batches = size, steps
+    startcheck.check_data(args)
+    config = startcheck.model_config(args)
+    startcheck.check_memory(args, config, launch=launch, dp=dp)
+    startcheck.check_outputs(args, launch=launch, checkpoint_bytes=startcheck.checkpoint_bytes(
+        config, tp=args.tp, dp=dp, zero_stage=args.zero_stage))
