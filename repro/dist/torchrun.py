@@ -17,6 +17,11 @@ does to a preemption (issue 27):
 * **An agent killed by a signal leaves its ranks behind.** The wrapper is a child subreaper: ranks orphaned by the
   agent become its children; it sends them SIGTERM (repro's training ranks get it from the kernel anyway, through
   ``PR_SET_PDEATHSIG``), waits until every one of them has saved and exited, and only then decides its exit code.
+* **A frozen rank holds the job for torchrun's shutdown timeout.** When a rank gives up on a hang (exit 124, see
+  :mod:`repro.training.watchdog`), the agent SIGTERMs the others and waits ``--shutdown-timeout`` (30 s) for them;
+  a stopped rank (SIGSTOP, a frozen node) cannot act on SIGTERM, so the job ended 41 s after the stop with
+  ``--timeout-s 5``. Each rank that gives up writes the file ``REPRO_HUNG_FILE`` names; the wrapper then SIGKILLs
+  the stopped ranks at once and exits 124, so the job ends within ``--timeout-s`` + 15 s.
 
 Other exit codes are torchrun's (128 + N when a signal N ended it). After forwarding a signal the agent gives its
 ranks ``--shutdown-timeout`` seconds (30 by default; torch 2.4 has no such option) before it kills them: raise it
@@ -44,6 +49,12 @@ PREEMPTED_FILE_VAR = "REPRO_PREEMPTED_FILE"
 AGENT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 FORWARDED_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: names the file a rank that gives up on a hang writes (see :func:`repro.training.watchdog.note_hung`)
+HUNG_FILE_VAR = "REPRO_HUNG_FILE"
+#: what ``timeout`` and the trainer's watchdog report for a job that made no progress
+EXIT_HUNG = 124
+#: seconds between the wrapper's looks for a hung rank while torchrun runs
+POLL_S = 0.5
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
 PROG = "repro torchrun"
@@ -66,12 +77,62 @@ def agent_handles_signal_option() -> bool:
     return "signals_to_handle" in {field.name for field in dataclasses.fields(LaunchConfig)}
 
 
-def exit_code(torchrun_rc: int, *, rank_preempted: bool, signalled: str | None) -> int:
+def exit_code(torchrun_rc: int, *, rank_preempted: bool, signalled: str | None, rank_hung: bool = False) -> int:
     """The wrapper's exit code: 75 when a rank stopped for a preemption, or when a preemption signal reached the
-    wrapper and torchrun then ended unsuccessfully; else torchrun's (128 + N for a signal N, as a shell reports)."""
+    wrapper and torchrun then ended unsuccessfully; 124 when a rank gave up on a hang (and torchrun failed); else
+    torchrun's (128 + N for a signal N, as a shell reports)."""
     if rank_preempted or (signalled is not None and torchrun_rc != 0):
         return EXIT_PREEMPTED
+    if rank_hung and torchrun_rc != 0:
+        return EXIT_HUNG
     return 128 - torchrun_rc if torchrun_rc < 0 else torchrun_rc
+
+
+def _state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat ('T': stopped), or '' when it is gone."""
+    try:
+        return Path("/proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the agent's ranks and theirs)."""
+    found, todo = [], [pid]
+    while todo:
+        below = children(todo.pop())
+        found += below
+        todo += below
+    return found
+
+
+def kill_stopped(agent_pid: int) -> list[int]:
+    """SIGKILL the stopped processes under the agent (a frozen rank; SIGTERM would wait for a SIGCONT that never
+    comes); returns their pids."""
+    stopped = [pid for pid in descendants(agent_pid) if _state(pid) in ("T", "t")]
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return stopped
+
+
+def wait_for_agent(agent: subprocess.Popen, hung_marker: Path) -> int:
+    """torchrun's exit code; meanwhile, once a rank has reported a hang, kill the ranks that are stopped, so the
+    agent ends the job now instead of after its shutdown timeout (30 s by default)."""
+    reported = False
+    while True:
+        try:
+            return agent.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if hung_marker.exists():
+            stopped = kill_stopped(agent.pid)
+            if stopped and not reported:
+                print(f"{PROG}: a rank gave up on a hang; killed {len(stopped)} stopped rank(s) (pid "
+                      f"{', '.join(map(str, stopped))}), which cannot end by themselves", file=sys.stderr, flush=True)
+                reported = True
 
 
 def children(pid: int | None = None) -> list[int]:
@@ -177,8 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     handles_option = agent_handles_signal_option()
     with tempfile.TemporaryDirectory(prefix="repro-torchrun-") as scratch:
-        marker = Path(scratch) / "preempted"
-        env = dict(os.environ, **{PREEMPTED_FILE_VAR: str(marker)})
+        marker, hung = Path(scratch) / "preempted", Path(scratch) / "hung"
+        env = dict(os.environ, **{PREEMPTED_FILE_VAR: str(marker), HUNG_FILE_VAR: str(hung)})
         if handles_option:
             env.setdefault("PET_SIGNALS_TO_HANDLE", AGENT_SIGNALS)
         handled = (_option_value(argv, "--signals-to-handle", "--signals_to_handle")
@@ -187,14 +248,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         forwarder.install()
         agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=env)
         forwarder.started(agent)
-        rc = agent.wait()
+        rc = wait_for_agent(agent, hung)
         reap_orphans()
-        preempted = marker.exists()
-    code = exit_code(rc, rank_preempted=preempted, signalled=forwarder.signalled)
+        preempted, rank_hung = marker.exists(), hung.exists()
+    code = exit_code(rc, rank_preempted=preempted, signalled=forwarder.signalled, rank_hung=rank_hung)
     if code == EXIT_PREEMPTED and rc != EXIT_PREEMPTED:
         why = "its ranks stopped for a preemption" if preempted else f"it got {forwarder.signalled} and failed"
         print(f"{PROG}: torchrun ended with {128 - rc if rc < 0 else rc}; {why}: exit code {EXIT_PREEMPTED}",
               file=sys.stderr, flush=True)
+    elif code == EXIT_HUNG and rc != EXIT_HUNG:
+        print(f"{PROG}: torchrun ended with {128 - rc if rc < 0 else rc}; a rank gave up on a hang: exit code "
+              f"{EXIT_HUNG}", file=sys.stderr, flush=True)
     return code
 
 

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any
 
+from repro.dist.torchrun import HUNG_FILE_VAR
 from repro.training.failfast import EXIT_HUNG
 
 #: how long a rank reading the others' records waits for the store before it reports without them
@@ -131,6 +132,20 @@ class Heartbeats:
         return f"every rank is in '{activity}'"
 
 
+def note_hung(rank: int | str) -> None:
+    """Tell ``python -m repro.dist.torchrun`` (through the file ``REPRO_HUNG_FILE`` names, when it names one) that
+    this rank gave up on a hang: the wrapper then kills the ranks that are stopped (they cannot end by themselves,
+    and torchrun's agent would wait its whole shutdown timeout for them) and exits 124."""
+    path = os.environ.get(HUNG_FILE_VAR)
+    if not path:
+        return
+    try:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"rank": int(rank), "exit_code": EXIT_HUNG}) + "\n")
+    except (OSError, ValueError):
+        pass  # the wrapper is gone, or the rank is not a number: nobody to tell
+
+
 class Watchdog:
     """Exit the process with :data:`EXIT_HUNG` and one line naming the rank and its activity when :meth:`beat` has
     not been called for ``timeout_s`` seconds, or when a collective times out inside the ``with`` block.
@@ -180,6 +195,7 @@ class Watchdog:
                   + (f"; {suspects}" if suspects else "") + f"; exiting with {EXIT_HUNG}",
                   file=sys.stderr, flush=True)
             sys.stdout.flush()
+            note_hung(self.rank)
             os._exit(EXIT_HUNG)
 
     def _watch(self) -> None:

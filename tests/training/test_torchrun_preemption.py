@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.dist.torchrun import AGENT_SIGNALS, EXIT_PREEMPTED, agent_handles_signal_option, children, exit_code
+from repro.dist.torchrun import AGENT_SIGNALS, EXIT_HUNG, EXIT_PREEMPTED, agent_handles_signal_option, children, exit_code
 from tests.training.ranks import SMALL, Ranks, iterations
 
 TRAIN = ["--tp", "2", "--steps", "60", "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--dropout", "0.1"]
@@ -170,3 +170,38 @@ def test_exit_code_rules():
     assert exit_code(0, rank_preempted=False, signalled="SIGTERM") == 0  # finished before the signal mattered
     assert exit_code(-signal.SIGKILL, rank_preempted=False, signalled=None) == 137
     assert exit_code(1, rank_preempted=False, signalled=None) == 1
+    assert exit_code(1, rank_preempted=False, signalled=None, rank_hung=True) == EXIT_HUNG
+    assert exit_code(1, rank_preempted=True, signalled=None, rank_hung=True) == EXIT_PREEMPTED  # saved: requeue
+    assert exit_code(0, rank_preempted=False, signalled=None, rank_hung=True) == 0
+
+
+def test_a_stopped_rank_ends_a_wrapped_torchrun_job_within_timeout_plus_15_s(tmp_path):
+    """Rank 1 frozen (SIGSTOP): rank 0 gives up after --timeout-s and exits 124; torchrun's agent would then wait its
+    30 s shutdown timeout for a rank that cannot act on SIGTERM (41 s in all). The wrapper kills the stopped rank
+    once a rank has reported the hang, and exits 124."""
+    timeout_s = 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))}
+    log = tmp_path / "stopped.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", "2", "-m",
+                                 "repro.training", *SMALL, "--pp", "2", "--steps", "100000", "--timeout-s",
+                                 str(timeout_s)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not re.search(r"^ iteration +2/", log.read_text(), re.M):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        agent = children(proc.pid)[0]
+        rank1 = [pid for pid in children(agent)
+                 if b"LOCAL_RANK=1\0" in Path(f"/proc/{pid}/environ").read_bytes()][0]
+        os.kill(rank1, signal.SIGSTOP)
+        stopped = time.monotonic()
+        code = proc.wait(timeout=120)
+        elapsed = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert code == EXIT_HUNG, output[-3000:]
+    assert elapsed < timeout_s + 15, f"{elapsed:.1f} s:\n{output[-3000:]}"
+    assert "killed 1 stopped rank(s)" in output and "a rank gave up on a hang: exit code 124" in output
