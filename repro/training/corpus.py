@@ -122,6 +122,11 @@ def _read_documents(path: Path, mode: str, cache_dir: str) -> list[str]:
 
 
 def _check_output(prefix: Path) -> None:
+    from repro.paths import name_problem
+
+    problem = name_problem(f"{prefix}.idx.json")  # the longer of the two names it writes
+    if problem is not None:
+        raise CorpusError(f"output prefix {str(prefix)!r} + '.idx.json' {problem}")
     parent = prefix.parent
     blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
     if blocking is not None and not blocking.is_dir():

@@ -189,15 +189,14 @@ def _read_rows(path: Path) -> list[dict]:
 
 def _check_out(prefix: Path) -> None:
     """The folder of ``--out`` exists (or is created) and accepts files; else a ValueError naming it."""
-    import tempfile
+    from repro.paths import name_problem, writable_dir_problem
 
-    try:
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=prefix.parent, prefix=".repro-write-check-"):
-            pass
-    except OSError as err:
-        raise ValueError(f"--out {prefix}: its folder {prefix.parent} is not writable ({err.strerror or err})"
-                         ) from None
+    name = name_problem(f"{prefix}.json")
+    if name is not None:
+        raise ValueError(f"--out {prefix} {name}")
+    folder = writable_dir_problem(prefix.parent)
+    if folder is not None:
+        raise ValueError(f"--out {prefix}: its folder {prefix.parent} {folder}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,6 +97,10 @@ CASES = {
     "zero_report_rows_not_a_list": (["zero-report", "--rows", "{rows_object}", "--no-measure"], "{rows_object}"),
     "zero_report_out_unwritable": (["zero-report", "--out", "/proc/repro/report", "--rows", "{rows}",
                                     "--no-measure"], "/proc/repro/report"),
+    "zero_report_out_under_a_file": (["zero-report", "--out", "{file}/sub/report", "--rows", "{rows}",
+                                      "--no-measure"], "is under {file}, which is a file"),
+    "zero_report_out_name_too_long": (["zero-report", "--out", "{dir}/" + "z" * 300, "--rows", "{rows}",
+                                       "--no-measure"], "the file system allows 255"),
     "zero_report_no_measure_alone": (["zero-report", "--no-measure"], "--no-measure"),
 }
 

@@ -27,6 +27,8 @@ CORPUS_CASES = {
     "corpus_output_under_proc": (["--input", "{text}", "--output-prefix", "/proc/repro/out"], "/proc/repro"),
     "corpus_output_a_directory_name": (["--input", "{text}", "--output-prefix", "{dir}/"], "{dir}/"),
     "corpus_output_empty": (["--input", "{text}", "--output-prefix", ""], "''"),
+    "corpus_output_name_too_long": (["--input", "{text}", "--output-prefix", "{dir}/" + "c" * 300],
+                                    "the file system allows 255"),  # was an OSError traceback
     "corpus_sha256_not_hex": (["--input", "{text}", "--sha256", "xyz", *OUT], "'xyz'"),
     "corpus_sha256_count": (["--input", "{text}", "--sha256", "0" * 64, "--sha256", "1" * 64, *OUT],
                             "2 sha256 values for 1 input"),
