@@ -2,6 +2,11 @@
 
 import sys
 
-from repro.cli import main
+try:
+    from repro.cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while the modules load, before any handler is in place
+    print("repro: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr)
+    code = 130
+sys.exit(code)

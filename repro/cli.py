@@ -227,7 +227,7 @@ REPORT_SCALE_HELP = (f"whose rows to {{what}}: {SCALES_TEXT}, or any (default: a
 
 def _results_dir(text: str) -> Path:
     """--results-dir: a directory, or a path where one can be created."""
-    problem = writable_dir_problem(text, create=False)  # created by the commands that write into it
+    problem = writable_dir_problem(text, write=False)  # main() checks it writable for the commands that write
     if problem is not None:
         raise argparse.ArgumentTypeError(f"{text!r} {problem}")
     return Path(text)
@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: 128 + SIGINT, as a shell reports a process that Ctrl-C ended
+EXIT_INTERRUPTED = 130
+
 #: subcommands that write under the results directory: checked writable before they start
 WRITES_RESULTS = ("run", "figures", "claims", "reproduce", "submit")
 
@@ -350,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_joined_sbatch_args(argv))
     if args.command in WRITES_RESULTS:
         root = R.results_dir(args.results_dir)
-        problem = writable_dir_problem(root)
-        if problem is not None:  # before a point runs, not after
+        problem = writable_dir_problem(root, create=False)
+        if problem is not None:  # before a point runs, not after (created by the command itself)
             option = "--results-dir" if args.results_dir else f"the results directory ({R.RESULTS_ENV} or results/)"
             print(f"repro: error: {option} {root} {problem}", file=sys.stderr)
             return 2
@@ -360,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError, MissingPackage) as err:
         print(f"repro: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"repro {args.command}: interrupted (SIGINT)", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

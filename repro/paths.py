@@ -53,8 +53,10 @@ def _under_a_file(path: Path) -> Path | None:
     return None
 
 
-def writable_dir_problem(text: str | os.PathLike, *, create: bool = True) -> str | None:
-    """A directory that exists (or is created here when ``create``) and takes a new file."""
+def writable_dir_problem(text: str | os.PathLike, *, create: bool = True, write: bool = True) -> str | None:
+    """A directory that exists (or is created here when ``create``) and takes a new file. Without ``create`` a
+    missing directory is probed and left as it was: its first missing level is made and removed again. Without
+    ``write`` only the name and what lies above it are checked (a directory that is only read)."""
     problem = name_problem(text)
     if problem is not None:
         return problem
@@ -64,12 +66,22 @@ def writable_dir_problem(text: str | os.PathLike, *, create: bool = True) -> str
     blocker = _under_a_file(path)
     if blocker is not None:
         return f"is under {blocker}, which is a file"
-    if not create and not path.exists():
+    if not write:
         return None
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".repro-write-check-"):
-            pass
+        if path.exists() or create:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".repro-write-check-"):
+                pass
+        else:  # the first missing level below the nearest existing directory, made and removed again
+            existing = next(parent for parent in path.parents if parent.exists())
+            probe = existing / path.relative_to(existing).parts[0]
+            probe.mkdir()
+            try:
+                with tempfile.NamedTemporaryFile(dir=probe, prefix=".repro-write-check-"):
+                    pass
+            finally:
+                probe.rmdir()
     except OSError as err:
         return f"is not a writable directory ({err.strerror or err})"
     return None

@@ -156,6 +156,12 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
         try:
             report = run_experiment(exp, run_scale, results=root, force=force, device=device, skip_needs_gpu=True,
                                     progress=say)
+        except KeyboardInterrupt:
+            finished = ", ".join(r.experiment for r in out.runs) or "none"
+            rest = ", ".join(e.name for e in experiments[index:]) or "none"
+            say(f"interrupted (SIGINT) during {exp.name}, which was stopped; finished and kept: {finished}; not "
+                f"started: {rest}; figures and claims were not regenerated (repro claims / repro figures)")
+            raise
         except (ValueError, NeedsGPU, MissingPackage) as err:
             out.skipped[exp.name] = str(err)
             say(f"    skipped: {err}")

@@ -1,5 +1,10 @@
 import sys
 
-from repro.training.cli import main
+try:
+    from repro.training.cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while the modules load, before any handler is in place
+    print("repro train: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr)
+    code = 130
+sys.exit(code)

@@ -28,19 +28,22 @@ import torch
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.dist.torchrun import EXIT_PREEMPTED, PR_SET_PDEATHSIG, PREEMPTED_FILE_VAR, prctl
+from repro.training.failfast import EXIT_INTERRUPTED
 
 #: :data:`EXIT_PREEMPTED` (75, ``EX_TEMPFAIL`` of sysexits.h: "try again later") is the exit code of a rank that
 #: stopped on a preemption signal (after saving when ``--save`` was given); slurm/launch.sh requeues on it.
-__all__ = ["EXIT_PREEMPTED", "PreemptionFlag", "launched_by_torchrun", "note_preempted"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_PREEMPTED", "PreemptionFlag", "launched_by_torchrun", "note_preempted"]
 
 #: the parent when this module was imported (early in a rank's life): a different one later means it died
 _PARENT_AT_IMPORT = os.getppid()
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: SIGINT (Ctrl-C) stops like a preemption: the first one saves at the next step boundary; a second one exits at once
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class PreemptionFlag:
-    """Catch SIGTERM and SIGUSR1 while active; :meth:`agreed` says whether any rank of ``group`` got one.
+    """Catch SIGTERM, SIGUSR1 and SIGINT while active; :meth:`agreed` says whether any rank of ``group`` got one.
+    A second SIGINT (Ctrl-C twice) exits at once with :data:`EXIT_INTERRUPTED`, saving nothing.
 
     The handler only records the signal: a collective or a file write interrupted half-way would leave the ranks
     out of step, so the work stops at the next step boundary instead.
@@ -60,7 +63,19 @@ class PreemptionFlag:
         self._size = 1
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.received = signal.Signals(signum).name
+        name = signal.Signals(signum).name
+        first = self.received is None
+        self.received = self.received or name  # first: a signal may come while this handler prints
+        if name != "SIGINT":
+            return
+        import sys
+
+        if not first:  # the second Ctrl-C: leave now, saving nothing
+            print(f"interrupted again ({name}): exiting now with code {EXIT_INTERRUPTED}, without saving (the last "
+                  "checkpoint is as it was)", file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
+        print("interrupted (SIGINT): stopping after this step, then saving (Ctrl-C again to exit at once)",
+              file=sys.stderr, flush=True)
 
     def __enter__(self) -> "PreemptionFlag":
         if threading.current_thread() is threading.main_thread():  # signal handlers live on the main thread only
