@@ -21,6 +21,7 @@ previous checkpoint stays the newest.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ from repro.dist import init_distributed, init_parallel
 from repro.dist.launch import RendezvousFailed
 from repro.models import GPTConfig
 from repro.training.argcheck import check_args, explicit_options
+from repro.training.log import arguments_block
 from repro.training.failfast import (
     EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
 )
@@ -206,6 +208,12 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
         jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
         log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
                           tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0)
+        resolved = _resolved_arguments(args, groups)
+        log.print(arguments_block(resolved))
+        if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
+            from repro.atomic_files import atomic_write
+
+            atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
         try:
             with _watchdog(args, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
                 trainer.on_action = _beating(watchdog, on_action)
@@ -248,6 +256,22 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             return 0
         finally:
             log.close()
+
+
+def _resolved_arguments(args: argparse.Namespace, groups) -> dict:
+    """Every option as this run resolved it (the DeepSpeed config applied, dp and the vocabulary filled in), with
+    the layout, the launch and the software, as JSON values."""
+    import dataclasses
+
+    import torch
+
+    import repro
+
+    values = {k: v for k, v in vars(args).items() if k not in ("zero", "explicit")}
+    values["zero"] = dataclasses.asdict(args.zero) if args.zero is not None else None
+    values.update(world_size=groups.world_size, dp=groups.dp_size, torch_version=torch.__version__,
+                  repro_version=repro.__version__)
+    return json.loads(json.dumps(values, default=str))
 
 
 def _last_checkpoint(save: str) -> str:

@@ -1,8 +1,9 @@
 """What the trainer reports: Megatron-LM's ``iteration ... |`` lines on rank 0, every step as JSONL, TensorBoard.
 
-A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (time per
-iteration, tokens/s, model TFLOP/s per rank by the paper's formula, learning rate, lm loss, loss scale, grad norm,
-skipped iterations). The JSONL file gets one record per iteration (and per validation), appended, so a requeued
+A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (a timestamp, time
+per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU
+(TFLOP/s/GPU)``, tokens/s, MFU, the largest rank's peak memory, learning rate, lm loss, loss scale, grad norm,
+skipped iterations); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL file gets one record per iteration (and per validation), appended, so a requeued
 job continues the same file; TensorBoard scalars go to ``tensorboard_dir`` when the ``tensorboard`` package is
 installed (and are skipped with a note otherwise).
 """
@@ -93,12 +94,18 @@ class TrainingLog:
 
         norms = [r["grad_norm"] for r in window if r.get("grad_norm") is not None]
         width = len(str(self.total_iters))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("time", time.time())))
+        mfus = [r["mfu"] for r in window if r.get("mfu") is not None]
+        memory = ([f"{last['memory_kind']} (MiB, largest rank): {last['max_memory_mib']:.1f}"]
+                  if last.get("max_memory_mib") is not None else [])
         parts = [
-            f" iteration {last['iteration']:>{width}}/{self.total_iters:>{width}}",
+            f" [{stamp}] iteration {last['iteration']:>{width}}/{self.total_iters:>{width}}",
             f"consumed samples: {last['consumed_samples']:>8}",
             f"elapsed time per iteration (ms): {1000 * mean('iteration_s'):.1f}",
+            f"throughput per GPU (TFLOP/s/GPU): {mean('tflops_per_rank'):.4f}",
             f"tokens per second: {mean('tokens_per_s'):.1f}",
-            f"TFLOP/s per rank: {mean('tflops_per_rank'):.4f}",
+            f"MFU: {100 * sum(mfus) / len(mfus):.1f} %" if mfus else "MFU: n/a",
+            *memory,
             f"learning rate: {last['learning_rate']:.6E}",
             f"global batch size: {last['global_batch_size']:>5}",
             f"lm loss: {mean('lm_loss'):.6E}",
@@ -119,3 +126,12 @@ class TrainingLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def arguments_block(values: dict[str, Any]) -> str:
+    """The resolved arguments as Megatron-LM prints them at start-up: one ``  name .... value`` line each, sorted,
+    between two rulers."""
+    width = max((len(name) for name in values), default=0) + 4
+    lines = [f"  {name} {'.' * (width - len(name))} {value}" for name, value in sorted(values.items())]
+    return "\n".join(["------------------------ arguments ------------------------", *lines,
+                      "-------------------- end of arguments ---------------------"])

@@ -22,7 +22,7 @@ from repro.training.checkpoint import save_training_checkpoint
 from repro.training.failfast import ON_NAN
 from repro.training.log import TrainingLog
 from repro.training.preemption import PreemptionFlag
-from repro.training.throughput import model_flops
+from repro.training.throughput import device_peak_flops, max_memory, model_flops
 
 
 class SampleSource(Protocol):
@@ -58,6 +58,19 @@ class Outcome:
     saved: list[str] = field(default_factory=list)
 
 
+def _max_over_ranks(trainer, world) -> dict:
+    """This job's peak memory so far, the largest of any rank (one MAX all-reduce per logged window, where the
+    losses are read anyway): ``max_memory_mib`` and what it measures (``memory_kind``)."""
+    mib, kind = max_memory(trainer.device)
+    if world.size > 1:
+        from repro.dist import comm
+
+        value = torch.tensor([mib], dtype=torch.float64, device=trainer.device)
+        comm.all_reduce(value, world, op=torch.distributed.ReduceOp.MAX)
+        mib = float(value.item())
+    return {"max_memory_mib": mib, "memory_kind": kind}
+
+
 def _validate(trainer, validation: Validation, activity: Callable[[str], None]) -> float:
     b, losses = trainer.global_batch_size, []
     for j in range(validation.iters):
@@ -85,6 +98,9 @@ def train_loop(
     flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
                         hidden_size=config.hidden_size, vocab_size=config.vocab_size,
                         recompute=s.activation_checkpointing)
+    mfu_flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
+                            hidden_size=config.hidden_size, vocab_size=config.vocab_size, recompute=False)
+    peak = device_peak_flops(trainer.device)  # None on a CPU or an unknown GPU: no MFU
     world = trainer.groups.world
     first = trainer.iteration
 
@@ -111,12 +127,14 @@ def train_loop(
         values = iter(torch.stack([v.reshape(()).to(torch.float64) for v in lazy]).tolist())
         losses = [next(values) for _ in pending]
         elapsed = (time.perf_counter() - window_start) / len(pending)
+        memory = _max_over_ranks(trainer, world)
         bad = None
         for (record, _, norm), loss in zip(pending, losses):
             norm = next(values) if isinstance(norm, torch.Tensor) else norm
             outcome.losses.append(loss)
             log.step({**record, "lm_loss": loss, "iteration_s": elapsed, "tokens_per_s": b * s.seq_len / elapsed,
                       "tflops_per_rank": flops / elapsed / world.size / 1e12,
+                      "mfu": mfu_flops / elapsed / world.size / peak if peak else None, **memory,
                       "grad_norm": float(norm) if norm is not None else None})
             skipped = record["skipped_iterations"] > skipped_before[0]  # fp16: the loss scaler's business
             skipped_before[0] = record["skipped_iterations"]

@@ -110,3 +110,24 @@ class Stopwatch:
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.s = time.perf_counter() - self.start
+
+
+def device_peak_flops(device: torch.device) -> float | None:
+    """The dense 16-bit peak (FLOP/s) of ``device`` from the datasheet table (:mod:`repro.perfmodel.gpus`), or None
+    (a CPU, or a GPU not in the table: MFU is then not reported rather than guessed)."""
+    if device.type != "cuda":
+        return None
+    from repro.perfmodel.gpus import peak_from_table
+
+    peak = peak_from_table(torch.cuda.get_device_name(device))
+    return peak.peak_flops if peak is not None else None
+
+
+def max_memory(device: torch.device) -> tuple[float, str]:
+    """(MiB, what it is) of this process's peak memory so far: the CUDA caching allocator's max allocated on a GPU,
+    the peak resident set (VmHWM) on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "max allocated"
+    from repro.zero.measure import peak_rss_bytes
+
+    return peak_rss_bytes() / 2**20, "max RSS"

@@ -68,7 +68,7 @@ def restarts(job_id: str) -> int:
 
 
 #: Megatron's log line of one iteration (``repro train``'s rank 0): iteration, total, lm loss
-ITERATION = re.compile(r"^ iteration\s+(\d+)/\s*(\d+) \|.*\| lm loss: ([0-9.eE+-]+) \|", re.M)
+ITERATION = re.compile(r"^ \[[^]]+\] iteration\s+(\d+)/\s*(\d+) \|.*\| lm loss: ([0-9.eE+-]+) \|", re.M)
 
 
 def losses(log: str) -> dict[int, float]:

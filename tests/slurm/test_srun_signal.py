@@ -24,7 +24,7 @@ from tests.slurm.local_slurm import restarts, skip_without_local_slurm
 pytestmark = pytest.mark.slurm
 skip_without_local_slurm()
 
-ITERATION = re.compile(r"^ iteration\s+(\d+)/\s*(\d+) \|", re.M)
+ITERATION = re.compile(r"^ \[[^]]+\] iteration\s+(\d+)/\s*(\d+) \|", re.M)
 WAIT_S = 240.0
 
 

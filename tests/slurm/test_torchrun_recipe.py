@@ -55,7 +55,7 @@ def test_the_recipe_requeues_when_preempted_and_resumes(tmp_path):
     with open(log, "w") as out:
         first = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not re.search(r"^ iteration +3/", log.read_text(), re.M):
+    while not re.search(r"^ \[[^]]+\] iteration +3/", log.read_text(), re.M):
         assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.05)
     for pid in _descendants(first.pid):  # --signal=USR1@120: every process of the step, not the batch shell

@@ -41,8 +41,8 @@ def test_a_full_disk_during_a_save_stops_with_one_line_and_the_last_checkpoint_i
     assert len(line) == 1 and "disk full while writing" in line[0], run.stdout
     assert "the last checkpoint, iteration 2, is intact" in line[0] and f"--load {ckpt}" in line[0]
     assert latest_iteration(ckpt) == 2
-    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt",
-                                                      "log.jsonl"]  # no partial directory
+    assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt", "log.jsonl",
+                                                      "train_args.json"]  # no partial directory
     resumed = _train("--steps", "2", "--load", str(ckpt))
     assert resumed.returncode == 0 and "resumed from checkpoint" in resumed.stdout, resumed.stdout + resumed.stderr
 

@@ -25,7 +25,7 @@ def _start(*args: str) -> subprocess.Popen:
 def _interrupt_after_iteration(proc: subprocess.Popen, iteration: int, times: int) -> tuple[int, str]:
     seen = ""
     deadline = time.monotonic() + 120
-    while not re.search(rf"^ iteration +{iteration}/", seen, re.M):
+    while not re.search(rf"^ \[[^]]+\] iteration +{iteration}/", seen, re.M):
         line = proc.stdout.readline()
         assert line and time.monotonic() < deadline, seen[-2000:]
         seen += line

@@ -51,7 +51,7 @@ class TorchrunJob:
     def wait_for_iteration(self, iteration: int, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            done = [int(n) for n in re.findall(r"^ iteration +(\d+)/", self.output(), re.M)]
+            done = [int(n) for n in re.findall(r"^ \[[^]]+\] iteration +(\d+)/", self.output(), re.M)]
             if done and done[-1] >= iteration:
                 return
             assert self.proc.poll() is None, f"ended before iteration {iteration}:\n{self.output()[-3000:]}"
@@ -188,7 +188,7 @@ def test_a_stopped_rank_ends_a_wrapped_torchrun_job_within_timeout_plus_15_s(tmp
                                  str(timeout_s)], stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 120
-        while not re.search(r"^ iteration +2/", log.read_text(), re.M):
+        while not re.search(r"^ \[[^]]+\] iteration +2/", log.read_text(), re.M):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
         agent = children(proc.pid)[0]
