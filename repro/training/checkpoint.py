@@ -72,8 +72,8 @@ def save_training_checkpoint(
 ) -> Path:
     """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it.
 
-    ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "agreeing that every rank wrote its file"):
-    a heartbeat, and what the watchdog names when the save hangs."""
+    ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "agreeing that every rank wrote its
+    file"): a heartbeat, and what the watchdog names when the save hangs."""
     report = progress or (lambda phase: None)
     groups, s = trainer.groups, trainer.settings
     path = iteration_dir(directory, trainer.iteration)

@@ -27,8 +27,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2  # a bad option, configuration or input file: the same on every rank, printed once
 EXIT_HUNG = 124  # what ``timeout`` reports: the job made no progress
 EXIT_WRITE_FAILED = 74  # sysexits' EX_IOERR: a checkpoint could not be written (a full disk); the last one is intact
-EXIT_NONFINITE = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C before the training loop could stop at a step boundary  # a step's loss or gradient norm was inf or NaN (repro.training.loop.NonFiniteTraining)
+EXIT_NONFINITE = 3  # a step's loss or gradient norm was inf or NaN (repro.training.loop.NonFiniteTraining)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C before the training loop could stop at a step boundary
 #: What a non-finite loss or gradient norm does: stop the run (the default), or log it and train on (Megatron's
 #: "number of nan iterations"). An fp16 step the loss scaler skipped is its business, never a stop.
 ON_NAN = ("stop", "continue")

@@ -3,9 +3,10 @@
 A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (a timestamp, time
 per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU
 (TFLOP/s/GPU)``, tokens/s, MFU, the largest rank's peak memory, learning rate, lm loss, loss scale, grad norm,
-skipped iterations); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL file gets one record per iteration (and per validation), appended, so a requeued
-job continues the same file; TensorBoard scalars go to ``tensorboard_dir`` when the ``tensorboard`` package is
-installed (and are skipped with a note otherwise).
+skipped iterations); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL
+file gets one record per iteration (and per validation), appended, so a requeued job continues the same file;
+TensorBoard scalars go to ``tensorboard_dir`` when the ``tensorboard`` package is installed (and are skipped with a
+note otherwise).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import sys
 
 #: how Megatron-LM log parsers find an iteration's numbers
 MEGATRON_LINE = re.compile(r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*(\d+) \| consumed samples:"
-                           r"\s+(\d+) \| elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): "
-                           r"([\d.]+) \|.*\| lm loss: ([\d.E+-]+) \|", re.M)
+                           r"\s+(\d+) \| elapsed time per iteration \(ms\): ([\d.]+) \| "
+                           r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \|.*\| lm loss: ([\d.E+-]+) \|", re.M)
 
 
 def test_the_log_reads_as_megatrons_and_the_arguments_are_kept(tmp_path):
