@@ -1,4 +1,5 @@
-"""Which format a checkpoint directory is in, and loading any of them: repro's own, Hugging Face, Megatron-LM.
+"""Which format a checkpoint directory is in, and loading any of them: the harness's own, repro train's, Hugging
+Face, Megatron-LM.
 
 The dispatcher lives apart from the formats (evals/checkpoints.py, hf_convert.py, megatron_checkpoint.py), which
 depend on checkpoints.py's shared pieces, so that no two of these modules import each other.
@@ -13,23 +14,43 @@ from evals.checkpoints import HEADER, LoadedState, load_repro
 from evals.hf_convert import load_hf
 from evals.megatron_checkpoint import TRACKER, is_megatron_checkpoint, read_megatron
 from repro.models import shard_state_dict
+from repro.training.consolidate import is_training_checkpoint, load_trained_gpt
+from repro.zero.checkpoint import CheckpointError
 
 
 def checkpoint_format(path: str | Path) -> str:
-    """"repro", "huggingface" or "megatron" for a checkpoint directory; ValueError naming what was looked for."""
+    """"repro", "repro-train", "huggingface" or "megatron" for a checkpoint directory; ValueError naming what was
+    looked for. ``repro train``'s saves come before Megatron-LM's, whose newest-pointer has the same name."""
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a directory")
     if (path / HEADER).is_file():
         return "repro"
+    if is_training_checkpoint(path):
+        return "repro-train"
     if (path / "config.json").is_file():
         return "huggingface"
     if is_megatron_checkpoint(path):
         return "megatron"
     raise ValueError(
-        f"{str(path)!r} is not a checkpoint directory of a known format: a repro checkpoint has {HEADER}, a Hugging "
-        f"Face model config.json, a Megatron-LM checkpoint {TRACKER} or mp_rank_XX/ folders"
+        f"{str(path)!r} is not a checkpoint directory of a known format: a repro checkpoint has {HEADER}, one of "
+        f"repro train iter_N/manifest.json and trainer.json, a Hugging Face model config.json, a Megatron-LM "
+        f"checkpoint {TRACKER} or mp_rank_XX/ folders"
     )
+
+
+def _load_trained(path: Path, *, expect: str) -> LoadedState:
+    """A checkpoint of ``repro train`` (any tp x pp x dp layout, ZeRO or not), consolidated (a GPT)."""
+    if expect != "gpt":
+        raise ValueError(f"checkpoint {str(path)!r} is a GPT trained by repro train, but a {expect!r} model was "
+                         "requested; evaluate it with a GPT task (lambada, wikitext)")
+    try:
+        trained = load_trained_gpt(path)
+    except CheckpointError as err:
+        raise ValueError(str(err)) from None
+    return LoadedState(architecture="gpt", config=trained.config, state_dict=trained.state_dict,
+                       sha256=trained.sha256, source="repro-train",
+                       meta={"checkpoint": str(trained.path), **trained.meta})
 
 
 def load_checkpoint(path: str | Path, *, expect: str, tp_rank: int = 0, tp_size: int = 1) -> LoadedState:
@@ -39,7 +60,9 @@ def load_checkpoint(path: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
     kind = checkpoint_format(path)
     if kind == "repro":
         return load_repro(path, expect=expect, tp_rank=tp_rank, tp_size=tp_size)
-    if kind == "huggingface":
+    if kind == "repro-train":
+        loaded = _load_trained(path, expect=expect)
+    elif kind == "huggingface":
         loaded = load_hf(path, expect=expect)
     else:
         loaded = read_megatron(path, expect=expect)

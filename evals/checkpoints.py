@@ -40,7 +40,7 @@ class LoadedState:
     config: GPTConfig | BertConfig
     state_dict: dict[str, torch.Tensor]
     sha256: str
-    source: str  # "repro", "huggingface" or "megatron"
+    source: str  # "repro", "repro-train", "huggingface" or "megatron"
     meta: Mapping[str, Any]
 
 
@@ -129,7 +129,7 @@ def load_repro(directory: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
                        source="repro", meta=header.get("meta", {}))
 
 
-FORMATS = ("repro", "huggingface", "megatron")
+FORMATS = ("repro", "repro-train", "huggingface", "megatron")
 #: The variable the paper-scale evaluation points read a GPT checkpoint path from (any of the three formats).
 CHECKPOINT_ENV = "REPRO_EVAL_CHECKPOINT"
 #: The same for the pretrained BERT that RACE finetuning starts from.

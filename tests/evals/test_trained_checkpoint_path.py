@@ -1,0 +1,73 @@
+"""What ``repro train`` writes, the harness evaluates and ``repro export-hf`` hands to Hugging Face (issue 34).
+
+One run of the whole path on CPU: WikiText-103 valid tokenized by the corpus tool, 10 steps at tp 2 (two ranks under
+``python -m repro.dist.torchrun``), then that save directory evaluated by ``python -m evals`` directly (LAMBADA and
+WikiText), exported by ``repro export-hf``, loaded by ``transformers`` with the consolidated model's logits (fp64,
+1e-10), and run through lm-eval's own ``HFLM`` with the same numbers as the harness on the trained checkpoint
+(1e-6, as the peer parity tests ask)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from repro.models.reference import ReferenceGPT
+from repro.training.consolidate import load_trained_gpt
+from test_evals_lm_eval_parity import assert_same, ours, subsets, theirs  # noqa: F401 - subsets is a fixture
+
+SHAPE = ["--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "64", "--micro-batch-size", "2",
+         "--micro-batches", "2"]
+
+
+def _run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory) -> Path:
+    pytest.importorskip("tokenizers")
+    tmp = tmp_path_factory.mktemp("trained")
+    _run("-m", "repro.training.corpus", "--wikitext103", "valid", "--data-dir", str(data_dir), "--output-prefix",
+         str(tmp / "wt-valid"), "--no-progress")
+    _run("-m", "repro.dist.torchrun", "--nproc-per-node", "2", "-m", "repro.training", *SHAPE, "--tp", "2",
+         "--steps", "10", "--data", str(tmp / "wt-valid"), "--save", str(tmp / "ckpt"))
+    return tmp / "ckpt"
+
+
+def test_the_harness_evaluates_what_repro_train_saved(trained, data_dir, tmp_path):
+    for task in (["lambada", "--limit", "8"], ["wikitext", "--limit", "1"]):
+        done = _run("-m", "evals", "--data-dir", str(data_dir), "--results-dir", str(tmp_path), task[0],
+                    "--checkpoint", str(trained), *task[1:])
+        assert "perplexity" in done.stdout, done.stdout
+
+
+def test_export_loads_in_transformers_and_lm_eval_agrees(trained, data_dir, gpt2_tok, subsets, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # lm-eval's HFLM imports it
+    pytest.importorskip("lm_eval")
+    from lm_eval.models.huggingface import HFLM
+
+    from evals.model_builders import load_gpt_for_eval
+
+    out = tmp_path / "hf"
+    done = _run("-m", "repro", "export-hf", str(trained), str(out), "--data-dir", str(data_dir))
+    assert "and the GPT-2 tokenizer" in done.stdout
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float64).eval()
+    consolidated = load_trained_gpt(trained)
+    reference = ReferenceGPT(consolidated.config).double().eval()
+    reference.load_state_dict({k: v.double() for k, v in consolidated.state_dict.items()})
+    ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(hf_model(ids).logits, reference(ids), rtol=0, atol=1e-10)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert hf_tokenizer("The quick brown fox").input_ids == gpt2_tok.encode("The quick brown fox")
+    hflm = HFLM(pretrained=hf_model, tokenizer=hf_tokenizer, batch_size=8, max_length=64)
+    model, loaded = load_gpt_for_eval(trained, gpt2_tok, dtype=torch.float64)
+    assert loaded.source == "repro-train"
+    assert_same(ours(model, gpt2_tok, subsets), theirs(hflm, subsets))
