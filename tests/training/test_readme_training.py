@@ -12,11 +12,11 @@ from repro.results import REPO_ROOT
 from repro.testing import needs
 
 
-def _commands() -> list[str]:
+def _commands(block: int = 0) -> list[str]:
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Training that survives a cluster", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.strip() for line in block.splitlines() if line.strip()]
+    found = re.findall(r"```bash\n(.*?)```", section, re.S)[block]
+    return [line.strip() for line in found.splitlines() if line.strip()]
 
 
 def _run(command: str, cwd, data_dir) -> str:
@@ -38,3 +38,9 @@ def test_readme_training_commands_run(tmp_path, data_dir):
     assert (tmp_path / "ckpt/wt103/latest_checkpointed_iteration.txt").read_text().strip() == "100"
     again = _run(commands[-1], tmp_path, data_dir)  # the same command resumes at the end: nothing left to train
     assert "resumed from checkpoint" in again and "nothing left to train: at iteration 100" in again
+    evaluate, export = _commands(1)[:2], _commands(1)[2:]  # what was trained: evaluated, then exported
+    assert len(evaluate) == 2 and len(export) == 1
+    for command in evaluate:
+        assert "perplexity" in _run(command, tmp_path, data_dir)
+    _run(export[0], tmp_path, data_dir)
+    assert {"config.json", "model.safetensors", "vocab.json"} <= {p.name for p in (tmp_path / "hf/wt103").iterdir()}
