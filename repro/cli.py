@@ -151,6 +151,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     extra = [check_sbatch_arg(arg) for arg in args.sbatch_arg or ()]
     options = dict(points=args.point, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
                    cpus_per_task=args.cpus_per_task, cpu=args.cpu, array=args.array, partition=args.partition,
+                   max_parallel=args.max_parallel,
                    time_limit=args.time, mem_gb=args.mem, extra=extra,
                    log_dir=R.results_dir(args.results_dir) / "slurm-logs")
     S.plans(exp, scale, write_files=False, **options)  # every value checked before Slurm is looked for
@@ -276,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
                    help="one point per array task (default: when a job has several points, or only some of the "
                    "scale's; --no-array runs a whole scale of one shape in one job)")
+    p.add_argument("--max-parallel", metavar="N", help="at most N array tasks at once, Slurm's array throttle "
+                   "(--array=0-7%%N; default: as many as the cluster lets run)")
     p.add_argument("--partition", help="Slurm partition, or several separated by commas (default: the cluster's "
                    "default partition)")
     p.add_argument("--time", help="time limit per job: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, > 0 "

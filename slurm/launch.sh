@@ -31,7 +31,9 @@
 #
 # Environment: REPRO_ROOT (checkout; default $SLURM_SUBMIT_DIR), REPRO_PYTHON (default python3),
 #   REPRO_DEVICE (auto | cpu | cuda; cpu runs GPU points on CPU), REPRO_LAUNCHER (torchrun | srun),
-#   REPRO_RESULTS_DIR, REPRO_RUN_ID (append to this run), REPRO_MASTER_PORT.
+#   REPRO_RESULTS_DIR, REPRO_RUN_ID (append to this run), REPRO_MASTER_PORT, REPRO_MAX_REQUEUES (default 5: a job
+#   requeued that many times ends with 75 instead, so one that runs past its --time every attempt stops).
+# Every srun step passes --cpus-per-task (srun no longer inherits it from the allocation since Slurm 22.05).
 set -euo pipefail
 
 die() { echo "repro launch: error: $1" >&2; exit "${2:-2}"; }
@@ -71,6 +73,9 @@ JOB_REF="$JOB"
 [ -n "$TASK" ] && [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && JOB_REF="${SLURM_ARRAY_JOB_ID}_${TASK}"
 RESTART="${SLURM_RESTART_COUNT:-0}"
 ATTEMPT=$(( RESTART + 1 ))
+# A job that is preempted or runs past its --time every attempt would be requeued forever: at most this many times
+MAX_REQUEUES="${REPRO_MAX_REQUEUES:-5}"
+case "$MAX_REQUEUES" in ''|*[!0-9]*) die "REPRO_MAX_REQUEUES=$MAX_REQUEUES must be a whole number >= 0" ;; esac
 RESULTS="${REPRO_RESULTS_DIR:-$ROOT/results}"
 
 NODES="${SLURM_JOB_NUM_NODES:-1}"
@@ -78,6 +83,17 @@ HEAD="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/n
 HEAD="${HEAD:-$(hostname -s)}"
 # Another port on each attempt: the previous attempt's store may still hold its port for a moment.
 BASE_PORT="${REPRO_MASTER_PORT:-$(( 20000 + (JOB * 7 + RESTART * 101) % 20000 ))}"
+
+leading_int() { echo "${1%%[^0-9]*}"; }
+CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
+CPUS_NODE="${CPUS_NODE:-1}"
+# cpus_per_task TASKS_PER_NODE: the CPUs each task of a step gets. Since Slurm 22.05 srun no longer inherits
+# the allocation's --cpus-per-task, so every step passes it: the job's own when it set one, else the node's share.
+cpus_per_task() {
+  local per="${SLURM_CPUS_PER_TASK:-$(( CPUS_NODE / ${1:-1} ))}"
+  [ "$per" -ge 1 ] 2>/dev/null || per=1
+  echo "$per"
+}
 
 # --- preemption: pass a signal on to the running step, requeue when the step stopped for it -----------------------
 EXIT_PREEMPTED=75
@@ -141,6 +157,11 @@ requeue() {  # WHY
     echo "repro launch: $1, but job $JOB_REF was cancelled (JobState=$state Reason=$reason): not requeued" >&2
     exit "$STEP_RC"
   fi
+  if [ "$RESTART" -ge "$MAX_REQUEUES" ]; then
+    echo "repro launch: $1, but job $JOB_REF was requeued $RESTART time(s) already (REPRO_MAX_REQUEUES=$MAX_REQUEUES): \
+not requeued; resubmit it to go on (a training job resumes from its checkpoints), or raise --time" >&2
+    exit "$EXIT_PREEMPTED"
+  fi
   echo "repro launch: $1: attempt $ATTEMPT of job $JOB_REF ends here; scontrol requeue $JOB_REF (the next attempt appends to this log)"
   if scontrol requeue "$JOB_REF"; then
     exit 0
@@ -183,7 +204,9 @@ if [ "$MODE" = train ]; then
   # Ranks that stop for a preemption save together and leave one after the other: --kill-on-bad-exit would end the
   # slower ones (and turn the step's exit code 75 into 143). A rank that fails alone ends the others through the
   # trainer's fail-fast; --wait bounds how long the rest may outlive the first rank to exit.
-  run_step srun --kill-on-bad-exit=0 --wait=120 "$PY" -m repro.training ${ARGS[@]+"${ARGS[@]}"}
+  TASKS_NODE="$(leading_int "${SLURM_NTASKS_PER_NODE:-$(( (NTASKS + NODES - 1) / NODES ))}")"
+  run_step srun --kill-on-bad-exit=0 --wait=120 --cpus-per-task="$(cpus_per_task "${TASKS_NODE:-1}")" \
+    "$PY" -m repro.training ${ARGS[@]+"${ARGS[@]}"}
   if stopped_for_preemption; then
     requeue "training stopped for preemption (exit code $STEP_RC${STOP_SIGNAL:+ after SIG$STOP_SIGNAL})"
   fi
@@ -217,7 +240,6 @@ SKIP=()
 PLAN="$("$PY" -m repro.experiments.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
   || die "cannot plan $EXP at scale $SCALE (see the message above)"
 
-leading_int() { echo "${1%%[^0-9]*}"; }
 GPUS="$(leading_int "${SLURM_GPUS_ON_NODE:-0}")"
 GPUS="${GPUS:-0}"
 if [ "$GPUS" -gt 0 ]; then
@@ -225,7 +247,6 @@ if [ "$GPUS" -gt 0 ]; then
 else
   PER_NODE="$(leading_int "${SLURM_NTASKS_PER_NODE:-${SLURM_CPUS_ON_NODE:-1}}")"
 fi
-CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
 # Multi-rank points start torchrun through repro.dist.torchrun: torchrun's agent dies of SIGUSR1 unless told to
 # handle it, and reports a worker's 75 (or a stop by a signal) as its own 1; the wrapper has the agent handle
 # SIGUSR1 where it can, passes the signals on, waits for every rank, and exits 75 when the point stopped for one.
@@ -256,7 +277,7 @@ or set REPRO_DEVICE=cpu to run it on CPU anyway" 3
   export MASTER_ADDR="$HEAD" MASTER_PORT="$PORT"
   echo "repro launch: point $NAME: $WS rank(s) on $DEVICE (needs ~${MEM} GiB per rank)"
   if [ "$WS" -eq 1 ]; then
-    run_step srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
+    run_step srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
   else
     NN=$(( (WS + PER_NODE - 1) / PER_NODE ))
     [ "$NN" -le "$NODES" ] || die "point $NAME needs $WS ranks = $NN node(s) of $PER_NODE; the allocation has \
@@ -269,8 +290,8 @@ $NODES node(s): resubmit with --nodes=$NN (repro submit sizes this)" 4
         --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="repro-$JOB-$RESTART-$index" \
         "${WORKER[@]}"
     else
-      run_step srun --nodes="$NN" --ntasks="$WS" --ntasks-per-node="$PPN" --kill-on-bad-exit=1 \
-        "$PY" "${WORKER[@]}"
+      run_step srun --nodes="$NN" --ntasks="$WS" --ntasks-per-node="$PPN" --cpus-per-task="$(cpus_per_task "$PPN")" \
+        --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
     fi
   fi
   rc=$STEP_RC

@@ -284,6 +284,8 @@ class Job:
     indices: tuple[int, ...]
     array: bool
     shape: Shape
+    #: at most this many array tasks at once (Slurm's ``%N``); None: no limit
+    max_parallel: int | None = None
 
     def array_spec(self) -> str:
         """``0-3``, ``0,2,5`` or ``0-2,7``: the indices as Slurm writes ranges."""
@@ -293,7 +295,8 @@ class Job:
                 runs[-1].append(index)
             else:
                 runs.append([index])
-        return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+        spec = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+        return spec + (f"%{self.max_parallel}" if self.max_parallel else "")
 
     def options(self) -> list[str]:
         return ([f"--array={self.array_spec()}"] if self.array else []) + self.shape.options()

@@ -25,6 +25,8 @@ from ``scontrol show job`` (or ``sacct -c`` without a database).
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 import shutil
@@ -66,7 +68,8 @@ OWN_OPTIONS = {
     "--ntasks": "the points' world sizes (repro list --scale S)", "-n": "the points' world sizes",
     "--gpus-per-node": "--gpus-per-node", "--gres": "--gpus-per-node", "--cpus-per-task": "--cpus-per-task",
     "-c": "--cpus-per-task", "--mem": "--mem", "--time": "--time", "-t": "--time", "--partition": "--partition",
-    "-p": "--partition", "--array": "--array / --no-array", "-a": "--array / --no-array",
+    "-p": "--partition", "--array": "--array / --no-array (and --max-parallel N for a throttle, %N)",
+    "-a": "--array / --no-array (and --max-parallel N)",
     "--output": "--results-dir (logs go to <results>/slurm-logs/repro-EXP-<job id>[_<task>].out)",
     "-o": "the log name repro submit gives", "--parsable": "nothing (repro submit always passes it)",
     "--wait": "repro submit --wait", "-W": "repro submit --wait",
@@ -107,7 +110,7 @@ def plans(
     experiment: Experiment, scale: str, *, points: Sequence[str] | None = None, gpus_per_node: object = None,
     nodes: object = None, cpus_per_task: object = None, cpu: bool = False, array: bool | None = None,
     partition: object = None, time_limit: object = None, mem_gb: object = None, log_dir: Path | None = None,
-    slurm_dir: Path | None = None, extra: Sequence[str] = (), write_files: bool = True,
+    slurm_dir: Path | None = None, extra: Sequence[str] = (), write_files: bool = True, max_parallel: object = None,
 ) -> list[Plan]:
     """The sbatch argv of every job that runs ``points`` (default: all) of ``experiment`` at ``scale``.
 
@@ -117,7 +120,13 @@ def plans(
     """
     overrides = parse_overrides(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem_gb,
                                 time=time_limit, partition=partition, cpu=cpu)
+    throttle = _max_parallel(max_parallel)
+    if throttle is not None and array is False:
+        raise ValueError(f"--max-parallel {throttle} limits the tasks of an array running at once; --no-array runs "
+                         "the points one after the other in one job: drop one of them")
     jobs = jobs_for(experiment, scale, points, overrides=overrides, array=array)
+    if throttle is not None:
+        jobs = [dataclasses.replace(job, max_parallel=throttle) for job in jobs]
     log_dir = log_dir or (results_dir() / "slurm-logs")
     slurm_dir = slurm_dir or SLURM_DIR
     if write_files:
@@ -126,6 +135,17 @@ def plans(
     else:
         path = sbatch_path(experiment.name, slurm_dir)
     return [_plan(experiment, job, overrides, log_dir, path, extra) for job in jobs]
+
+
+def _max_parallel(value: object) -> int | None:
+    """``--max-parallel``: a whole number >= 1 (Slurm's array throttle, ``--array=0-7%N``), or None."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"--max-parallel {value!r} is not valid: it must be a whole number >= 1 (array tasks that "
+                         "may run at once)")
+    return int(text)
 
 
 def _plan(experiment: Experiment, job: Job, overrides: Overrides, log_dir: Path, path: Path,

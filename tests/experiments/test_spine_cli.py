@@ -87,6 +87,16 @@ def test_submit_dry_run_prints_every_job(fake_env, capsys, monkeypatch, tmp_path
     assert all("--time=02:00:00" in line and "--parsable" in line for line in lines)
 
 
+def test_submit_throttles_an_array(fake_env, capsys, monkeypatch, tmp_path):
+    """Slurm's array throttle (--array=0-3%2) as repro submit --max-parallel N (an --sbatch-arg=--array is refused,
+    naming it)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["submit", "fake_sum", "--scale", "ci", "--dry-run", "--max-parallel", "1"]) == 0
+    assert "--array=0-1%1 " in capsys.readouterr().out
+    assert main(["submit", "fake_sum", "--scale", "ci", "--dry-run", "--sbatch-arg=--array=0-1%1"]) == 2
+    assert "--max-parallel" in capsys.readouterr().err
+
+
 @FIGURE_PACKAGES
 def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Registry, fake_env, monkeypatch):
     import matplotlib.image as mpimg

@@ -51,6 +51,9 @@ CASES = {
     "submit_timeout_negative": (["submit", "parameter_counts", "--timeout", "-5", "--dry-run"], "'-5'"),
     "submit_timeout_infinite": (["submit", "parameter_counts", "--timeout", "inf", "--dry-run"], "'inf'"),
     "submit_progress_zero": (["submit", "parameter_counts", "--progress-every", "0", "--dry-run"], "'0'"),
+    "submit_max_parallel_zero": (["submit", "parameter_counts", "--max-parallel", "0", "--dry-run"], "'0'"),
+    "submit_max_parallel_no_array": (["submit", "parameter_counts", "--max-parallel", "2", "--no-array",
+                                      "--dry-run"], "--max-parallel 2"),
     "submit_wait_dry_run": (["submit", "parameter_counts", "--wait", "--dry-run"], "--wait with --dry-run"),
     # repro figures / claims / reproduce
     "figures_unknown_scale": (["figures", "--scale", "huge"], "'huge'"),

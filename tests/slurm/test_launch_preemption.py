@@ -233,3 +233,40 @@ def test_train_sbatch_hands_its_arguments_to_the_launcher(tmp_path):
     proc = subprocess.run(["bash", str(REPO_ROOT / "slurm" / "train.sbatch"), "--steps", "3", "--tp", "2"],
                           capture_output=True, text=True, env={**os.environ, "REPRO_ROOT": str(root)})
     assert proc.returncode == 0 and proc.stdout.strip() == "launch --train --steps 3 --tp 2", proc.stderr
+
+
+def test_requeues_stop_at_the_cap(tmp_path, stubs):
+    """A job that is preempted (or runs past its --time) on every attempt is requeued REPRO_MAX_REQUEUES times
+    (default 5), then ends with 75 and one line saying why."""
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75")
+    proc = _train({**env, "SLURM_RESTART_COUNT": "4"})
+    assert proc.returncode == 0 and _requeues(tmp_path) == [f"requeue {JOB}"], proc.stdout + proc.stderr
+    (tmp_path / "scontrol.log").unlink()
+    proc = _train({**env, "SLURM_RESTART_COUNT": "5"})
+    assert proc.returncode == 75 and _requeues(tmp_path) == [], proc.stdout + proc.stderr
+    assert "was requeued 5 time(s) already (REPRO_MAX_REQUEUES=5): not requeued" in proc.stderr
+    proc = _train({**env, "SLURM_RESTART_COUNT": "1", "REPRO_MAX_REQUEUES": "1"})
+    assert proc.returncode == 75 and _requeues(tmp_path) == [], proc.stdout + proc.stderr
+    proc = _train({**env, "REPRO_MAX_REQUEUES": "lots"})
+    assert proc.returncode == 2 and "REPRO_MAX_REQUEUES=lots must be a whole number" in proc.stderr
+
+
+def test_every_srun_step_passes_cpus_per_task(tmp_path, stubs):
+    """Since Slurm 22.05 srun does not inherit --cpus-per-task, so ranks could be pinned to one CPU: the training
+    step and both kinds of experiment step (one rank, several) pass it."""
+    log = tmp_path / "srun.log"
+    (stubs / "srun").write_text('#!/bin/bash\necho "$*" >> "$SRUN_LOG"\nwhile [[ "$1" == --* ]]; do shift; done\n'
+                                'exec "$@"\n')
+    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), SRUN_LOG=str(log), SLURM_NTASKS="2",
+               SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_ON_NODE="8")
+    assert _train(env).returncode == 0
+    assert "--cpus-per-task=4 " in log.read_text()  # 8 CPUs over 2 tasks of the node
+    assert _train({**env, "SLURM_CPUS_PER_TASK": "3"}).returncode == 0
+    assert log.read_text().splitlines()[-1].count("--cpus-per-task=3 ") == 1  # the job's own value
+    log.unlink()
+    env = {**_env(tmp_path, stubs, SRUN_LOG=str(log), SLURM_CPUS_ON_NODE="2")}
+    done = subprocess.run(["bash", str(LAUNCH), "fake_sum", "ci"], capture_output=True, text=True, env=env,
+                          timeout=240, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = log.read_text().splitlines()
+    assert len(steps) == 2 and all("--cpus-per-task=" in step for step in steps), steps
