@@ -16,8 +16,12 @@ import pytest
 import torch
 
 from repro.models.reference import ReferenceGPT
+from repro.testing import needs
 from repro.training.consolidate import load_trained_gpt
 from test_evals_lm_eval_parity import assert_same, ours, subsets, theirs  # noqa: F401 - subsets is a fixture
+
+#: the corpus tool reads WikiText through datasets and tokenizes it with tokenizers
+pytestmark = needs("datasets", "tokenizers")
 
 SHAPE = ["--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "64", "--micro-batch-size", "2",
          "--micro-batches", "2"]
@@ -31,7 +35,6 @@ def _run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory) -> Path:
-    pytest.importorskip("tokenizers")
     tmp = tmp_path_factory.mktemp("trained")
     _run("-m", "repro.training.corpus", "--wikitext103", "valid", "--data-dir", str(data_dir), "--output-prefix",
          str(tmp / "wt-valid"), "--no-progress")
