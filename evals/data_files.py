@@ -98,9 +98,17 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
             f"data directory {str(path)!r} (from {origin}) does not exist; it must hold "
             + ", ".join(f.relpath for f in ALL_FILES)
             + " and race/RACE/{test,dev}/{middle,high}/*.txt; "
-            f"pass --data-dir or set {ENV_VAR}"
+            f"pass --data-dir or set {ENV_VAR}, or download them there with: repro data fetch --data-dir {path}"
         )
     return path.resolve()
+
+
+def _data_root_of(path: Path) -> Path:
+    """The data directory holding ``path`` (the parent of its top folder: tokenizers/, lambada/, race/, ...)."""
+    for parent in path.parents:
+        if parent.name in ("tokenizers", "lambada", "race", "wikitext103"):
+            return parent.parent
+    return path.parent
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
@@ -118,7 +126,8 @@ _VERIFIED: dict[tuple[str, int, int], str] = {}
 def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
     """Check ``path`` exists and its sha256 equals ``expected``; return the path. Raises :class:`DataError`."""
     if not path.is_file():
-        raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing")
+        raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing; download it with: "
+                        f"repro data fetch --data-dir {_data_root_of(path)}")
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     actual = _VERIFIED.get(key) or sha256_file(path)

@@ -330,6 +330,7 @@ WRITES_RESULTS = ("run", "figures", "claims", "reproduce", "submit")
 #: subcommands that are other entry points: name -> (module with main(argv), help)
 FORWARDED = {
     "eval": ("evals.cli", "WikiText-103 / LAMBADA / RACE harnesses (same as python -m evals)"),
+    "data": ("evals.fetch", "repro data fetch: download every data file from its source, checked by sha256"),
     "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
                   "model.safetensors)"),
     "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),

@@ -85,6 +85,13 @@ CASES = {
     "eval_unknown_device": (["eval", "lambada", "--checkpoint", "/x", "--device", "tpu"], "'tpu'"),
     "eval_unknown_split": (["eval", "wikitext", "--checkpoint", "/x", "--split", "train"], "'train'"),
     "eval_unknown_command": (["eval", "squad"], "'squad'"),
+    # repro export-hf / repro data fetch
+    "export_hf_not_a_checkpoint": (["export-hf", "{dir}", "{dir}/out"], "is not a checkpoint directory of a known "
+                                   "format"),
+    "export_hf_out_a_file": (["export-hf", "{dir}", "{file}"], "{file} is a file"),
+    "data_unknown_command": (["data", "pull"], "pull: the one command is 'fetch'"),
+    "data_fetch_unknown_source": (["data", "fetch", "--only", "squad"], "'squad'"),
+    "data_fetch_dir_a_file": (["data", "fetch", "--data-dir", "{file}"], "{file} is a file"),
     # repro zero-report
     "zero_report_world_zero": (["zero-report", "--world-size", "0"], "'0'"),
     "zero_report_world_text": (["zero-report", "--world-size", "abc"], "'abc'"),

@@ -7,6 +7,8 @@ import argparse
 import pytest
 
 from evals.cli import build_parser as eval_parser
+from evals.fetch import build_parser as fetch_parser
+from evals.hf_export import build_parser as export_parser
 from repro.cli import build_parser as repro_parser
 from repro.training.cli import build_parser as train_parser
 from repro.training.corpus import build_parser as corpus_parser
@@ -23,7 +25,8 @@ def _options(parser: argparse.ArgumentParser, name: str):
 
 
 PARSERS = {"repro": repro_parser, "repro eval": eval_parser, "repro train": train_parser,
-           "python -m repro.training.corpus": corpus_parser}
+           "python -m repro.training.corpus": corpus_parser, "repro data fetch": fetch_parser,
+           "repro export-hf": export_parser}
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))

@@ -1,0 +1,217 @@
+"""``repro data fetch``: every file the suite reads, downloaded from its public source and checked before use.
+
+    repro data fetch                                  # everything, into $REPRO_DATA (else ../shared/data)
+    repro data fetch --only tokenizers --only lambada --data-dir ~/repro-data
+    repro data fetch --mirror http://mirror.internal/repro-data   # the same files, served from your own mirror
+
+Sources and pinned sha256 are in :mod:`evals.data_sources` and :mod:`evals.data_files`. A download goes to
+``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server offers
+it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
+renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already
+present with the right sha256 are kept. Without network, one line says what to download from where by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import http.client
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from repro.atomic_files import atomic_write
+from repro.cliargs import OneLineParser
+from evals.data_files import ENV_VAR, REPO_ROOT, DataFile, sha256_file
+from evals.data_sources import NAMES, SOURCES, Source
+
+MIRROR_ENV = "REPRO_DATA_MIRROR"
+CHUNK = 1 << 20
+
+
+class FetchError(ValueError):
+    """A download that could not be made or checked: one line, naming the file and what to do."""
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def download(url: str, part: Path, *, say: Callable[[str], None], timeout_s: float = 60) -> Path:
+    """``url`` into ``part``, continuing a partial ``part`` where the server honours ``Range``; a body shorter
+    than its Content-Length is an error that keeps what arrived, so the next run resumes."""
+    have = part.stat().st_size if part.exists() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310 - http(s) URLs of SOURCES
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # nothing left to send: the part is whole
+            return part
+        raise FetchError(f"{url}: HTTP {err.code} {err.reason}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise FetchError(f"cannot reach {url} ({reason})") from None
+    with response:
+        resumed = response.status == 206
+        length = response.headers.get("Content-Length")
+        expected = int(length) if length and length.isdigit() else None
+        received = 0
+        part.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "ab" if resumed else "wb") as handle:
+            try:
+                while chunk := response.read(CHUNK):
+                    handle.write(chunk)
+                    received += len(chunk)
+            except (OSError, http.client.HTTPException) as err:
+                raise FetchError(f"{url}: the download stopped after {have * resumed + received:,} bytes "
+                                 f"({type(err).__name__}); run the same command again to resume") from None
+        if expected is not None and received < expected:
+            raise FetchError(f"{url}: the download stopped after {have * resumed + received:,} of "
+                             f"{have * resumed + expected:,} bytes; run the same command again to resume")
+    say(f"  downloaded {url} ({part.stat().st_size:,} bytes{', resumed' if resumed else ''})")
+    return part
+
+
+def install(data: bytes, target: DataFile, root: Path, origin: str) -> None:
+    """Check ``data`` against the target's pinned sha256, then write it atomically into ``root``."""
+    actual = _sha(data)
+    if actual != target.sha256:
+        raise FetchError(f"{target.relpath} from {origin} has sha256 {actual}, expected {target.sha256} (not the "
+                         "pinned bytes: a corrupted download or another version); nothing was installed")
+    path = root / target.relpath
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, [data])
+
+
+def _present(target: DataFile, root: Path) -> bool:
+    path = root / target.relpath
+    return path.is_file() and sha256_file(path) == target.sha256
+
+
+def _race(archive: Path, source: Source, root: Path, origin: str) -> None:
+    """RACE's test and dev files, their manifest and the two train files, rebuilt and checked (module docstring
+    of :mod:`evals.data_sources`). Only regular files under ``RACE/`` are read from the archive."""
+    texts: dict[str, bytes] = {}
+    with tarfile.open(archive, "r:*") as tar:
+        for info in tar:
+            name = info.name.lstrip("./")
+            if not info.isfile() or not name.startswith("RACE/") or ".." in Path(name).parts:
+                continue
+            handle = tar.extractfile(info)
+            if handle is not None:
+                texts[name] = handle.read()
+    evaluation = sorted(n for n in texts if n.split("/")[1] in ("test", "dev"))
+    manifest = "".join(f"{_sha(texts[n])}  {n}\n" for n in evaluation).encode()
+    targets = {m.member: m.target for m in source.members}
+    install(manifest, targets["RACE/"], root, origin)  # the manifest pins every test/dev file at once
+    for name in evaluation:
+        path = root / "race" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, [texts[name]])
+    for prefix in ("RACE/train/high/", "RACE/train/middle/"):
+        names = sorted((n for n in texts if n.startswith(prefix)), key=lambda n: int(Path(n).stem))
+        lines = []
+        for name in names:
+            record = json.loads(texts[name])
+            record["source"] = name.removeprefix("RACE/")
+            lines.append(json.dumps(record) + "\n")
+        target = targets[prefix]
+        buffer = io.BytesIO()
+        with gzip.GzipFile(filename=Path(target.relpath).name.removesuffix(".gz"), mode="wb", compresslevel=9,
+                           mtime=0, fileobj=buffer) as packed:
+            packed.write("".join(lines).encode())
+        install(buffer.getvalue(), target, root, origin)
+
+
+def fetch_source(source: Source, root: Path, *, mirror: str | None, say: Callable[[str], None]) -> str:
+    """Make ``source``'s files present and verified under ``root``; returns what was done."""
+    if all(_present(m.target, root) for m in source.members):
+        return "already there"
+    url = f"{mirror.rstrip('/')}/{source.filename}" if mirror else source.url
+    part = root / ".fetch" / f"{source.filename}.part"
+    download(url, part, say=say)
+    if source.name == "race":
+        _race(part, source, root, url)
+    elif source.is_archive:
+        with zipfile.ZipFile(part) as archive:
+            for member in source.members:
+                try:
+                    data = archive.read(member.member)
+                except KeyError:
+                    raise FetchError(f"{url} has no member {member.member}") from None
+                install(data, member.target, root, url)
+    else:
+        install(part.read_bytes(), source.members[0].target, root, url)
+    part.unlink(missing_ok=True)
+    return "installed"
+
+
+def fetch(names: Sequence[str] | None, root: Path, *, mirror: str | None = None,
+          say: Callable[[str], None] = print) -> None:
+    for source in SOURCES:
+        if names and source.name not in names:
+            continue
+        files = ", ".join(m.target.relpath if m.member != "RACE/" else "race/RACE/{test,dev}, race/SHA256SUMS"
+                          for m in source.members)
+        say(f"{source.name}: {files}")
+        try:
+            done = fetch_source(source, root, mirror=mirror, say=say)
+        except (FetchError, zipfile.BadZipFile, tarfile.TarError, json.JSONDecodeError, EOFError,
+                gzip.BadGzipFile) as err:
+            if not (isinstance(err, FetchError) and "resume" in str(err)):  # keep only a part that can resume
+                (root / ".fetch" / f"{source.filename}.part").unlink(missing_ok=True)
+            hand = (f"; by hand: download {source.url} (license: {source.license}) and put "
+                    f"{files} under {root}" if "cannot reach" in str(err) else "")
+            raise FetchError(f"{source.name}: {err}{hand}") from None
+        say(f"  {done}")
+    if not any((root / ".fetch").glob("*.part")):
+        shutil.rmtree(root / ".fetch", ignore_errors=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="repro data fetch", description=__doc__.split("\n")[0].split(": ", 1)[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="\n".join(__doc__.split("\n")[2:6]))
+    parser.add_argument("--only", action="append", choices=NAMES, metavar="NAME",
+                        help=f"only these sources (repeatable: {', '.join(NAMES)}; default: all)")
+    parser.add_argument("--data-dir", default=None, help=f"where to put them (default: ${ENV_VAR}, else "
+                        "<repo>/../shared/data); created when missing")
+    parser.add_argument("--mirror", default=os.environ.get(MIRROR_ENV), metavar="URL",
+                        help=f"fetch every file from URL/<file name> instead of its source (default: ${MIRROR_ENV}, "
+                             "else the sources)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from repro.paths import writable_dir_problem
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(build_parser().format_help(), end="")
+        return 0
+    if argv[:1] != ["fetch"]:
+        print(f"repro data: error: {' '.join(argv[:1]) or 'no command'}: the one command is 'fetch' (repro data "
+              "fetch --help)", file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(argv[1:])
+    root = Path(args.data_dir or os.environ.get(ENV_VAR) or REPO_ROOT.parent / "shared" / "data")
+    problem = writable_dir_problem(root)
+    if problem is not None:
+        print(f"repro data fetch: error: {root} {problem}", file=sys.stderr)
+        return 2
+    try:
+        fetch(args.only, root, mirror=args.mirror)
+    except FetchError as err:
+        print(f"repro data fetch: error: {err}", file=sys.stderr)
+        return 2
+    print(f"data directory {root}: every file checked against its pinned sha256")
+    return 0
