@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Sequence
 
+from repro.optional import available
 from repro.paths import name_problem
 from repro.training.checkpoint_kinds import describe_foreign
 from repro.training.failfast import UsageError
@@ -22,7 +23,7 @@ def read_deepspeed_config(path: str):
     import json
 
     from repro.zero.config import ZeroConfig
-    from repro.zero.deepspeed_json import deepspeed_batch
+    from repro.zero.deepspeed_json import deepspeed_batch, deepspeed_logging
 
     def unique(pairs: list[tuple[str, object]]) -> dict:
         seen: dict = {}
@@ -44,7 +45,7 @@ def read_deepspeed_config(path: str):
     if not isinstance(data, dict):
         raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
     try:
-        return ZeroConfig.from_deepspeed(data), deepspeed_batch(data)
+        return ZeroConfig.from_deepspeed(data), deepspeed_batch(data), deepspeed_logging(data)
     except ValueError as err:
         raise UsageError(f"--deepspeed-config {path}: {err}") from None
 
@@ -101,8 +102,16 @@ def check_args(args: argparse.Namespace) -> None:
         if problem is not None:
             raise UsageError(f"{option} {value!r} {problem}")
     args.zero, batch = None, None
+    args.wandb_group = args.wandb_entity = None
     if args.deepspeed_config is not None:
-        args.zero, batch = read_deepspeed_config(args.deepspeed_config)
+        args.zero, batch, monitors = read_deepspeed_config(args.deepspeed_config)
+        for option, value, source in (("--tensorboard-dir", monitors.tensorboard_dir, "tensorboard block"),
+                                      ("--wandb-project", monitors.wandb_project, "wandb block"),
+                                      ("--log-interval", monitors.log_interval, "steps_per_print")):
+            if value is not None:  # honoured: the file's value, unless the command line says otherwise
+                _agrees(args, option, value, source)
+                setattr(args, option[2:].replace("-", "_"), value)
+        args.wandb_group, args.wandb_entity = monitors.wandb_group, monitors.wandb_entity
         _agrees(args, "--zero-stage", args.zero.stage, "zero_optimization.stage")
         args.zero_stage = args.zero.stage
         if args.zero.max_grad_norm is not None:
@@ -112,6 +121,10 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"--deepspeed-config {args.deepspeed_config} enables {args.zero.dtype}: the trainer "
                              f"computes in --precision (autocast over fp32 masters); use --precision "
                              f"{args.zero.dtype} and drop the fp16/bf16 block")
+    for option, package in (("--tensorboard-dir", "tensorboard"), ("--wandb-project", "wandb")):
+        if getattr(args, option[2:].replace("-", "_")) is not None and not available(package):
+            raise UsageError(f"{option} needs the package {package}, which is not installed: pip install {package} "
+                             "(or leave the option out)")
     if args.save_interval is not None and args.save is None:
         raise UsageError(f"--save-interval {args.save_interval} needs --save DIR (where to write the checkpoints)")
     decay = args.lr_decay_iters if args.lr_decay_iters is not None else args.steps

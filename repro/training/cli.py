@@ -118,7 +118,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
     g.add_argument("--tensorboard-dir", default=None,
-                   help="TensorBoard scalars here (needs tensorboard; default: none)")
+                   help="TensorBoard scalars here (needs tensorboard; default: none, or the DeepSpeed config's "
+                        "tensorboard block)")
+    g.add_argument("--wandb-project", default=None,
+                   help="log to this Weights & Biases project from rank 0 (needs wandb; WANDB_MODE=offline keeps "
+                        "the run on disk; default: none, or the DeepSpeed config's wandb block)")
+    g.add_argument("--wandb-exp-name", default=None,
+                   help="the W&B run's name (default: the --save directory's name, else W&B's own)")
+    g.add_argument("--wandb-save-dir", default=None,
+                   help="where W&B keeps its files (default: DIR/wandb with --save DIR, else W&B's ./wandb)")
     g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
                    "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
                    "default: no checkpoints")
@@ -206,9 +214,10 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
 
         groups, trainer, source, validation = agree_on_setup(setup)
         jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
-        log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
-                          tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0)
         resolved = _resolved_arguments(args, groups)
+        log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
+                          tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
+                          wandb=_wandb_settings(args, resolved) if args.wandb_project else None)
         log.print(arguments_block(resolved))
         if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
             from repro.atomic_files import atomic_write
@@ -272,6 +281,17 @@ def _resolved_arguments(args: argparse.Namespace, groups) -> dict:
     values.update(world_size=groups.world_size, dp=groups.dp_size, torch_version=torch.__version__,
                   repro_version=repro.__version__)
     return json.loads(json.dumps(values, default=str))
+
+
+def _wandb_settings(args: argparse.Namespace, resolved: dict) -> dict:
+    """``wandb.init``'s arguments: Megatron's --wandb-project / --wandb-exp-name / --wandb-save-dir, the DeepSpeed
+    config's group and team, and the resolved arguments as the run's config."""
+    name = args.wandb_exp_name or (Path(args.save).name if args.save else None)
+    directory = args.wandb_save_dir or (str(Path(args.save) / "wandb") if args.save else None)
+    if directory:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    return {"project": args.wandb_project, "name": name, "dir": directory, "group": args.wandb_group,
+            "entity": args.wandb_entity, "config": resolved}
 
 
 def _last_checkpoint(save: str) -> str:

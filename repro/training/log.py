@@ -5,8 +5,8 @@ per iteration, model TFLOP/s per rank by the paper's formula under Megatron's ke
 (TFLOP/s/GPU)``, tokens/s, MFU, the largest rank's peak memory, learning rate, lm loss, loss scale, grad norm,
 skipped iterations); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL
 file gets one record per iteration (and per validation), appended, so a requeued job continues the same file;
-TensorBoard scalars go to ``tensorboard_dir`` when the ``tensorboard`` package is installed (and are skipped with a
-note otherwise).
+TensorBoard scalars go to ``tensorboard_dir`` and W&B gets the same numbers (``wandb``: ``wandb.init``'s arguments);
+the start check refuses either when its package is not installed.
 """
 
 from __future__ import annotations
@@ -19,11 +19,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
+#: the per-iteration numbers TensorBoard and W&B get (as "lm loss", "learning rate", ...)
+SCALARS = ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_s", "tflops_per_rank", "mfu",
+           "max_memory_mib")
+
+
 class TrainingLog:
     """Rank 0's report of a run (other ranks pass ``enabled=False`` and print nothing)."""
 
     def __init__(self, *, total_iters: int, log_interval: int = 1, jsonl: str | Path | None = None,
-                 tensorboard_dir: str | Path | None = None, enabled: bool = True, stream: TextIO | None = None) -> None:
+                 tensorboard_dir: str | Path | None = None, enabled: bool = True, stream: TextIO | None = None,
+                 wandb: dict[str, Any] | None = None) -> None:
         if not isinstance(log_interval, int) or log_interval < 1:
             raise ValueError(f"log_interval={log_interval!r} must be a positive integer")
         self.total_iters, self.log_interval, self.enabled = total_iters, log_interval, enabled
@@ -34,13 +40,15 @@ class TrainingLog:
         if enabled and jsonl is not None:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
             self._jsonl = open(jsonl, "a", buffering=1)  # noqa: SIM115 - closed in close()
-        if enabled and tensorboard_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                self.print(f"tensorboard is not installed; no TensorBoard scalars are written to {tensorboard_dir}")
-            else:
-                self._tb = SummaryWriter(str(tensorboard_dir))
+        if enabled and tensorboard_dir is not None:  # the start check made sure tensorboard is installed
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(tensorboard_dir))
+        self._wandb = None
+        if enabled and wandb is not None:  # wandb.init(project, name, dir, group, entity, config)
+            import wandb as wandb_module
+
+            self._wandb = wandb_module.init(**{k: v for k, v in wandb.items() if v is not None})
 
     def print(self, line: str) -> None:
         if self.enabled:
@@ -51,16 +59,20 @@ class TrainingLog:
         self._write({"event": kind, "time": time.time(), **fields})
         if self._tb is not None and kind == "validation":
             self._tb.add_scalar("lm loss validation", fields["lm_loss"], fields["iteration"])
+        if self._wandb is not None and kind == "validation":
+            self._wandb.log({"lm loss validation": fields["lm_loss"]}, step=fields["iteration"])
 
     def step(self, record: dict[str, Any]) -> None:
         """One training iteration's numbers (``iteration`` counts from 1 here, as Megatron prints it)."""
         if not self.enabled:
             return
         self._write({"event": "iteration", "time": time.time(), **record})
+        scalars = {key.replace("_", " "): record[key] for key in SCALARS if record.get(key) is not None}
         if self._tb is not None:
-            for key in ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_s", "tflops_per_rank"):
-                if record.get(key) is not None:
-                    self._tb.add_scalar(key.replace("_", " "), record[key], record["iteration"])
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, record["iteration"])
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=record["iteration"])
         self._window.append(record)
         if record["iteration"] % self.log_interval == 0 or record["iteration"] == self.total_iters:
             self.print(self.line(self._window))
@@ -127,6 +139,9 @@ class TrainingLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
 
 
 def arguments_block(values: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 STAGES = (0, 1, 2, 3)
@@ -157,7 +158,8 @@ READ: dict[str, Kind] = {
     "train_micro_batch_size_per_gpu": _batch("sequences per micro-batch"),
     "gradient_accumulation_steps": _batch("micro-batches per step"),
 }
-#: top-level keys accepted and ignored: logging, profiling and DeepSpeed's own I/O library settings
+#: top-level keys accepted and not read here: profiling and DeepSpeed's own I/O library settings, ignored; the
+#: monitor blocks (tensorboard, wandb, csv_monitor, comet) and steps_per_print, read by :func:`deepspeed_logging`
 IGNORED: dict[str, Kind] = {
     "steps_per_print": _how_many("steps"), "wall_clock_breakdown": _bool, "dump_state": _bool,
     "memory_breakdown": _bool,
@@ -260,3 +262,48 @@ def deepspeed_batch(config: Mapping[str, Any]) -> DeepSpeedBatch:
 
     return DeepSpeedBatch(count("train_batch_size"), count("train_micro_batch_size_per_gpu"),
                           count("gradient_accumulation_steps"))
+
+
+@dataclass(frozen=True)
+class DeepSpeedLogging:
+    """What a DeepSpeed config's monitor blocks ask of the trainer's log (None: not asked). DeepSpeed writes
+    TensorBoard events to ``output_path/job_name`` and W&B runs to ``project`` (``group``, ``team``); its
+    ``steps_per_print`` is how often it prints, the trainer's ``--log-interval``."""
+
+    tensorboard_dir: str | None = None
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+    wandb_entity: str | None = None
+    log_interval: int | None = None
+
+
+#: monitor blocks: their keys and the kind of each value
+_MONITOR_KEYS = {"tensorboard": ("enabled", "output_path", "job_name"),
+                 "wandb": ("enabled", "project", "group", "team"), "csv_monitor": ("enabled", "output_path", "job_name")}
+
+
+def deepspeed_logging(config: Mapping[str, Any]) -> DeepSpeedLogging:
+    """The monitor blocks of a config that passed :func:`check_deepspeed_config`: TensorBoard and W&B are honoured
+    (the trainer writes them), an enabled ``csv_monitor`` or ``comet`` is refused (the trainer writes neither;
+    ``--log-jsonl`` is its per-iteration record), never ignored. ValueError names the key and the rule."""
+    blocks = {}
+    for name, keys in _MONITOR_KEYS.items():
+        block = config.get(name, {})
+        _check_block(block, name, {key: (_bool if key == "enabled" else _text) for key in keys})
+        blocks[name] = block if block.get("enabled", False) else {}
+    for name in ("csv_monitor", "comet"):
+        if config.get(name, {}).get("enabled", False):
+            raise ValueError(f"{name}.enabled=true is not supported: the trainer writes every iteration as JSON "
+                             "lines (--log-jsonl), TensorBoard and W&B; drop the block or disable it")
+    board = blocks["tensorboard"]
+    if board and not board.get("output_path"):
+        raise ValueError("tensorboard.enabled=true needs tensorboard.output_path (where the events go, under "
+                         "job_name)")
+    tensorboard_dir = str(Path(board["output_path"]) / board.get("job_name", "DeepSpeedJobName")) if board else None
+    wandb = blocks["wandb"]
+    if wandb and not wandb.get("project"):
+        raise ValueError("wandb.enabled=true needs wandb.project (the W&B project to log to)")
+    steps = config.get("steps_per_print")
+    return DeepSpeedLogging(tensorboard_dir=tensorboard_dir, wandb_project=wandb.get("project"),
+                            wandb_group=wandb.get("group"), wandb_entity=wandb.get("team"),
+                            log_interval=int(steps) if steps is not None else None)

@@ -59,6 +59,12 @@ DS = {
     "ds_clipping_negative": {"gradient_clipping": -1},
     "ds_not_an_object": [],
     "ds_batch_float": {"train_batch_size": 8.0},
+    # the monitor blocks: honoured or refused, never ignored
+    "ds_csv_monitor_enabled": {"csv_monitor": {"enabled": True, "output_path": "logs"}},
+    "ds_comet_enabled": {"comet": {"enabled": True}},
+    "ds_tensorboard_without_path": {"tensorboard": {"enabled": True}},
+    "ds_wandb_without_project": {"wandb": {"enabled": True}},
+    "ds_tensorboard_unknown_key": {"tensorboard": {"enabled": True, "output_dir": "tb"}},
 }
 #: DeepSpeed configs that contradict an option given beside them: name -> (config, options, expected text)
 DS_WITH_OPTIONS = {
@@ -69,6 +75,10 @@ DS_WITH_OPTIONS = {
     "ds_stage_contradicts_option": ({"zero_optimization": {"stage": 1}}, ["--zero-stage", "2"],
                                     "--zero-stage 2 contradicts"),
     "ds_clipping_contradicts_option": ({"gradient_clipping": 0.5}, ["--clip-grad", "1"], "--clip-grad 1.0 contradicts"),
+    "ds_steps_per_print_contradicts_option": ({"steps_per_print": 10}, ["--log-interval", "2"],
+                                              "--log-interval 2 contradicts"),
+    "ds_tensorboard_contradicts_option": ({"tensorboard": {"enabled": True, "output_path": "a"}},
+                                          ["--tensorboard-dir", "b"], "--tensorboard-dir b contradicts"),
 }
 #: DeepSpeed configs written as raw bytes: name -> (bytes, expected text)
 DS_RAW = {
@@ -90,6 +100,9 @@ DS_TEXT = {
     "scheduler is not supported", "ds_bf16_enabled_text": "bf16.enabled='yes'", "ds_fp16_enabled": "enables fp16",
     "ds_clipping_negative": "gradient_clipping=-1", "ds_not_an_object": "must hold a JSON object",
     "ds_batch_float": "train_batch_size=8.0",
+    "ds_csv_monitor_enabled": "csv_monitor.enabled=true is not supported", "ds_comet_enabled": "comet.enabled=true",
+    "ds_tensorboard_without_path": "needs tensorboard.output_path", "ds_wandb_without_project": "needs wandb.project",
+    "ds_tensorboard_unknown_key": "unknown tensorboard keys ['output_dir']",
 }
 
 #: corpora written by hand: name -> (tokens, index fields to set, fields to drop, whole index instead)
@@ -155,6 +168,10 @@ TRAIN_CASES = {
     "train_log_jsonl_below_a_file": (["--log-jsonl", "{file}/log.jsonl"], "{file}/log.jsonl"),
     "train_tensorboard_a_file": (["--tensorboard-dir", "{file}"], "{file}"),
     "train_tensorboard_under_proc": (["--tensorboard-dir", "/proc/repro-tb"], "/proc/repro-tb"),
+    # loggers whose package is missing (each case hides it): one line, not a note and exit 0
+    "train_tensorboard_not_installed": (["--tensorboard-dir", "{dir}/tb"], "--tensorboard-dir needs the package "
+                                        "tensorboard, which is not installed: pip install tensorboard"),
+    "train_wandb_not_installed": (["--wandb-project", "repro"], "--wandb-project needs the package wandb"),
     "train_log_jsonl_full_device": (["--log-jsonl", "/dev/full"], "/dev/full cannot be appended to (the device is "
                                     "full)"),  # was ENOSPC at the first write, a traceback
     "train_save_name_too_long": (["--save", "{dir}/" + "s" * 300 + "/ck"], "the file system allows 255"),
@@ -268,6 +285,14 @@ def test_bad_train_input_exits_2_with_one_line(name, tmp_path, capsys, launch_en
         from repro.training import startcheck
 
         launch_env.setattr(startcheck.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 1000})())
+    if name.endswith("_not_installed"):
+        from repro.training import argcheck
+
+        launch_env.setattr(argcheck, "available", lambda module: False)
+    elif "tensorboard" in str(TRAIN_CASES[name]):  # the file's or the option's tensorboard, where it is absent
+        from repro.training import argcheck
+
+        launch_env.setattr(argcheck, "available", lambda module: True)
     launch_env.setattr(train_cli, "run_fail_fast", lambda *a, **k: pytest.fail(f"{name} was accepted"))
     argv, text = materialise(["train", "--steps", "2", "--layers", "2", *TRAIN_CASES[name][0]],
                              TRAIN_CASES[name][1], tmp_path)
