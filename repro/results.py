@@ -38,12 +38,21 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KEY_COLUMNS = ["experiment", "scale", "point", "run_id", "metric", "value", "unit"]
 
 
+def in_checkout() -> bool:
+    """Whether the code runs from a checkout of the repository (editable install, PYTHONPATH) rather than from an
+    installed wheel, whose parent folder is site-packages."""
+    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "repro").is_dir()
+
+
 def results_dir(override: str | os.PathLike | None = None) -> Path:
-    """``override``, else ``$REPRO_RESULTS_DIR``, else ``results/`` at the repository root."""
+    """``override``, else ``$REPRO_RESULTS_DIR``, else ``results/`` at the repository root in a checkout, else
+    ``results/`` in the current directory (an installed wheel never writes next to site-packages)."""
     if override is not None:
         return Path(override)
     env = os.environ.get(RESULTS_ENV)
-    return Path(env) if env else REPO_ROOT / "results"
+    if env:
+        return Path(env)
+    return REPO_ROOT / "results" if in_checkout() else Path.cwd() / "results"
 
 
 def runs_dir(root: Path) -> Path:

@@ -89,3 +89,19 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkey
     R.git_state.cache_clear()
     commit, _ = R.git_state(tmp_path)
     assert len(commit) == 40
+
+
+def test_results_go_to_the_current_directory_outside_a_checkout(tmp_path, monkeypatch):
+    """Installed from a wheel, the package's parent is site-packages: results never go there (issue 34), but to
+    $REPRO_RESULTS_DIR, else results/ in the current directory; in a checkout, to its results/."""
+    import repro.results as R
+
+    monkeypatch.delenv(R.RESULTS_ENV, raising=False)
+    assert R.in_checkout() and R.results_dir() == R.REPO_ROOT / "results"
+    site = tmp_path / "site-packages"
+    (site / "repro").mkdir(parents=True)
+    monkeypatch.setattr(R, "REPO_ROOT", site)
+    monkeypatch.chdir(tmp_path)
+    assert not R.in_checkout() and R.results_dir() == tmp_path / "results"
+    monkeypatch.setenv(R.RESULTS_ENV, str(tmp_path / "elsewhere"))
+    assert R.results_dir() == tmp_path / "elsewhere"
