@@ -5,7 +5,7 @@ all alike:
 
 * ``off``: no log, no preemption check, no checkpoint;
 * ``defaults``: ``repro train``'s defaults: a log line and a JSONL record every iteration, the preemption check after
-  every step, a checkpoint at the end only (none during these rounds). Goal (issue 12): under 3% over ``off``.
+  every step, a checkpoint at the end only (none during these rounds). Goal: under 3% over ``off``.
 * ``save100``: the defaults plus a checkpoint every 100 iterations (reported, with the seconds one save takes: a save
   writes, fsyncs and hashes the model and Adam states, 3 x 4 bytes per parameter here).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the test suite on the lowest torch pyproject.toml declares and on the newest torch the registry serves,
-# each in a virtual environment of its own (issue 28). The machine's own torch is left as it is.
+# each in a virtual environment of its own. The machine's own torch is left as it is.
 #
 #   scripts/torch_versions.sh                  # floor and newest: one venv each, then python -m pytest -q in each
 #   scripts/torch_versions.sh 2.7.1 2.15.0     # these versions instead

@@ -15,10 +15,10 @@
 # Training: srun starts `python -m repro.training OPTIONS` on every task of the allocation (one rank per task, from
 #   SLURM_PROCID/SLURM_NTASKS), with --save and --load defaulting to <results>/checkpoints/<job name>-<job id>.
 #
-# Preemption (issue 12). SIGUSR1 (#SBATCH --signal=B:USR1@120 two minutes before the time limit, or
+# Preemption. SIGUSR1 (#SBATCH --signal=B:USR1@120 two minutes before the time limit, or
 # `scancel --full --signal=USR1 JOB`) and SIGTERM (the time limit itself) that reach this shell are passed on to the
 # running step: srun hands them to its tasks, and a multi-rank point's torchrun runs under repro.dist.torchrun,
-# which hands them to torchrun's agent, the agent to its workers (issue 27). `scancel --signal=USR1 JOB` (without
+# which hands them to torchrun's agent, the agent to its workers. `scancel --signal=USR1 JOB` (without
 # --full) skips this shell and signals the step's processes directly. A training rank finishes its step, saves and
 # exits 75 (EX_TEMPFAIL, repro.training.preemption.EXIT_PREEMPTED); an experiment point, which keeps no state, stops,
 # and repro.dist.torchrun exits 75 for it (plain torchrun would say 1).

@@ -3,7 +3,7 @@
     python -m repro.dist.torchrun --nproc-per-node 2 -m repro.training --tp 2 --save ckpt --load ckpt
 
 It takes torchrun's own options and runs ``python -m torch.distributed.run`` with them, fixing what plain torchrun
-does to a preemption (issue 27):
+does to a preemption:
 
 * **SIGUSR1 kills torchrun's agent** (exit 138) unless the agent is told to handle it (``--signals-to-handle``,
   added after torch 2.8 by PyTorch PR 160690: 2.13 and 2.15 have it, 2.4 has not), and its ranks go on training,

@@ -37,7 +37,7 @@ RESERVED_ROW_KEYS = ("experiment", "scale", "point", "run_id", "provenance")
 VERDICTS = ("reproduced", "differs", "consistent", "inconsistent", "same quantity", "not counted", "not decidable",
             "not run", "needs GPU")
 
-#: What kind of evidence a claim row is, decided by the code that produces it (issues 13 and 26):
+#: What kind of evidence a claim row is, decided by the code that produces it:
 #:
 #: * ``measured``: measured by this suite (CPU or GPU; the device is in the rows' provenance);
 #: * ``simulated``: computed by one of the suite's simulators (GNA tile simulator, T3 GPU model, pipeline timeline);

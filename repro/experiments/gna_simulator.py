@@ -15,7 +15,7 @@ printed values. Table 5's two WSA rows (stride = window) differ: their printed s
 op-level speedups near 2.0x and 6.5-6.6x, which no worst-tile count with these tile shapes gives (we get 2.4x and
 6.7x).
 
-Evidence (issue 26), decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
+Evidence, decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
 stored in the row's ``evidence``): the token grids, windows, strides, diffusion steps and Table 1 shares are the
 paper's printed numbers (held as :class:`repro.paper.PaperNumber`), so sparsity, the FLOP-wise bounds, Amdahl of
 them, the GNA share and its limit are the paper's own arithmetic (``consistency``), even where the suite counts

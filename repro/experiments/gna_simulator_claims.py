@@ -68,7 +68,7 @@ def _evidence(row) -> str:
     evidence = row.get("evidence")
     if not isinstance(evidence, str):
         raise ValueError(f"gna_simulator row {row['metric']} ({row.get('claim_id')}) of run {row.get('run_id')} has no "
-                         f"evidence class: written before rows carried it (issue 26); rerun `repro run gna_simulator "
+                         f"evidence class: written before rows carried it; rerun `repro run gna_simulator "
                          f"--scale {row.get('scale', 'ci')}`")
     return evidence
 

@@ -1,6 +1,5 @@
 """GNA on a GPU: compiled FlexAttention with the GNA block mask against the fastest dense SDPA backend of the device,
-at the paper's FLUX, HunyuanVideo and Cosmos shapes (GNA §4, Tables 2-5), beside the tile simulator's bound (issues 11
-and 25).
+at the paper's FLUX, HunyuanVideo and Cosmos shapes (GNA §4, Tables 2-5), beside the tile simulator's bound.
 
 Every configuration of Tables 2-4 (and Table 5's two window-self-attention rows) is a point, forward and
 forward + backward: token grid, window and stride from :mod:`repro.experiments.gna_simulator`; query / KV tiles as

@@ -121,13 +121,13 @@ NOTES = {
 }
 #: Text claims that restate a Fig. 5 bar or the headline: checked on the bar's row.
 ALIASES = {"fig5_eff_mp_8gpu": ("eff_8way_mp_text",), "fig5_eff_mpdp_512gpu": ("eff_512gpu_text", "eff_abstract")}
-#: Claims that state a quantity another claim counts (issue 26): the 512-GPU run's restatements point to its Fig. 5
+#: Claims that state a quantity another claim counts: the 512-GPU run's restatements point to its Fig. 5
 #: bar, and so does the 15.1 PFLOP/s: the model's 512-GPU throughput is its 512-GPU efficiency x 512 x the fitted
 #: 39 TFLOP/s baseline, one prediction in another unit. The 512-GPU run counts once, as the bar. (The text's 77 %
 #: restates a fit input: "not counted" like the bar, nothing to count twice.)
 SAME_QUANTITY = {**{alias: "fig5_eff_mpdp_512gpu" for alias in ALIASES["fig5_eff_mpdp_512gpu"]},
                  "sustained_pflops_512": "fig5_eff_mpdp_512gpu"}
-#: Evidence class per row metric (issue 13); model rows are ``predicted`` unless their claim is in FITTED.
+#: Evidence class per row metric; model rows are ``predicted`` unless their claim is in FITTED.
 EVIDENCE_OF_METRIC = {"config": "configuration", "tokens_per_epoch": "consistency",
                       "tflops_from_epoch_time": "consistency", "efficiency_from_sustained": "consistency"}
 

@@ -12,7 +12,7 @@ the stages' measured idle share next to the 1F1B bubble (p-1)/(m+p-1).
 The 530B model itself (8 x 35 x 8 on 2240 A100s) needs GPUs: its throughput claims are marked "needs GPU" here;
 its layout arithmetic (GPUs per replica, dp per node count) is computed with the same rank grid the tiny run uses.
 That grid is built from the paper's printed tp, pp, GPUs per node and node counts alone, so its rows are the paper's
-own arithmetic (evidence ``consistency``, issue 26), as ``mtnlg_layout``'s rows of the same quantities are.
+own arithmetic (evidence ``consistency``), as ``mtnlg_layout``'s rows of the same quantities are.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def layout_rows() -> list[dict]:
 
 
 def _layout_evidence(row) -> str:
-    """The evidence class of a layout row: the one it carries; rows written before issue 26 carry none, and since
-    the layout rows depend on nothing the run measured, the class :func:`layout_rows` gives the same row now."""
+    """The evidence class of a layout row: the one it carries; older rows have none, and since the layout rows
+    depend on nothing the run measured, the class :func:`layout_rows` gives the same row now."""
     evidence = row.get("evidence")
     if isinstance(evidence, str) and evidence:
         return evidence

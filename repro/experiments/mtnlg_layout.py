@@ -8,7 +8,7 @@ Also emitted: the configuration the suite runs (layers, hidden, heads, sequence,
 ``repro.experiments.mtnlg_3d_tiny``), and the paper's derived quantities: GPUs = tp x pp x dp, bytes per parameter
 of mixed-precision Adam, tokens per step, tokens per parameter.
 
-Evidence (issue 26), decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
+Evidence, decided where each row is computed from what its inputs are (:func:`repro.paper.evidence_from`,
 stored in the row's ``evidence``): the layout (tp 8, pp 35, 8 GPUs per node, the node counts) and the model's shape
 are the paper's printed numbers, so the layout, the closed-form parameter count and what follows from them (model
 state, tokens per parameter, TFLOP/s from the paper's iteration time) are the paper's own arithmetic
@@ -160,8 +160,8 @@ NOTES = {
 
 
 def _evidence(row) -> str:
-    """The class the row carries; rows written before issue 26 carry none: then the class the same row gets now
-    (:func:`static_rows` depend on nothing the run computed; the model's rows on their node count)."""
+    """The class the row carries; older rows have none: then the class the same row gets now (:func:`static_rows`
+    depend on nothing the run computed; the model's rows on their node count)."""
     evidence = row.get("evidence")
     if isinstance(evidence, str) and evidence:
         return evidence

@@ -10,7 +10,7 @@ The models are built on torch's ``meta`` device, so even the 530B model costs no
 count is the real module tree, not the formula again. Megatron pads the 50,257-token GPT-2 vocabulary to a
 multiple of 128 x 8 = 1024 for 8-way model parallelism (sec. 5.1), i.e. V = 51,200.
 
-Evidence (issue 26), decided from each row's inputs (:func:`repro.paper.evidence_from`, stored in the row's
+Evidence, decided from each row's inputs (:func:`repro.paper.evidence_from`, stored in the row's
 ``evidence``): a parameter count of an instantiated module is ``derived`` (the suite built it); the padded vocabulary
 (50,257, 128 and 8, all printed in sec. 5.1), hidden size per head (both printed) and ZeRO Table 4's 12 L h^2 on its
 printed layers and hidden size are the paper's own arithmetic (``consistency``). A model's count stated twice (printed
@@ -95,7 +95,7 @@ def padded_vocab_row() -> dict:
 
 
 def counted_claims() -> dict[str, str]:
-    """Claim id -> the claim that counts the same parameter count (issue 26: one quantity counts once). A model's
+    """Claim id -> the claim that counts the same parameter count (one quantity counts once). A model's
     count is stated printed (``t1_1p2B_params``: 1.2, MT-NLG's ``params``: 530) and recomputed by the claims table
     (``t1_1p2B_params_recomputed``: 1.213); Table 2's 2.5B and 8.3B have Table 1's layers, hidden size and sequence
     length (the count does not depend on the heads), so their recomputed counts are the same numbers. The first
@@ -118,8 +118,8 @@ def _count_claims(paper: str, prefix: str) -> tuple[str, ...]:
 
 
 def _evidence(rows, metric: str, model: str, fresh: dict) -> str:
-    """The class the row carries; rows written before issue 26 carry none: then the class the same row gets now
-    (``fresh``: the padded vocabulary and ZeRO's 12 L h^2 depend on no module the run built)."""
+    """The class the row carries; older rows have none: then the class the same row gets now (``fresh``: the padded
+    vocabulary and ZeRO's 12 L h^2 depend on no module the run built)."""
     hit = rows[(rows["metric"] == metric) & (rows["model"] == model)]
     evidence = hit["evidence"].iloc[0] if len(hit) and "evidence" in hit else None
     return evidence if isinstance(evidence, str) and evidence else fresh["evidence"]

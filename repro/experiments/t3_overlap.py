@@ -15,7 +15,7 @@ collectives run on DMA engines with near-memory reduction (NMC) and memory-contr
 exists on a CPU, where gloo's threads compete with the GEMMs for the same cores; those claims are mapped by
 ``t3_simulator`` (an analytic model of that GPU, which also predicts these CPU measurements), and this experiment
 maps only ``sublayers``: the list of sublayers T3 evaluates, which is the list this suite was built to overlap, so it
-is ``configuration`` (shown, never counted, issue 26); its note says whether each is exact and timed here. The
+is ``configuration`` (shown, never counted); its note says whether each is exact and timed here. The
 "paper" scale is the fuller CPU sweep (tp = 2 and 4, two hidden sizes, 2/4/8 chunks), not T3's TP = 8-32 GPU
 configurations.
 """

@@ -14,7 +14,7 @@ share in the attention kernels between the QKV and output projections, for BERT-
 Evidence: three constants are fitted (``t3sim.fit``): the CUs' GEMM rate on ``ideal_overlap_geomean``, the HBM
 share of interleaved streams on ``t3_geomean``, the CUs' collective throughput on ``cu_split_8cu_ar_slowdown``;
 those rows are ``fitted``, and so is any other statistic over the same set of values (``FITTED_SETS``: the maximum
-of the 16 sublayer speedups whose geomean the fit set, ``ideal_overlap_max`` and ``t3_max``, issue 26). Rows a
+of the 16 sublayer speedups whose geomean the fit set, ``ideal_overlap_max`` and ``t3_max``). Rows a
 fitted constant enters are ``predicted``; data movement and the NMC reduce-scatter
 (no fitted constant enters) are ``simulated``; closed-form byte counts are ``derived``; the GPU's settings are
 ``configuration``. Tolerances, one rule for all: 5 percentage points for a quantity in %, 10 % for one in x (T3's

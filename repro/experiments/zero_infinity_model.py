@@ -3,7 +3,7 @@
 zero_infinity_2021 rows of paper_claims.csv. The formulas come from a secondary transcription of the paper
 (rows marked ``secondary``); the abstract's numbers (25 PF, 40 % of peak, 800 GPUs) are primary.
 
-Evidence (issue 26), decided where each row is computed, from what its inputs are (:func:`repro.paper.evidence_from`,
+Evidence, decided where each row is computed, from what its inputs are (:func:`repro.paper.evidence_from`,
 stored in the row's ``evidence``): the 70 TFLOP/s peak, the 50 % target, batch 1 and sequence 1024, hidden 2K and 8K,
 2 GB/s and 3 GB/s, 25 PF on 512 GPUs at 40 % are numbers the paper prints, held here as
 :class:`repro.paper.PaperNumber`, so the bandwidth and efficiency rows and the abstract's arithmetic are the paper's
@@ -169,7 +169,7 @@ def _evidence(row) -> str:
     evidence = row.get("evidence")
     if not isinstance(evidence, str):
         raise ValueError(f"zero_infinity_model row {row.get('claim_id')} of run {row.get('run_id')} has no evidence "
-                         f"class: written before rows carried it (issue 26); rerun `repro run zero_infinity_model "
+                         f"class: written before rows carried it; rerun `repro run zero_infinity_model "
                          f"--scale {row.get('scale', 'ci')}`")
     return evidence
 

@@ -14,7 +14,7 @@ activation checkpoints against Megatron-LM's (sec 8, SC20 sec VII-C), sec 1's N_
 1T at N_d = 1024 and sec 9's 1T vs BERT-Large compute. Four of the paper's activation numbers differ from the
 stated formulas (sec 3.2's 8 GB with checkpointing, the 100B model's 60 GB and 33 GB / 2 GB): see the notes.
 
-Evidence (issue 26), decided where each row is computed, from what its inputs are (:func:`repro.paper.evidence_from`,
+Evidence, decided where each row is computed, from what its inputs are (:func:`repro.paper.evidence_from`,
 stored in the row's ``evidence``): the model sizes, N_d, MP degrees, the 32 GB V100, K = 12, the GPT-2 1.5B and
 100B configurations (Table 4) and the batch and sequence lengths of sec 3.2 / 6.1 are numbers the paper prints, held
 here as :class:`repro.paper.PaperNumber`; every row of this module is the paper's formulas evaluated on them, so
@@ -259,7 +259,7 @@ def _evidence(row) -> str:
     evidence = row.get("evidence")
     if not isinstance(evidence, str):
         raise ValueError(f"zero_memory_tables row {row.get('claim_id')} of run {row.get('run_id')} has no evidence "
-                         f"class: written before rows carried it (issue 26); rerun `repro run zero_memory_tables "
+                         f"class: written before rows carried it; rerun `repro run zero_memory_tables "
                          f"--scale {row.get('scale', 'ci')}`")
     return evidence
 

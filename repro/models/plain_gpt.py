@@ -1,7 +1,7 @@
 """A plain single-device GPT (``nn.Linear``, fused SDPA attention, ``F.cross_entropy``): the speed reference.
 
 The GPU experiments measure repro's tensor-parallel GPT against this model, compiled with ``torch.compile``, on the
-same configuration, batch and precision in the same run (issue 11: the 1-GPU baseline must reach >= 0.95x its
+same configuration, batch and precision in the same run (the 1-GPU baseline must reach >= 0.95x its
 tokens/s). It has the same architecture and parameter count as :class:`repro.models.gpt.GPTModel` at tp=1 (pre-LN,
 learned positions, tied output embedding, tanh-GeLU), and nothing parallel, so it is what a user would write for one
 GPU. Not used for parity: :mod:`repro.models.reference` is the slow, obvious reference.

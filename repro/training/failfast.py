@@ -1,4 +1,4 @@
-"""Make a multi-process job die as a whole when one rank dies, instead of hanging (issue 7: within 60 s).
+"""Make a multi-process job die as a whole when one rank dies, instead of hanging (within 60 s).
 
 Under ``repro.dist.spawn`` (and torchrun's single-node agent) a parent kills the surviving ranks. Under srun
 without ``--kill-on-bad-exit``, or ranks started by hand, nobody does; the survivors must notice by themselves:

@@ -8,7 +8,7 @@ only some ranks), a checkpoint is written, and the process exits with :data:`EXI
 file sees that code and requeues the job, which resumes from the checkpoint with the same job id and appends to the
 same log (``--open-mode=append``).
 
-Under torchrun (issue 27) two things stand between a rank's 75 and the batch script: an agent killed by a signal it
+Under torchrun two things stand between a rank's 75 and the batch script: an agent killed by a signal it
 does not handle (SIGUSR1, before ``--signals-to-handle``) would leave its ranks training, orphaned, so each rank asks
 the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``) and stops like any preempted rank; and the agent
 reports a rank's 75 as its own exit code 1, so a rank that stops writes the file ``REPRO_PREEMPTED_FILE`` names,

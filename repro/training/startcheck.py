@@ -1,4 +1,4 @@
-"""What ``repro train`` checks on every rank before it starts a process group or takes a step (issue 27).
+"""What ``repro train`` checks on every rank before it starts a process group or takes a step.
 
 A bad value found at step 1,000 costs the hours before it; one found by an allocator or a ``timedelta`` is a
 traceback. So before anything runs, each rank checks, and refuses in one line naming the value and the rule:

@@ -1,4 +1,4 @@
-"""Catch a rank that hangs anywhere (a step, a save, a load, an evaluation) and say which rank and where (issue 27).
+"""Catch a rank that hangs anywhere (a step, a save, a load, an evaluation) and say which rank and where.
 
 A rank that another rank waits for can stop making progress in two ways: it is stopped or dead (SIGSTOP, a frozen
 node) or it is alive but stuck (a deadlock, a collective that the others never join). A stopped rank cannot say so
