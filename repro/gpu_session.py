@@ -190,10 +190,11 @@ def write_provenance(path: Path) -> dict:
 
     from repro.dist.device import describe
     from repro.experiments.machine_fit import available_memory_gib, gpu_count
+    from repro.machine import cpu_count
 
     gpus, standin = gpu_count()
     info: dict = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-                  "cpus": os.cpu_count(), "memory_available_gib": round(available_memory_gib(), 1),
+                  "cpus": cpu_count(), "memory_available_gib": round(available_memory_gib(), 1),
                   "gpus": gpus, "standin": standin}
     try:
         import triton  # type: ignore[import-not-found]

@@ -20,16 +20,11 @@ class NeedsGPU(RuntimeError):
 
 
 def available_memory_gib() -> float:
-    """MemAvailable from /proc/meminfo (what can be allocated without swapping), in GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    pages = os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**30 if pages else float("inf")
+    """What can be allocated on this machine now, in GiB: :func:`repro.machine.host_memory` (MemAvailable, capped by
+    a container's memory limit, which a local run meets before the host's)."""
+    from repro.machine import host_memory_gib
+
+    return host_memory_gib()
 
 
 def check_memory(

@@ -29,20 +29,10 @@ def _config(size: dict, params: dict):
 
 
 def _host_available_bytes(ranks_here: int) -> float:
-    """This rank's share of the host memory that can be allocated now: MemAvailable, bounded by the cgroup."""
-    from repro.experiments.resources import available_memory_gib
+    """This rank's share of the host memory that can be allocated now (:func:`repro.machine.host_memory`)."""
+    from repro.machine import host_memory
 
-    available = available_memory_gib() * 2**30
-    try:
-        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as handle:
-            limit = handle.read().strip()
-        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as handle:
-            current = int(handle.read().strip())
-        if limit != "max":
-            available = min(available, int(limit) - current)
-    except (OSError, ValueError):
-        pass
-    return available / max(ranks_here, 1)
+    return host_memory()[0] / max(ranks_here, 1)
 
 
 def _free(device: torch.device) -> None:

@@ -117,40 +117,19 @@ def model_config(args: argparse.Namespace):
 def available_bytes(device: str, local_rank: int) -> tuple[int, str]:
     """(bytes this rank may allocate on ``device``, where the number comes from).
 
-    CUDA: the free memory of the rank's GPU (``torch.cuda.mem_get_info``). CPU: MemAvailable of /proc/meminfo (or
-    the free pages from ``os.sysconf``), capped by the cgroup's memory.max, shared by the LOCAL_WORLD_SIZE ranks
-    of this machine."""
+    CUDA: the free memory of the rank's GPU (``torch.cuda.mem_get_info``). CPU: the machine's probe
+    (:func:`repro.machine.host_memory`: MemAvailable capped by a container's limit), shared by the LOCAL_WORLD_SIZE
+    ranks of this machine."""
     if device == "cuda":
         import torch
 
         free, _ = torch.cuda.mem_get_info(local_rank)
         return free, f"free on cuda:{local_rank}"
-    free, source = _meminfo_available()
-    limit = _cgroup_room()
-    if limit is not None and limit < free:
-        free, source = limit, "the cgroup's memory.max less memory.current"
+    from repro.machine import host_memory
+
+    free, source = host_memory()
     ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return free // ranks, source + (f", shared by {ranks} ranks" if ranks > 1 else "")
-
-
-def _meminfo_available() -> tuple[int, str]:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free pages (os.sysconf)"
-
-
-def _cgroup_room() -> int | None:
-    """Bytes left under a cgroup v2 memory limit, or None when there is none."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-    except (OSError, ValueError):
-        return None
-    return None if limit == "max" else max(0, int(limit) - used)
 
 
 def parameters_per_rank(config, *, tp: int, pp: int) -> int:
