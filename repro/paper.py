@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from repro.assets import paper_dir
 from repro.results import REPO_ROOT
 
-PAPER_DIR = REPO_ROOT / "results" / "paper"
+PAPER_DIR = paper_dir()
 CLAIMS_FILE = PAPER_DIR / "paper_claims.csv"
 SHARED_CLAIMS = REPO_ROOT.parent / "shared" / "paper_claims.csv"
 COLUMNS = ["paper", "claim_id", "quantity", "setting", "value", "unit", "source", "verbatim_or_derived", "notes"]

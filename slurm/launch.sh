@@ -57,9 +57,11 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
 fi
 
 ROOT="${REPRO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}"
-[ -d "$ROOT/repro" ] || die "REPRO_ROOT=$ROOT is not a repro checkout (no repro/ there); submit from the checkout or set REPRO_ROOT"
-cd "$ROOT"
 PY="${REPRO_PYTHON:-python3}"
+# a checkout, or (repro installed from a wheel) the folder that holds slurm/ and results/
+[ -d "$ROOT/repro" ] || "$PY" -c "import repro" 2>/dev/null \
+  || die "REPRO_ROOT=$ROOT is not a repro checkout (no repro/ there) and $PY cannot import repro; submit from the checkout, set REPRO_ROOT, or install repro"
+cd "$ROOT"
 DEVICE_REQ="${REPRO_DEVICE:-auto}"
 LAUNCHER="${REPRO_LAUNCHER:-torchrun}"
 case "$DEVICE_REQ" in auto|cpu|cuda) ;; *) die "REPRO_DEVICE=$DEVICE_REQ must be auto, cpu or cuda" ;; esac

@@ -19,13 +19,14 @@ repository, since Slurm opens the log before the script runs and does not create
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from repro.experiments.base import SCALES, Experiment
 from repro.experiments.resources import Overrides, cpu_scale_of, envelope, format_time, jobs_for
-from repro.results import REPO_ROOT
+from repro.assets import launcher, slurm_dir
 
-SLURM_DIR = REPO_ROOT / "slurm"
+SLURM_DIR = slurm_dir()
 
 #: Requeue instead of failing when preempted; SIGUSR1 to the batch shell (``B:``) 120 s before the time limit, which
 #: launch.sh passes on to the step (a training saves and exits 75, launch.sh runs ``scontrol requeue``); a requeued
@@ -121,4 +122,8 @@ def write(experiment: Experiment, slurm_dir: Path = SLURM_DIR, *, overwrite: boo
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(experiment), encoding="utf-8")
     path.chmod(0o755)
+    launch = slurm_dir / "launch.sh"
+    if not launch.exists():  # installed from a wheel: the batch file runs ./slurm/launch.sh, the wheel's copy
+        shutil.copyfile(launcher(), launch)
+        launch.chmod(0o755)
     return path

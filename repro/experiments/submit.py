@@ -39,7 +39,8 @@ from typing import Sequence
 from repro.experiments.base import Experiment
 from repro.experiments.resources import Job, Overrides, jobs_for, parse_overrides
 from repro.experiments.sbatch import SLURM_DIR, log_name, sbatch_path, write
-from repro.results import REPO_ROOT, results_dir
+from repro.assets import project_root
+from repro.results import results_dir
 
 
 class SlurmMissing(RuntimeError):
@@ -173,8 +174,9 @@ def submit(job: Plan, *, env: dict[str, str] | None = None) -> str:
     """Run sbatch; return the job id. Environment: REPRO_ROOT is set to this checkout; CPU runs of GPU points
     need REPRO_DEVICE=cpu in ``env``."""
     require("sbatch")
-    full_env = {**os.environ, "REPRO_ROOT": str(REPO_ROOT), **(env or {})}
-    proc = subprocess.run(list(job.argv), capture_output=True, text=True, env=full_env, cwd=REPO_ROOT, timeout=60)
+    root = project_root()
+    full_env = {**os.environ, "REPRO_ROOT": str(root), **(env or {})}
+    proc = subprocess.run(list(job.argv), capture_output=True, text=True, env=full_env, cwd=root, timeout=60)
     if proc.returncode != 0:
         raise SubmitError(f"sbatch refused the job ({' '.join(job.argv)}): {proc.stderr.strip()}")
     return proc.stdout.strip().split(";")[0]
