@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 import venv
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from repro.results import REPO_ROOT
 
 
 def test_every_package_folder_is_listed():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     listed = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(p.parent.relative_to(REPO_ROOT).parts) for top in ("repro", "evals")
                for p in (REPO_ROOT / top).rglob("__init__.py")}
