@@ -63,9 +63,11 @@ def cmd_count(args) -> list[dict]:
     return rows
 
 
-CHECKPOINT_HELP = ("checkpoint directory, format detected: repro (repro_checkpoint.json), Hugging Face GPT-2 "
-                   "(config.json + weights) or Megatron-LM in its own format (latest_checkpointed_iteration.txt, "
-                   "release/ or iter_*/ with mp_rank_XX[_YYY]/model_optim_rng.pt tp/pp shards)")
+CHECKPOINT_HELP = ("checkpoint directory, format detected: repro (repro_checkpoint.json), repro train's (its --save "
+                   "directory, or one iter_N/ with manifest.json and trainer.json, at any tp x pp x dp layout), "
+                   "Hugging Face GPT-2 (config.json + weights) or Megatron-LM in its own format "
+                   "(latest_checkpointed_iteration.txt, release/ or iter_*/ with mp_rank_XX[_YYY]/model_optim_rng.pt "
+                   "tp/pp shards)")
 
 
 def _device(args):

@@ -44,7 +44,7 @@ def trained(data_dir, tmp_path_factory) -> Path:
 
 
 def test_the_harness_evaluates_what_repro_train_saved(trained, data_dir, tmp_path):
-    for task in (["lambada", "--limit", "8"], ["wikitext", "--limit", "1"]):
+    for task in (["lambada", "--limit", "8"], ["wikitext", "--limit", "1", "--max-tokens", "2000"]):
         done = _run("-m", "evals", "--data-dir", str(data_dir), "--results-dir", str(tmp_path), task[0],
                     "--checkpoint", str(trained), *task[1:])
         assert "perplexity" in done.stdout, done.stdout
