@@ -51,7 +51,7 @@ import torch
 
 from evals.checkpoints import LoadedState, files_sha256
 from evals.megatron_files import (  # noqa: F401 - re-exported: the format's files and errors
-    _RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, _first_file, _subdirs,
+    RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, first_file, subdirs,
     is_megatron_checkpoint, iteration_dir,
     load_file, shard_files,
 )
@@ -107,7 +107,7 @@ def _parallel_sizes(directory: Path, args: argparse.Namespace | None) -> tuple[i
         pp = getattr(args, "pipeline_model_parallel_size", None) or 1
         if tp:
             return int(tp), int(pp)
-    ranks = [m.groups() for m in (_RANK_DIR.match(p.name) for p in _subdirs(directory)) if m]
+    ranks = [m.groups() for m in (RANK_DIR.match(p.name) for p in subdirs(directory)) if m]
     tp = 1 + max(int(t) for t, _ in ranks)
     pp = 1 + max((int(p) for _, p in ranks if p is not None), default=0)
     return tp, pp
@@ -246,7 +246,7 @@ def read_megatron(path: str | Path, *, expect: str = "gpt",
         raise MegatronCheckpointError(f"Megatron checkpoints convert to 'gpt' or 'bert' models, not {expect!r}")
     overrides = dict(overrides or {})
     directory = iteration_dir(path)
-    first = load_file(_first_file(directory))
+    first = load_file(first_file(directory))
     args = first.get("args")
     if args is not None and not isinstance(args, argparse.Namespace):
         raise MegatronCheckpointError(f"{str(directory)!r}: 'args' is a {type(args).__name__}, not a Namespace")

@@ -23,7 +23,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILE = "model_optim_rng.pt"
 #: Classes a Megatron checkpoint may construct beyond tensors and plain containers.
 SAFE_GLOBALS = (argparse.Namespace,)
-_RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
+RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
 
 
 @contextlib.contextmanager
@@ -47,10 +47,10 @@ class MegatronCheckpointError(ValueError):
 def is_megatron_checkpoint(path: str | Path) -> bool:
     """A Megatron checkpoint root (with the tracker file) or an iteration directory holding ``mp_rank_*`` folders."""
     path = Path(path)
-    return (path / TRACKER).is_file() or any(_RANK_DIR.match(p.name) for p in _subdirs(path))
+    return (path / TRACKER).is_file() or any(RANK_DIR.match(p.name) for p in subdirs(path))
 
 
-def _subdirs(path: Path) -> list[Path]:
+def subdirs(path: Path) -> list[Path]:
     try:
         return [p for p in path.iterdir() if p.is_dir()]
     except OSError:
@@ -62,7 +62,7 @@ def iteration_dir(path: str | Path) -> Path:
     path = Path(path)
     tracker = path / TRACKER
     if not tracker.is_file():
-        if any(_RANK_DIR.match(p.name) for p in _subdirs(path)):
+        if any(RANK_DIR.match(p.name) for p in subdirs(path)):
             return path
         raise MegatronCheckpointError(f"{str(path)!r} is not a Megatron checkpoint: neither {TRACKER} nor "
                                       "mp_rank_XX folders are in it")
@@ -118,7 +118,7 @@ def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:
     return [[directory / f"mp_rank_{t:02d}_{p:03d}" / SHARD_FILE for p in range(pp)] for t in range(tp)]
 
 
-def _first_file(directory: Path) -> Path:
+def first_file(directory: Path) -> Path:
     for name in ("mp_rank_00", "mp_rank_00_000"):
         if (directory / name / SHARD_FILE).is_file():
             return directory / name / SHARD_FILE

@@ -130,7 +130,7 @@ def validate_experiment(experiment: object) -> list[str]:
     return problems
 
 
-def _declared(module: ModuleType) -> list[Experiment]:
+def declared_experiments(module: ModuleType) -> list[Experiment]:
     found: list = []
     if hasattr(module, "EXPERIMENT"):
         found.append(module.EXPERIMENT)
@@ -139,7 +139,7 @@ def _declared(module: ModuleType) -> list[Experiment]:
     return found
 
 
-def _load_extra(spec: str) -> ModuleType:
+def load_extra_experiments(spec: str) -> ModuleType:
     """Import ``spec``: a dotted module name or a path to a ``.py`` file."""
     if spec.endswith(".py"):
         path = Path(spec).resolve()
@@ -173,8 +173,8 @@ def discover(package: str = "repro.experiments", extra: Iterable[str] | None = N
     sources += [(spec, True) for spec in extra]
     for source, is_extra in sources:
         try:
-            module = _load_extra(source) if is_extra else importlib.import_module(source)
-            declared = _declared(module)
+            module = load_extra_experiments(source) if is_extra else importlib.import_module(source)
+            declared = declared_experiments(module)
         except Exception:  # noqa: BLE001 - one broken module must not hide the others
             reg.errors[source] = traceback.format_exc()
             continue

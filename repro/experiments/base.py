@@ -151,9 +151,10 @@ EXTRA_MODULE_PREFIX = "_repro_extra_"
 
 def _experiment_from_file(path: str, name: str) -> "Experiment":
     """The experiment ``name`` declared by the ``.py`` file at ``path`` (how such an experiment is unpickled)."""
-    from repro.experiments import _declared, _load_extra  # the registry imports this module: import when called
+    # the registry imports this module: import when called
+    from repro.experiments import declared_experiments, load_extra_experiments
 
-    for experiment in _declared(_load_extra(path)):
+    for experiment in declared_experiments(load_extra_experiments(path)):
         if experiment.name == name:
             return experiment
     raise ValueError(f"{path} declares no experiment named {name!r}")

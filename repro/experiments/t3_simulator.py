@@ -50,8 +50,8 @@ from __future__ import annotations
 
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.experiments.t3_simulator_claims import (  # noqa: F401 - claims and FITTED_SETS are re-exported
-    CPU_REPEATS, FITTED_SETS, PAPER, PCT_RELATIVE, PCT_TOLERANCE, SCHEDULES, X_TOLERANCE, _MAPPED, _class_of,
-    _pct, _pct_geomean, _sel, claims,
+    CPU_REPEATS, FITTED_SETS, PAPER, PCT_RELATIVE, PCT_TOLERANCE, SCHEDULES, X_TOLERANCE, MAPPED, class_of,
+    pct, pct_geomean, select_rows, claims,
 )
 from repro.overlap.t3sim import cu_split, fit, simulate_sublayer
 from repro.overlap.t3sim.endtoend import attention_core_share, layer_times
@@ -66,7 +66,7 @@ def _sublayer_rows(gpu, fitted, model, tp, name, *, device: str) -> list[dict]:
     common = dict(model=model.name, tp=tp, sublayer=name, group=model.group, gpu=device)
     rows = [dict(metric="time_us", value=getattr(r, f"{s}_s") * 1e6, unit="us", schedule=s, **common)
             for s in ("sequential", *SCHEDULES)]
-    rows += [dict(metric="speedup_pct", value=_pct(r.speedup(s)), unit="%", schedule=s, **common) for s in SCHEDULES]
+    rows += [dict(metric="speedup_pct", value=pct(r.speedup(s)), unit="%", schedule=s, **common) for s in SCHEDULES]
     if device != "T3":
         return rows
     ideal_nmc = max(r.gemm_s, r.rs_nmc_s) + r.ag_s
@@ -74,8 +74,8 @@ def _sublayer_rows(gpu, fitted, model, tp, name, *, device: str) -> list[dict]:
         dict(metric="time_us", value=r.gemm_s * 1e6, unit="us", schedule="gemm", **common),
         dict(metric="time_us", value=r.rs_s * 1e6, unit="us", schedule="rs", **common),
         dict(metric="time_us", value=r.ag_s * 1e6, unit="us", schedule="ag", **common),
-        dict(metric="nmc_rs_speedup_pct", value=_pct(r.rs_s / r.rs_nmc_s), unit="%", **common),
-        dict(metric="nmc_ideal_gain_pct", value=_pct(r.ideal_s / ideal_nmc), unit="%", **common),
+        dict(metric="nmc_rs_speedup_pct", value=pct(r.rs_s / r.rs_nmc_s), unit="%", **common),
+        dict(metric="nmc_ideal_gain_pct", value=pct(r.ideal_s / ideal_nmc), unit="%", **common),
         dict(metric="rs_reads_ratio", value=r.rs_read_bytes / r.t3_rs_read_bytes, unit="x", **common),
         dict(metric="gemm_reads_ratio", value=r.gemm_read_bytes / r.gemm_read_bytes, unit="x", **common),
         dict(metric="writes_reduction_pct",
@@ -87,9 +87,9 @@ def _sublayer_rows(gpu, fitted, model, tp, name, *, device: str) -> list[dict]:
         split = cu_split(gpu, sub, ar_cus=cus, cu_bytes_per_cycle=fitted.cu_bytes_per_cycle)
         rows += [
             dict(metric="cu_split_speedup", value=split.speedup, unit="x", ar_cus=cus, **common),
-            dict(metric="cu_split_ar_slowdown_pct", value=_pct(split.allreduce_split_s / split.allreduce_s),
+            dict(metric="cu_split_ar_slowdown_pct", value=pct(split.allreduce_split_s / split.allreduce_s),
                  unit="%", ar_cus=cus, **common),
-            dict(metric="cu_split_gemm_slowdown_pct", value=_pct(split.gemm_split_s / split.gemm_s), unit="%",
+            dict(metric="cu_split_gemm_slowdown_pct", value=pct(split.gemm_split_s / split.gemm_s), unit="%",
                  ar_cus=cus, **common),
         ]
     rows.append(dict(metric="cu_split_ideal", value=split.ideal_speedup, unit="x", **common))
@@ -106,7 +106,7 @@ def _layer_rows(gpu, fitted, *, gemm_speed: float = 1.0) -> list[dict]:
                 common = dict(model=model.name, tp=tp, mode=mode, group=model.group, gemm_speed=gemm_speed)
                 rows.append(dict(metric="comm_share_pct", value=100 * times.comm_share, unit="%", **common))
                 if gemm_speed == 1.0:
-                    rows += [dict(metric="e2e_speedup_pct", value=_pct(times.speedup(s)), unit="%", schedule=s,
+                    rows += [dict(metric="e2e_speedup_pct", value=pct(times.speedup(s)), unit="%", schedule=s,
                                   **common) for s in SCHEDULES]
     return rows
 
@@ -212,7 +212,7 @@ def figure(rows, paper_claims, out_dir):
 
     from repro.figures.common import caption, rows_provenance, save_figure
 
-    sel = _sel(rows, metric="speedup_pct", gpu="T3", group="small") if rows is not None and len(rows) else None
+    sel = select_rows(rows, metric="speedup_pct", gpu="T3", group="small") if rows is not None and len(rows) else None
     if sel is None or not len(sel):
         return []
     sel = sel.copy()
@@ -229,7 +229,7 @@ def figure(rows, paper_claims, out_dir):
         ax.bar([x + offset for x in range(len(labels))], [values[label] for label in labels], width,
                color=colors[schedule], label=f"{_LABELS[schedule]} (model)")
         summary = [len(labels) + k + offset for k in range(2)]
-        ax.bar([x - width / 4 for x in summary], [_pct_geomean(values), values.max()], width / 2,
+        ax.bar([x - width / 4 for x in summary], [pct_geomean(values), values.max()], width / 2,
                color=colors[schedule])
         paper = [paper_value(PAPER, claim) for claim in _PAPER_IDS[schedule]]
         ax.bar([x + width / 4 for x in summary], paper, width / 2, color=colors[schedule], edgecolor="black",

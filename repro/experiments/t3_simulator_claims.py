@@ -29,17 +29,17 @@ FITTED_SETS = {("speedup_pct", "small", "ideal"): "ideal_overlap_geomean",
                ("cu_split_ar_slowdown_pct", "small", 8): "cu_split_8cu_ar_slowdown"}
 
 
-def _class_of(metric: str, group: str, key) -> str:
+def class_of(metric: str, group: str, key) -> str:
     """The evidence class of a statistic over the values of ``metric`` for ``group`` at ``key`` (a schedule or a CU
     count): ``fitted`` when the fit targets that set, else ``predicted``."""
     return "fitted" if (metric, group, key) in FITTED_SETS else "predicted"
 
 
-def _pct(ratio: float) -> float:
+def pct(ratio: float) -> float:
     return (ratio - 1.0) * 100.0
 
 
-def _sel(rows, **where):
+def select_rows(rows, **where):
     hit = rows
     for key, value in where.items():
         if key not in hit:
@@ -48,8 +48,8 @@ def _sel(rows, **where):
     return hit
 
 
-def _pct_geomean(values) -> float:
-    return _pct(geomean(1 + v / 100 for v in values))
+def pct_geomean(values) -> float:
+    return pct(geomean(1 + v / 100 for v in values))
 
 
 #: Rows whose value restates quantities other rows count: a geomean of two counted rows, or ratios that equal a
@@ -74,16 +74,16 @@ def _check(claim_id, value, unit, evidence, note) -> ClaimCheck:
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or not len(rows) or "metric" not in rows:
-        return [not_run(PAPER, claim, "no t3_simulator rows yet", evidence="predicted") for claim in _MAPPED]
-    sub = _sel(rows, metric="speedup_pct", gpu="T3")
-    small, large = _sel(sub, group="small"), _sel(sub, group="large")
+        return [not_run(PAPER, claim, "no t3_simulator rows yet", evidence="predicted") for claim in MAPPED]
+    sub = select_rows(rows, metric="speedup_pct", gpu="T3")
+    small, large = select_rows(sub, group="small"), select_rows(sub, group="large")
     t3 = rows[(rows.get("gpu") == "T3")] if "gpu" in rows else rows.iloc[0:0]
-    e2e = _sel(rows, metric="e2e_speedup_pct")
+    e2e = select_rows(rows, metric="e2e_speedup_pct")
     checks: list[ClaimCheck] = []
     where = "over the 16 TP 8/16 sublayers (Mega-GPT-2, T-NLG x OP, FC-2, IP, FC-1)"
 
     def speedups(frame, schedule):
-        return _sel(frame, schedule=schedule)["value"]
+        return select_rows(frame, schedule=schedule)["value"]
 
     # sublayer speedups (group: the models the statistic runs over, which with the schedule decides its class)
     for claim, frame, group, schedule, how in (
@@ -93,13 +93,13 @@ def claims(rows) -> list[ClaimCheck]:
         ("t3_max", small, "small", "t3", "max"),
         ("sublayer_speedup_geomean", small, "small", "t3_mca", "geomean"),
         ("sublayer_speedup_max", small, "small", "t3_mca", "max"),
-        ("sublayer_speedup_500B", _sel(large, model=list(MODELS_500B)), "500B", "t3_mca", "geomean"),
+        ("sublayer_speedup_500B", select_rows(large, model=list(MODELS_500B)), "500B", "t3_mca", "geomean"),
         ("large_layer_max", large, "large", "t3_mca", "max"),
     ):
         values = speedups(frame, schedule)
-        evidence = _class_of("speedup_pct", group, schedule)
+        evidence = class_of("speedup_pct", group, schedule)
         if len(values):
-            value = _pct_geomean(values) if how == "geomean" else float(values.max())
+            value = pct_geomean(values) if how == "geomean" else float(values.max())
             scope = where if frame is small else "over the TP 32 sublayers of " + (
                 "PaLM and MT-NLG" if claim.endswith("500B") else "GPT-3, PaLM and MT-NLG")
             checks.append(_check(claim, value, "%", evidence, f"{schedule} vs sequential, {how} {scope}"))
@@ -110,9 +110,9 @@ def claims(rows) -> list[ClaimCheck]:
                   1 + keyed[(m, tp, n, "ideal")] / 100) for m, tp, n, s in keyed.index if s == "ideal"]
         gains = [mca / plain for mca, plain, _ in pairs]
         checks += [
-            _check("mca_gain_geomean", _pct(geomean(gains)), "%", "predicted", f"T3-MCA / T3 time, geomean {where}"),
-            _check("mca_gain_max", _pct(max(gains)), "%", "predicted", f"T3-MCA / T3 time, max {where}"),
-            _check("gap_to_ideal", _pct(geomean(ideal / mca for mca, _, ideal in pairs)), "%", "predicted",
+            _check("mca_gain_geomean", pct(geomean(gains)), "%", "predicted", f"T3-MCA / T3 time, geomean {where}"),
+            _check("mca_gain_max", pct(max(gains)), "%", "predicted", f"T3-MCA / T3 time, max {where}"),
+            _check("gap_to_ideal", pct(geomean(ideal / mca for mca, _, ideal in pairs)), "%", "predicted",
                    f"T3-MCA time / ideal time - 1, geomean {where}"),
         ]
     # NMC, data movement
@@ -144,7 +144,7 @@ def claims(rows) -> list[ClaimCheck]:
         ("data_movement_max", "data_movement_reduction_pct", {}, "max", "%", "simulated",
          "as data_movement_geomean, max"),
     ):
-        values = _sel(t3, metric=metric, group="small", **extra)["value"]
+        values = select_rows(t3, metric=metric, group="small", **extra)["value"]
         if not len(values):
             continue
         if how == "max":
@@ -155,7 +155,7 @@ def claims(rows) -> list[ClaimCheck]:
             value = 100 * (1 - geomean(1 - v / 100 for v in values))
         checks.append(_check(claim, value, unit, evidence, note))
     # CU split (T3 Fig. 6)
-    split = _sel(t3, group="small")
+    split = select_rows(t3, group="small")
     for claim, metric, cus, how, unit in (
         ("cu_split_ideal", "cu_split_ideal", None, "geomean", "x"),
         ("cu_split_8cu_ar_slowdown", "cu_split_ar_slowdown_pct", 8, "geomean", "%"),
@@ -164,10 +164,10 @@ def claims(rows) -> list[ClaimCheck]:
         ("cu_split_16cu_gemm_slowdown", "cu_split_gemm_slowdown_pct", 16, "geomean", "%"),
         ("cu_split_16cu_speedup", "cu_split_speedup", 16, "geomean", "x"),
     ):
-        evidence = _class_of(metric, "small", cus)
-        values = _sel(split, metric=metric, **({} if cus is None else dict(ar_cus=cus)))["value"]
+        evidence = class_of(metric, "small", cus)
+        values = select_rows(split, metric=metric, **({} if cus is None else dict(ar_cus=cus)))["value"]
         if len(values):
-            value = geomean(values) if unit == "x" else _pct_geomean(values)
+            value = geomean(values) if unit == "x" else pct_geomean(values)
             checks.append(_check(claim, value, unit, evidence,
                                  f"GEMM + all-reduce with the all-reduce as a kernel on {cus or 'all'} CUs, geomean "
                                  f"{where}" + ("; the all-reduce is link-bound from ~12 CUs on, so 16 CUs cost it "
@@ -181,10 +181,10 @@ def claims(rows) -> list[ClaimCheck]:
         ("comm_frac_infer_large", "large", "inference", 1.0, "PaLM and MT-NLG at TP 32"),
         ("comm_frac_2x_gemm", None, None, 2.0, "every model, TP and mode with the GEMM rate doubled"),
     ):
-        frame = _sel(rows, metric="comm_share_pct", gemm_speed=gemm_speed)
-        frame = frame if group is None else _sel(frame, group=group, mode=mode)
+        frame = select_rows(rows, metric="comm_share_pct", gemm_speed=gemm_speed)
+        frame = frame if group is None else select_rows(frame, group=group, mode=mode)
         if group == "large":
-            frame = _sel(frame, model=list(MODELS_500B))
+            frame = select_rows(frame, model=list(MODELS_500B))
         if len(frame):
             checks.append(_check(claim, float(frame["value"].max()), "%", "predicted",
                                  f"max share of a layer's time in its all-reduces, {note} ({mode or 'all modes'})"))
@@ -200,13 +200,13 @@ def claims(rows) -> list[ClaimCheck]:
         ("large_e2e_train_max", "large", "training", "t3_mca", "max"),
         ("large_e2e_infer_max", "large", "inference", "t3_mca", "max"),
     ):
-        values = _sel(e2e, group=group, mode=mode, schedule=schedule)["value"]
+        values = select_rows(e2e, group=group, mode=mode, schedule=schedule)["value"]
         if len(values):
-            value = float(values.max()) if how == "max" else _pct_geomean(values)
+            value = float(values.max()) if how == "max" else pct_geomean(values)
             checks.append(_check(claim, value, "%", "predicted",
                                  f"whole layer (perfmodel op list) under {schedule} vs sequential, {how} over the "
                                  f"{'TP 8/16' if group == 'small' else 'TP 32'} models ({mode})"))
-    share = _sel(rows, metric="attention_core_share_pct", model=MLPERF_BERT.name, mode="training")["value"]
+    share = select_rows(rows, metric="attention_core_share_pct", model=MLPERF_BERT.name, mode="training")["value"]
     if len(share):
         checks.append(check_range(
             PAPER, "nonsliced_attn_share", float(share.iloc[0]), evidence="predicted", abs=PCT_TOLERANCE,
@@ -241,7 +241,7 @@ def _configuration_checks() -> list[ClaimCheck]:
 # --- figure ------------------------------------------------------------------------------------------------
 
 
-_MAPPED = (
+MAPPED = (
     "ideal_overlap_geomean", "ideal_overlap_max", "t3_geomean", "t3_max", "sublayer_speedup_geomean",
     "sublayer_speedup_max", "sublayer_speedup_500B", "large_layer_max", "mca_gain_geomean", "mca_gain_max",
     "gap_to_ideal", "nmc_rs_tp8", "nmc_rs_tp16", "nmc_overall_max", "rs_reads_reduction", "rs_reads_reduction_tp8",

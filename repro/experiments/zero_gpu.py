@@ -38,8 +38,9 @@ from typing import Any
 
 from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
 from repro.experiments.zero_gpu_claims import FIG6_CLAIMS, INFINITY, PAPER, V100_PEAK_TFLOPS, check_claims
-from repro.experiments.zero_gpu_search import (_config, _describe, _measure_rows, _params, _row, _search_arm,
-                                               train_size)
+from repro.experiments.zero_gpu_search import (
+    describe_arm, measure_rows, param_count, result_row, search_arm, search_config, train_size,
+)
 
 __all__ = ["DEFAULTS", "EXPERIMENT", "FIG6_CLAIMS", "INFINITY", "PAPER", "PAPER_POINTS", "SMOKE_POINTS",
            "V100_PEAK_TFLOPS", "ZERO100B_POINTS", "claims", "global_batch", "run_point", "train_size"]
@@ -88,7 +89,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     params = dict(DEFAULTS, **point.params)
     device = rank_device(ctx.device, ctx.rank)
     groups = init_parallel(tp=params["tp"])
-    fixed = _describe(device, groups)
+    fixed = describe_arm(device, groups)
     nvme_path = nvme_dir(str(ctx.scratch_dir))
 
     def say(line: str) -> None:
@@ -101,21 +102,21 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         result = train_size(size, arm, params, device=device, groups=groups, nvme_path=nvme_path)
         fields = dict(fixed, arm=arm["name"], stage=arm["stage"], optimizer_tier=arm["optimizer"],
                       param_tier=arm.get("param", "none"), size=size["name"],
-                      params_b=_params(_config(size, params), groups) / 1e9,
+                      params_b=param_count(search_config(size, params), groups) / 1e9,
                       micro_batch=params["micro_batch"], seq_len=params["seq_len"])
         say(f"[zero_gpu] {point.name}: {result['step_time_s']:.2f} s/step, {result['tflops_per_gpu']:.1f} TFLOP/s/GPU")
-        return _measure_rows(result, **fields)
+        return measure_rows(result, **fields)
     largest: dict[str, float] = {}
     for arm in params["arms"]:
-        arm_rows = _search_arm(arm, params, device=device, groups=groups, nvme_path=nvme_path, fixed=fixed, say=say,
+        arm_rows = search_arm(arm, params, device=device, groups=groups, nvme_path=nvme_path, fixed=fixed, say=say,
                                emit=ctx.emit_rows)  # on disk as measured: a time limit keeps the arms done
         largest[arm["name"]] = next(r["value"] for r in arm_rows if r["metric"] == "largest_trained_params_b")
         rows += arm_rows
     for arm in params["arms"]:
         base = arm.get("compare_to")
         if base and largest.get(base) and largest.get(arm["name"]):
-            rows.append(_row("offload_gain_x", largest[arm["name"]] / largest[base], "x", **fixed, arm=arm["name"],
-                             baseline_arm=base))
+            rows.append(result_row("offload_gain_x", largest[arm["name"]] / largest[base], "x", **fixed,
+                                   arm=arm["name"], baseline_arm=base))
     return rows
 
 

@@ -1,5 +1,5 @@
 """ZeRO on GPUs, one arm at a time: build and train one GPT size under a ZeRO stage and its offload tiers
-(:func:`train_size`), and search an arm's sizes for the largest that trains (:func:`_search_arm`, over
+(:func:`train_size`), and search an arm's sizes for the largest that trains (:func:`search_arm`, over
 ``repro.zero.capacity.search_largest``), with the rows each size and each arm report. The experiment that declares
 the sizes, arms and points is :mod:`repro.experiments.zero_gpu` (its docstring tells the method: ZeRO Figs. 2, 3
 and 6, sec. 9, 10.4; ZeRO-Offload's and ZeRO-Infinity's largest models).
@@ -20,7 +20,7 @@ _UNITS = {"step_time_s": "s", "tflops_per_gpu": "TFLOP/s", "tokens_per_s": "toke
 
 
 # -- set-up --------------------------------------------------------------------------------------------------------
-def _config(size: dict, params: dict):
+def search_config(size: dict, params: dict):
     from repro.models import GPTConfig
 
     return GPTConfig(vocab_size=params["vocab"], hidden_size=size["hidden"], num_layers=size["layers"],
@@ -69,7 +69,7 @@ def _zero_config(arm: dict, params: dict, nvme_path: str):
                       max_grad_norm=1.0)
 
 
-def _params(config, groups) -> int:
+def param_count(config, groups) -> int:
     from repro.models.params import count_parameters
 
     return count_parameters(config, groups.tp_size)
@@ -96,7 +96,7 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     from repro.zero.partitioned_gpt import build_partitioned_gpt
     from repro.zero.measure import peak_rss_bytes, reset_peak_rss
 
-    config = _config(size, params)
+    config = search_config(size, params)
     _free(device)
     reset_peak_rss()
     if device.type == "cuda":
@@ -116,7 +116,7 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     if arm["stage"] != 3:
         optimizer = build_zero_optimizer(model, zero_config, dp_group=groups.dp, tp_group=groups.tp, **hparams)
     try:
-        limit, total = arm.get("simulate_oom_above"), _params(config, groups)
+        limit, total = arm.get("simulate_oom_above"), param_count(config, groups)
         if limit is not None and total > limit:  # smoke scale: the out-of-memory path without a GPU
             raise getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)(
                 f"simulated: {total} parameters > simulate_oom_above={limit}")
@@ -154,7 +154,7 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
 
 
 # -- rows, and the search of one arm -------------------------------------------------------------------------------
-def _describe(device: torch.device, groups) -> dict:
+def describe_arm(device: torch.device, groups) -> dict:
     from repro.dist.device import describe
 
     info = describe(device)
@@ -164,18 +164,18 @@ def _describe(device: torch.device, groups) -> dict:
             "dp": groups.dp_size}
 
 
-def _row(metric: str, value, unit: str, **fields) -> dict:
+def result_row(metric: str, value, unit: str, **fields) -> dict:
     return {"metric": metric, "value": None if value is None else float(value), "unit": unit, **fields}
 
 
-def _measure_rows(result: dict, *, largest: bool = False, **fields) -> list[dict]:
+def measure_rows(result: dict, *, largest: bool = False, **fields) -> list[dict]:
     """The measurements of one trained size (``largest``: the arm's summary metrics, a subset)."""
     names = ("step_time_s", "tflops_per_gpu", "peak_device_gib", "peak_host_rss_gib") if largest else tuple(_UNITS)
-    return [_row(f"largest_{name}" if largest else name, result[name], _UNITS[name], **fields)
+    return [result_row(f"largest_{name}" if largest else name, result[name], _UNITS[name], **fields)
             for name in names if result.get(name) is not None]
 
 
-def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed: dict, say,
+def search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed: dict, say,
                 emit: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Search ``arm``'s sizes for the largest that trains; its rows: per attempt (in size order) the estimate, the
     decision and, when trained, the measurements, then the arm's summary. ``emit`` gets each attempt's rows as the
@@ -191,7 +191,7 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
     pb = {"bf16": 2, "fp16": 2, "fp32": 4}[params["dtype"]]
 
     def estimate(size):
-        return estimate_memory(_config(size, params), stage=arm["stage"], optimizer_tier=arm["optimizer"],
+        return estimate_memory(search_config(size, params), stage=arm["stage"], optimizer_tier=arm["optimizer"],
                                param_tier=arm.get("param", "none"), dp=groups.dp_size, tp=groups.tp_size,
                                micro_batch=params["micro_batch"], seq_len=params["seq_len"],
                                checkpointing=params["checkpointing"], bucket_numel=params["bucket_numel"],
@@ -199,7 +199,7 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
                                activation_checkpoints=arm.get("activations", "replicated"), partitioned_build=True)
 
     def params_of(size) -> float:
-        return float(_params(_config(size, params), groups))
+        return float(param_count(search_config(size, params), groups))
 
     _free(device)
     if params["device_cap_gib"] is not None:
@@ -222,11 +222,11 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
     def attempt_rows(attempt) -> list[dict]:
         fields = dict(common, size=attempt.size["name"], layers=attempt.size["layers"], hidden=attempt.size["hidden"],
                       params_b=attempt.params / 1e9, decision=attempt.decision, error=attempt.error)
-        rows = [_row("estimate_device_gib", attempt.estimate.device_bytes / 2**30, "GiB", **fields),
-                _row("estimate_host_gib", attempt.estimate.host_bytes / 2**30, "GiB", **fields),
-                _row("attempt", 1.0 if attempt.decision == "trained" else 0.0, "trained", **fields)]
+        rows = [result_row("estimate_device_gib", attempt.estimate.device_bytes / 2**30, "GiB", **fields),
+                result_row("estimate_host_gib", attempt.estimate.host_bytes / 2**30, "GiB", **fields),
+                result_row("attempt", 1.0 if attempt.decision == "trained" else 0.0, "trained", **fields)]
         if attempt.decision == "trained":
-            rows += _measure_rows(attempt.result, **fields)
+            rows += measure_rows(attempt.result, **fields)
         return rows
 
     decided: dict[int, list[dict]] = {}  # id(attempt) -> its rows, emitted (the attempts live in the outcome)
@@ -256,12 +256,14 @@ def _search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixe
     summary = dict(common, stopped=outcome.stopped, largest_size=largest.size["name"] if largest else None,
                    next_params_b=above.params / 1e9 if above else None, next_decision=above.decision if above else None,
                    next_error=above.error if above else None)
-    rows.append(_row("largest_trained_params_b", largest.params / 1e9 if largest else 0.0, "billion params", **summary))
-    rows.append(_row("largest_device_fit_estimate_b", max(fits_device, default=0.0) / 1e9, "billion params",
+    rows.append(result_row("largest_trained_params_b", largest.params / 1e9 if largest else 0.0, "billion params",
+                           **summary))
+    rows.append(result_row("largest_device_fit_estimate_b", max(fits_device, default=0.0) / 1e9, "billion params",
                      **summary))
-    rows.append(_row("largest_host_fit_estimate_b", max(fits_host, default=0.0) / 1e9, "billion params", **summary))
+    rows.append(result_row("largest_host_fit_estimate_b", max(fits_host, default=0.0) / 1e9, "billion params",
+                           **summary))
     if largest is not None:
-        rows += _measure_rows(largest.result, largest=True, **summary)
+        rows += measure_rows(largest.result, largest=True, **summary)
     emitted = {id(row) for done in decided.values() for row in done}
     emit([row for row in rows if id(row) not in emitted])  # the arm has ended: the rest of its rows
     return rows

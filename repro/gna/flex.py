@@ -127,7 +127,7 @@ def gna_block_mask(grid: Sequence[int], spec: GNASpec, q_tile: Sequence[int], kv
 
 
 @functools.lru_cache(maxsize=1)
-def _compiled_flex() -> Callable:
+def compiled_flex() -> Callable:
     return torch.compile(flex_api().flex_attention, dynamic=False)
 
 
@@ -171,7 +171,7 @@ def flex_gna(
     q = sequence(query, plan.q_layouts)
     k = sequence(key, plan.kv_layouts)
     v = sequence(value, plan.kv_layouts)
-    attend = _compiled_flex() if compile else flex_attention
+    attend = compiled_flex() if compile else flex_attention
     kernel = kernel_for(q, block_mask)  # on a GPU: sub-tiles that divide the tiles (repro.gna.flex_kernel)
     out = attend(q, k, v, block_mask=block_mask, scale=scale,
                  kernel_options=kernel.options if kernel else None)  # [B, H, Lq, Dv]

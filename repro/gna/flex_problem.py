@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from repro.gna.flex import _compiled_flex, gna_block_mask
+from repro.gna.flex import compiled_flex, gna_block_mask
 from repro.gna.flex_kernel import kernel_for
 from repro.gna.gpu_config import GpuConfig
 from repro.gna.tiling import all_dim_tiles, permute_to_tiles, unpermute_from_tiles
@@ -31,7 +31,7 @@ def flex_attend(*, compile: bool) -> Attend:
     flex_attention = flex_api().flex_attention
 
     def attend(q, k, v, block_mask, scale):
-        fn = _compiled_flex() if compile else flex_attention
+        fn = compiled_flex() if compile else flex_attention
         kernel = kernel_for(q, block_mask)  # sub-tiles that divide the tiles on this GPU (None on CPU)
         return fn(q, k, v, block_mask=block_mask, scale=scale, kernel_options=kernel.options if kernel else None)
 

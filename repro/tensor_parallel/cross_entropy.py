@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
-from repro.tensor_parallel.layers import _group
+from repro.tensor_parallel.layers import group_or_single
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -74,4 +74,4 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, gro
     """Per-token loss ``[...]`` from vocab-parallel logits ``[..., V/p]`` and targets ``[...]`` (fp32 math)."""
     if logits.shape[:-1] != target.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and target {tuple(target.shape)} disagree on leading dims")
-    return _VocabParallelCrossEntropy.apply(logits, target, _group(group))
+    return _VocabParallelCrossEntropy.apply(logits, target, group_or_single(group))

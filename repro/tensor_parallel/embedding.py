@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from repro.dist.comm import CommGroup
-from repro.tensor_parallel.layers import InitMethod, _group, divide, normal_init
+from repro.tensor_parallel.layers import InitMethod, group_or_single, divide, normal_init
 from repro.tensor_parallel.mappings import reduce_from_tensor_parallel
 
 
@@ -48,7 +48,7 @@ class VocabParallelEmbedding(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.group = _group(group)
+        self.group = group_or_single(group)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.vocab_size = vocab_size if vocab_size is not None else num_embeddings
         self.start, self.end = vocab_range(num_embeddings, self.group.rank, self.group.size)

@@ -52,7 +52,7 @@ def divide(numerator: int, denominator: int, what: str) -> int:
     return numerator // denominator
 
 
-def _group(group: CommGroup | None) -> CommGroup:
+def group_or_single(group: CommGroup | None) -> CommGroup:
     return group if group is not None else CommGroup.single("tp")
 
 
@@ -78,7 +78,7 @@ class ColumnParallelLinear(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.group = _group(group)
+        self.group = group_or_single(group)
         self.in_features, self.out_features = in_features, out_features
         self.out_per_rank = divide(out_features, self.group.size, "output features")
         self.gather_output = gather_output
@@ -116,7 +116,7 @@ class RowParallelLinear(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        self.group = _group(group)
+        self.group = group_or_single(group)
         self.in_features, self.out_features = in_features, out_features
         self.in_per_rank = divide(in_features, self.group.size, "input features")
         self.input_is_parallel = input_is_parallel

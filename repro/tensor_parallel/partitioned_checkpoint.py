@@ -21,7 +21,7 @@ function is reentrant: the layer's parameter gradients are accumulated by an inn
 (ZeRO's reduce-scatter buckets) fire as they would without the checkpoint.
 
 The slow obvious reference is ``torch.utils.checkpoint`` on the replicated input
-(:class:`repro.training.recompute._Checkpointed`); the tests compare outputs and every gradient with it.
+(:class:`repro.training.recompute.Checkpointed`); the tests compare outputs and every gradient with it.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from repro.dist import comm
 from repro.dist.groups import GridCoord, RankGrid
 from repro.training.checkpoint_kinds import describe_foreign
 from repro.zero.checkpoint import (
-    MANIFEST, CheckpointError, CheckpointWriteError, _rank_file, _verify_file, agree_on_failure, atomic_write_bytes,
+    MANIFEST, CheckpointError, CheckpointWriteError, rank_file_name, verify_file, agree_on_failure, atomic_write_bytes,
     read_manifest, save_checkpoint, write_failure,
 )
 
@@ -192,10 +192,10 @@ def _files_to_read(meta: dict[str, Any], groups) -> list[int]:
 
 
 def _read(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
-    name = _rank_file(rank)
+    name = rank_file_name(rank)
     if name not in manifest["files"]:
         raise CheckpointError(f"corrupt checkpoint {path}: the manifest lists no {name}")
-    payload = torch.load(_verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
+    payload = torch.load(verify_file(path, name, manifest["files"][name]), map_location="cpu", weights_only=True)
     # the hash proves the file is the one that was written, not that a trainer wrote it
     extra = payload.get("extra") if isinstance(payload, dict) else None
     if not isinstance(payload, dict) or not isinstance(payload.get("optimizer"), dict) or not isinstance(extra, dict):
@@ -234,7 +234,7 @@ def load_training_checkpoint(
     payloads: list[dict[str, Any]] = []
     try:
         for rank in wanted:
-            report(f"reading {path.name}/{_rank_file(rank)}")
+            report(f"reading {path.name}/{rank_file_name(rank)}")
             payloads.append(_read(path, manifest, rank))
     except Exception as err:  # noqa: BLE001 - reported on every rank below, before any other collective
         failure = err
@@ -246,7 +246,7 @@ def load_training_checkpoint(
     if bad < groups.world_size:
         if failure is not None:
             raise CheckpointError(f"cannot resume from {path}: {failure or type(failure).__name__}") from failure
-        named = path / _rank_file(bad) if meta["dp"] == groups.dp_size else f"its files of checkpoint {path}"
+        named = path / rank_file_name(bad) if meta["dp"] == groups.dp_size else f"its files of checkpoint {path}"
         error = CheckpointError(f"rank {bad} could not load {named}; no rank resumes")
         error.follower = True  # another rank's failure: that rank reports the reason
         raise error

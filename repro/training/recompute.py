@@ -16,7 +16,7 @@ from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS, PartitionedCheckpoint
 
 
-class _Checkpointed(torch.nn.Module):
+class Checkpointed(torch.nn.Module):
     """A layer whose activations are recomputed in backward instead of kept (one checkpoint per layer).
 
     ``torch.utils.checkpoint`` replays the default generator for the recomputation (the replicated dropout), but not
@@ -94,7 +94,7 @@ def checkpoint_layers(layers: torch.nn.ModuleList, mode: str, tp_group: CommGrou
         raise ValueError(f"activation checkpoints {mode!r} must be one of {', '.join(ACTIVATION_CHECKPOINTS)}")
     for index, layer in enumerate(layers):
         if mode == "replicated":
-            layers[index] = _Checkpointed(layer, rng_tracker)
+            layers[index] = Checkpointed(layer, rng_tracker)
         else:
             layers[index] = PartitionedCheckpoint(layer, tp_group, offload=mode == "partitioned_cpu",
                                                   rng_tracker=rng_tracker)

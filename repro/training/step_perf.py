@@ -189,7 +189,7 @@ def section_recompute(report: Report, size: dict, device: torch.device, iters: i
     from repro.dist.comm import CommGroup
     from repro.models.transformer import TransformerLayer
     from repro.tensor_parallel import RNGTracker
-    from repro.training.recompute import CompiledCheckpointed, _Checkpointed
+    from repro.training.recompute import CompiledCheckpointed, Checkpointed
     from repro.training.throughput import release
 
     config = _config(size, layers)
@@ -205,7 +205,7 @@ def section_recompute(report: Report, size: dict, device: torch.device, iters: i
                 layer.compile()
             else:
                 layer.compile()
-                layer = _Checkpointed(layer, tracker) if variant.startswith("before") else layer
+                layer = Checkpointed(layer, tracker) if variant.startswith("before") else layer
             built.append(layer)
 
         def fwd_bwd():

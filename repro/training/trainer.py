@@ -38,7 +38,7 @@ from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.optim import build_optimizer
-from repro.training.recompute import CompiledCheckpointed, _Checkpointed
+from repro.training.recompute import CompiledCheckpointed, Checkpointed
 from repro.training.settings import PRECISIONS, TrainSettings
 
 class _StageLoss(torch.nn.Module):
@@ -107,7 +107,7 @@ class PipelineTrainer:
             elif settings.compile_layers:
                 layer.compile()
             elif settings.activation_checkpointing:
-                self.stage.layers[index] = _Checkpointed(layer, self.rng_tracker)
+                self.stage.layers[index] = Checkpointed(layer, self.rng_tracker)
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         #: the last stage's output layer and cross-entropy: a compiled region of its own with compiled layers (the
         #: embedding likewise), so the glue between the layers fuses too; evaluation runs them eagerly

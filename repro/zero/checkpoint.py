@@ -73,7 +73,7 @@ def _digest(path: Path) -> str:
     return sha.hexdigest()
 
 
-def _rank_file(rank: int) -> str:
+def rank_file_name(rank: int) -> str:
     return f"rank{rank:05d}.pt"
 
 
@@ -108,12 +108,12 @@ def save_checkpoint(
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
-    report(f"writing {_rank_file(group.rank)}")
+    report(f"writing {rank_file_name(group.rank)}")
     digest = ""
     try:
-        digest = atomic_write(partial / _rank_file(group.rank), [data])
+        digest = atomic_write(partial / rank_file_name(group.rank), [data])
     except OSError as err:
-        failure = write_failure(partial / _rank_file(group.rank), err)
+        failure = write_failure(partial / rank_file_name(group.rank), err)
     report("agreeing that every rank wrote its file")
     _raise_agreed(agree_on_failure(failure, group, device), final, partial if group.rank == 0 else None)
     report("waiting for every rank's file")
@@ -152,7 +152,7 @@ def _publish(partial: Path, final: Path, entries: list[tuple[int, str]], group: 
     """Rank 0: check every rank's file against what it wrote, write the manifest, rename ``partial`` to ``final``."""
     files = {}
     for rank, (size, sha256) in enumerate(entries):
-        path = partial / _rank_file(rank)
+        path = partial / rank_file_name(rank)
         if path.stat().st_size != size:  # a shared file system that lost or cut a rank's file
             raise CheckpointError(f"{path} holds {path.stat().st_size} bytes; rank {rank} wrote {size}")
         files[path.name] = {"bytes": size, "sha256": sha256}
@@ -208,7 +208,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def _verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
+def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
     path = directory / name
     if not path.exists():
         raise CheckpointError(f"corrupt checkpoint {directory}: {name} listed in the manifest is missing")
@@ -225,7 +225,7 @@ def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
     """Check the manifest and every file against it; return the manifest."""
     manifest = read_manifest(directory)
     for name, expected in manifest["files"].items():
-        _verify_file(Path(directory), name, expected)
+        verify_file(Path(directory), name, expected)
     return manifest
 
 
@@ -248,10 +248,10 @@ def _fit_error(state: dict[str, Any], optimizer) -> str | None:
 
 
 def _read_own_shard(directory: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
-    name = _rank_file(rank)
+    name = rank_file_name(rank)
     if name not in manifest["files"]:
         raise CheckpointError(f"corrupt checkpoint {directory}: the manifest lists no {name}")
-    return _load_payload(_verify_file(directory, name, manifest["files"][name]))
+    return _load_payload(verify_file(directory, name, manifest["files"][name]))
 
 
 def _read_resharded(
@@ -260,7 +260,7 @@ def _read_resharded(
     """Every saved shard of ``model_parallel_rank``, re-cut for this optimizer's dp group (reshard.py)."""
     states, extra = [], None
     for name, expected in sorted(manifest["files"].items()):
-        payload = _load_payload(_verify_file(directory, name, expected))
+        payload = _load_payload(verify_file(directory, name, expected))
         if payload["model_parallel_rank"] == model_parallel_rank:
             states.append(payload["optimizer"])
             if payload["optimizer"]["dp_rank"] == 0:
@@ -327,7 +327,7 @@ def load_checkpoint(
     if agreed is not None:
         rank, reason = agreed
         raise CheckpointError(f"loading checkpoint {directory} failed on rank {rank} "
-                              f"({directory / _rank_file(rank)}): {reason}")
+                              f"({directory / rank_file_name(rank)}): {reason}")
     optimizer.load_state_dict(payload["optimizer"])
     return payload["extra"]
 

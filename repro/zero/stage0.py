@@ -42,7 +42,7 @@ CHECKPOINT_FORMAT = "repro-zero/1"
 MAX_BUCKETS_IN_FLIGHT = 2
 
 
-def _bound_inflight(works: list[Any], limit: int = MAX_BUCKETS_IN_FLIGHT) -> None:
+def bound_inflight(works: list[Any], limit: int = MAX_BUCKETS_IN_FLIGHT) -> None:
     """Wait for the oldest asynchronous collectives until at most ``limit`` remain (``works`` is edited)."""
     while len(works) > limit:
         work = works.pop(0)
@@ -182,8 +182,8 @@ class DataParallelOptimizer(torch.optim.Optimizer):
         for bucket in self.buckets:
             self._point_grads(bucket)
             works.append(comm.all_reduce(bucket.flat_grad, self.dp_group, async_op=True))
-            _bound_inflight(works)
-        _bound_inflight(works, 0)
+            bound_inflight(works)
+        bound_inflight(works, 0)
         return [bucket.flat_grad for bucket in self.buckets]
 
     def _scale_factor(self, shards: list[torch.Tensor]) -> tuple[float | torch.Tensor, bool]:

@@ -19,7 +19,7 @@ import torch
 from repro.dist import comm
 from repro.zero.buckets import Bucket
 from repro.zero.ledger import tensor_bytes
-from repro.zero.stage0 import DataParallelOptimizer, _bound_inflight
+from repro.zero.stage0 import DataParallelOptimizer, bound_inflight
 
 
 class ZeroStage1(DataParallelOptimizer):
@@ -37,8 +37,8 @@ class ZeroStage1(DataParallelOptimizer):
             self.transient.add("comm_buffers", tensor_bytes(shard))
             works.append(comm.reduce_scatter_tensor(shard, bucket.flat_grad, self.dp_group, async_op=True))
             shards.append(shard)
-            _bound_inflight(works)
-        _bound_inflight(works, 0)
+            bound_inflight(works)
+        bound_inflight(works, 0)
         self._shard_bytes = sum(tensor_bytes(s) for s in shards)
         return shards
 
@@ -49,7 +49,7 @@ class ZeroStage1(DataParallelOptimizer):
         self._pending.append(
             comm.all_gather_into_tensor(bucket.flat_param, bucket.flat_param[lo:hi], self.dp_group, async_op=True)
         )
-        _bound_inflight(self._pending)
+        bound_inflight(self._pending)
 
     def _after_step(self) -> None:
         super()._after_step()

@@ -38,7 +38,7 @@ def test_registered_and_valid():
         names = [s["name"] for s in params["sizes"]]
         assert len(names) == len(set(names)), f"{point.name}: a size is listed twice"
         for size in params["sizes"] + [s for arm in params["arms"] for s in arm.get("sizes", [])]:
-            config = zero_gpu._config(size, params)  # heads divide hidden; tp divides heads
+            config = zero_gpu.search_config(size, params)  # heads divide hidden; tp divides heads
             config.check_tensor_parallel(params["tp"])
     one = experiment.point_named("paper", "offload_1gpu")
     assert one.world_size == 1 and [a["name"] for a in one.params["arms"]] == ["zero2_cpu", "gpu_only"]
@@ -48,7 +48,7 @@ def test_registered_and_valid():
 def test_table4_sizes_have_the_papers_parameter_counts():
     """ZeRO Table 4's configurations (claims t4_fig3_*, t4_fig2_*): 12 l h^2 plus embeddings."""
     params = dict(zero_gpu.DEFAULTS)
-    billions = {s["name"]: count_parameters(zero_gpu._config(s, params)) / 1e9
+    billions = {s["name"]: count_parameters(zero_gpu.search_config(s, params)) / 1e9
                 for s in zero_gpu.NOMP_SIZES + zero_gpu.FIG2_SIZES}
     assert billions["l24_h1920"] == pytest.approx(1.16, abs=0.01)
     assert billions["l62_h4096"] == pytest.approx(12.7, abs=0.1)  # the paper's "13B"
@@ -84,7 +84,8 @@ def test_one_gpu_plan_on_an_80gb_gpu_with_128gb_of_host_memory():
     params = dict(zero_gpu.DEFAULTS, **point.params)
 
     def estimate(arm, size):
-        return estimate_memory(zero_gpu._config(size, params), stage=arm["stage"], optimizer_tier=arm["optimizer"],
+        return estimate_memory(zero_gpu.search_config(size, params), stage=arm["stage"],
+                               optimizer_tier=arm["optimizer"],
                                micro_batch=params["micro_batch"], bucket_numel=params["bucket_numel"],
                                device_overhead_bytes=2.5 * GIB)
 
