@@ -30,8 +30,7 @@ from typing import Iterable
 import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
-from repro.experiments.base import (CONSISTENCY_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS,
-                                   ClaimCheck)
+from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
 from repro.paper import load_claims, paper_range, paper_value
 
 COUNTED = ("measured", "simulated", "predicted", "derived")

@@ -16,7 +16,7 @@ import re
 import pandas as pd
 
 from repro.claims import PENDING, CheckSet
-from repro.experiments.base import COUNTED_EVIDENCE, EVIDENCE, VERDICTS
+from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, VERDICTS
 from repro.paper import PAPER_TITLES
 
 #: Evidence label of rows no experiment maps.

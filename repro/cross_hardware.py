@@ -19,7 +19,7 @@ import dataclasses
 import re
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck
+from repro.vocabulary import ClaimCheck
 
 ABSOLUTE, NORMALISED, ESTIMATE = "absolute", "normalised", "estimate"
 KINDS = (ABSOLUTE, NORMALISED, ESTIMATE)

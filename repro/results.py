@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from repro.experiments.base import RESERVED_ROW_KEYS, Row
+from repro.vocabulary import RESERVED_ROW_KEYS, Row
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Iterator, Mapping
 
-from repro.experiments.base import (CPU_SCALES, EXTRA_MODULE_PREFIX, SCALES, ClaimCheck, Experiment, Point, RunContext,
-                                    Row)
+from repro.experiments.base import CPU_SCALES, EXTRA_MODULE_PREFIX, SCALES, Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck, Row
 
 __all__ = [
     "SCALES", "ClaimCheck", "Experiment", "Point", "Registry", "Row", "RunContext",

@@ -16,7 +16,8 @@ BERTs were never released.
 from __future__ import annotations
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 
 PAPER = "megatron_lm_2019"
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 
 PAPER = "megatron_lm_2019"
 #: Read after ``$REPRO_EVAL_CHECKPOINT`` (the variable of earlier versions).

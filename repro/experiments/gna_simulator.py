@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.gna_simulator_claims import check_claims
 from repro.gna import GNASpec, dynamic_tiling_block_sparse, end_to_end_speedup, simulate, sparsity
 from repro.gna.simulator import flopwise_speedup, paper_end_to_end_speedup

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from repro.claims import check_value, not_run
-from repro.experiments.base import ClaimCheck
+from repro.vocabulary import ClaimCheck
 from repro.paper import evidence_of_simulation
 
 PAPER = "gna_2025"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from repro.claims import needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.gna.benchmark import PAPER_SHAPED, SMALL, measure
 
 PAPER = "gna_2025"

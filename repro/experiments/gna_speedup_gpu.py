@@ -52,7 +52,8 @@ import torch
 
 from repro.claims import needs_gpu
 from repro.cross_hardware import ESTIMATE, compare
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.gna_simulator import MODELS, TABLE5, TABLE_ROWS, attention_share, table1_shares
 from repro.gna.gpu_benchmark import measure
 from repro.gna.gpu_config import GpuConfig, estimate_memory_gib, heads_that_fit

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from repro.claims import check_value
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.paper import paper_value
 from repro.perfmodel.hardware import DGX2H
 from repro.perfmodel.megatron import (

@@ -24,7 +24,8 @@ import torch
 
 from repro.claims import needs_gpu
 from repro.cross_hardware import ABSOLUTE, NORMALISED, compare
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SECONDS_PER_DAY, SEQ_LENGTH, TABLE1, TABLE2
 
 PAPER = "megatron_lm_2019"

@@ -29,7 +29,8 @@ import math
 import torch
 
 from repro.claims import needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.paper import paper_value
 
 PAPER = "mt_nlg_2022"

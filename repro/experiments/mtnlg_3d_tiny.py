@@ -24,7 +24,8 @@ import torch
 
 from repro.claims import check_value, needs_gpu
 from repro.dist.groups import GridCoord, init_parallel, resolve_grid
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 from repro.paper import evidence_from, printed
 from repro.pipeline.measure import measure_idle

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from repro.claims import check_value
 from repro.experiments import mtnlg_3d_tiny
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.mtnlg_3d_tiny import GPUS_PER_NODE, MTNLG_NODES, MTNLG_PP, MTNLG_TP
 from repro.paper import evidence_from, paper_value, printed
 from repro.perfmodel.mtnlg import (

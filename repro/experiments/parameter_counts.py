@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 
 from repro.claims import check_value
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
 from repro.paper import evidence_from, evidence_of_count, half_last_digit, printed
 from repro.perfmodel.megatron import TABLE1, TABLE2

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from repro import results as R
-from repro.experiments.base import Experiment, Point, Row, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import Row
 from repro.experiments.machine_fit import NeedsGPU, TooFewGPUs, check_memory, resolve_device
 from repro.optional import MissingPackage
 

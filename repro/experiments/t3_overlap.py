@@ -30,7 +30,8 @@ import torch
 from repro.claims import not_run
 from repro.dist import init_parallel
 from repro.dist.affinity import one_core_per_rank
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 from repro.models.transformer import TransformerLayer
 from repro.overlap import T3_SUBLAYERS, overlap_sublayers, overlapped_twin

@@ -27,7 +27,8 @@ import statistics
 import torch
 
 from repro.claims import check_value
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 
 PAPER = "t3_2024"
 T3_NAMES = ("OP", "FC-2", "IP", "FC-1")  # T3 sec. 1: forward OP, FC-2; backward IP, FC-1

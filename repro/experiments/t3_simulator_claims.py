@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from repro.claims import check_range, check_value, needs_gpu, not_run
-from repro.experiments.base import ClaimCheck
+from repro.vocabulary import ClaimCheck
 from repro.overlap.t3sim import geomean
 from repro.overlap.t3sim.hardware import CONFIGURATION
 from repro.overlap.t3sim.workloads import MLPERF_BERT, MODELS_500B

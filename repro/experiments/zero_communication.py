@@ -11,7 +11,8 @@ gradient and then all-gather (3 psi, measured in ``bench/test_zero_bench.py``); 
 from __future__ import annotations
 
 from repro.claims import check_value
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.zero_memory_measured import MODELS
 
 PAPER = "zero_2019"

@@ -36,7 +36,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from repro.experiments.base import ClaimCheck, Experiment, Point, Resources, RunContext
+from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.zero_gpu_claims import FIG6_CLAIMS, INFINITY, PAPER, V100_PEAK_TFLOPS, check_claims
 from repro.experiments.zero_gpu_search import (
     describe_arm, measure_rows, param_count, result_row, search_arm, search_config, train_size,

@@ -12,7 +12,8 @@ import math
 from typing import Callable, Sequence
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Point
+from repro.experiments.base import Point
+from repro.vocabulary import ClaimCheck
 
 PAPER = "zero_2019"
 INFINITY = "zero_infinity_2021"

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import CONSISTENCY_EVIDENCE, ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import CONSISTENCY_EVIDENCE, ClaimCheck
 from repro.paper import PaperNumber, evidence_from, load_claims, paper_value, printed
 from repro.perfmodel import zero_infinity as zi
 

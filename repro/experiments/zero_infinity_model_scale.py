@@ -28,7 +28,8 @@ import math
 import os
 from pathlib import Path
 
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 
 PAPER = "zero_infinity_2021"
 #: parameters per byte of memory in the paper: GPU-only (1T needs 800 x 32 GB V100, abstract) and ZeRO-Infinity

@@ -10,7 +10,8 @@ its full gradient buffer, 4 bytes x hd x 4hd for the h -> 4h linear layer. On a 
 
 from __future__ import annotations
 
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 
 PAPER = "zero_infinity_2021"

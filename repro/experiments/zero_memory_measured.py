@@ -9,7 +9,8 @@ backward (gradients complete, optimizer states allocated). The closed forms of T
 from __future__ import annotations
 
 from repro.claims import check_value
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 
 PAPER = "zero_2019"

@@ -33,7 +33,8 @@ import math
 import numpy as np
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import CONSISTENCY_EVIDENCE, ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import CONSISTENCY_EVIDENCE, ClaimCheck
 from repro.paper import PaperNumber, evidence_from, half_last_digit, load_claims, paper_value, printed
 from repro.zero import residual_model as zr
 from repro.zero.memory_model import (

@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 
 from repro.claims import CheckSet, build_report
 from repro.claims_render import COLUMNS, OTHER_HARDWARE, other_hardware, summary
-from repro.experiments.base import EVIDENCE
+from repro.vocabulary import EVIDENCE
 from repro.figures.common import MIN_FONT_PT, FigureContext, caption, mark_missing, save
 from repro.paper import PAPER_TITLES
 

@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from repro.claims import check_value, needs_gpu
-from repro.experiments.base import ClaimCheck, Experiment, Point, RunContext
+from repro.experiments.base import Experiment, Point, RunContext
+from repro.vocabulary import ClaimCheck
 
 
 def _sum_point(point: Point, ctx: RunContext) -> list[dict]:

@@ -12,7 +12,8 @@ import pytest
 from repro import claims as C
 from repro.claims_render import OTHER_HARDWARE, headline, summary
 from repro.cross_hardware import ABSOLUTE, ESTIMATE, NORMALISED, compare, gpu_class, hardware_label
-from repro.experiments.base import ClaimCheck, Experiment, Point
+from repro.experiments.base import Experiment, Point
+from repro.vocabulary import ClaimCheck
 from repro.results import REPO_ROOT
 
 PAPER = "megatron_lm_2019"

@@ -11,7 +11,8 @@ import pandas as pd
 
 from repro import claims as C
 from repro.experiments import registry, validate_experiment
-from repro.experiments.base import ClaimCheck, Experiment, Point
+from repro.experiments.base import Experiment, Point
+from repro.vocabulary import ClaimCheck
 from repro.results import REPO_ROOT
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from repro import claims as C
 from repro.experiments import registry
-from repro.experiments.base import (COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck, Experiment,
-                                    Point)
+from repro.experiments.base import Experiment, Point
+from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
 from repro.claims_render import COLUMNS
 from repro.results import REPO_ROOT
 

@@ -14,7 +14,7 @@ from repro import claims as C
 from repro.experiments import (
     megatron_weak_scaling, mtnlg_3d_tiny, mtnlg_layout, parameter_counts, registry, t3_overlap, t3_simulator,
 )
-from repro.experiments.base import COUNTED_EVIDENCE
+from repro.vocabulary import COUNTED_EVIDENCE
 from repro.paper import CLAIMS_FILE
 from repro.results import REPO_ROOT
 

@@ -15,7 +15,8 @@ import pytest
 
 from repro.experiments import zero_infinity_model as zinf
 from repro.experiments import zero_memory_tables as ztab
-from repro.experiments.base import COUNTED_EVIDENCE, RunContext
+from repro.experiments.base import RunContext
+from repro.vocabulary import COUNTED_EVIDENCE
 from repro.results import REPO_ROOT
 
 CTX = RunContext(scale="ci", rank=0, world_size=1, device="cpu", scratch_dir=None)

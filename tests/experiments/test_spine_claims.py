@@ -7,7 +7,8 @@ import pytest
 
 from repro import claims as C
 from repro.claims_render import render_markdown
-from repro.experiments.base import VERDICTS, ClaimCheck, Experiment, Point
+from repro.experiments.base import Experiment, Point
+from repro.vocabulary import VERDICTS, ClaimCheck
 from repro.paper import load_claims, paper_value, parse_value, table_key
 
 

@@ -12,7 +12,7 @@ from tests.foundation.test_import_cycles import _graph
 #: bottom to top; a unit is a top-level module or package of repro, or evals
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.optional", "repro.paths", "repro.machine", "repro.atomic_files", "repro.cliargs", "repro.timing",
-     "repro.claims_scope", "repro.gpu_plans"),                                    # the ground: no repro imports
+     "repro.claims_scope", "repro.gpu_plans", "repro.vocabulary"),                # the ground: no repro imports
     ("repro.dist",),                                                              # process groups and collectives
     ("repro.tensor_parallel",),                                                   # Megatron's layers and mappings
     ("repro.zero",),                                                              # ZeRO, for any nn.Module
@@ -28,9 +28,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 
 #: the arrows that point up today, module to module, and why (each is a debt, not a design)
 UP: dict[tuple[str, str], str] = {
-    **{(low, "repro.experiments.base"): "Row, ClaimCheck, the evidence kinds and the verdicts live in "
-       "experiments/base.py; they belong on a floor of their own below results and claims"
-       for low in ("repro.results", "repro.claims", "repro.claims_render", "repro.cross_hardware")},
     **{("repro.training.corpus", f"evals.{name}"): "the corpus tool tokenizes with the harness's GPT-2 tokenizer "
        "and reads WikiText the harness's way; both belong below the trainer"
        for name in ("data_files", "detokenize", "tokenization", "wikitext")},

@@ -10,7 +10,8 @@ import pandas as pd
 
 from gna_cases import gna_claims
 from repro.experiments import gna_simulator, gna_speedup
-from repro.experiments.base import SCALES, ClaimCheck, Experiment, RunContext
+from repro.experiments.base import SCALES, Experiment, RunContext
+from repro.vocabulary import ClaimCheck
 from repro.experiments.runner import run_rank
 
 

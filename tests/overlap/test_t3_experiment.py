@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from repro.dist import spawn
-from repro.experiments.base import VERDICTS, RunContext
+from repro.experiments.base import RunContext
+from repro.vocabulary import VERDICTS
 from repro.experiments.t3_overlap import EXPERIMENT, TIMING_METRICS, claims, run_point
 from repro.paper import load_claims
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from repro.experiments import registry, validate_experiment
-from repro.experiments.base import VERDICTS
+from repro.vocabulary import VERDICTS
 from repro.experiments.runner import execute_point
 from repro.experiments.t3_overlap_gpu import EXPERIMENT, SUBLAYERS, TIMING_METRICS, claims
 from repro.paper import load_claims

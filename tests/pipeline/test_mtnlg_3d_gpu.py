@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from repro.experiments import registry, validate_experiment
-from repro.experiments.base import VERDICTS
+from repro.vocabulary import VERDICTS
 from repro.experiments.mtnlg_3d_gpu import (
     EXPERIMENT, GLOBAL_BATCH, NODES_DP, PP, claims, full_micro_batches, matched_micro_batches,
 )
