@@ -28,7 +28,8 @@ from repro import results as R
 from repro.cliargs import OneLineParser, positive_float
 from repro.experiments import SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
-from repro.experiments.resources import DEVICES, NeedsGPU, cpu_scale_of, format_time, resources_of
+from repro.experiments.machine_fit import DEVICES, NeedsGPU
+from repro.experiments.resources import cpu_scale_of, format_time, resources_of
 from repro.experiments.runner import budget_for
 from repro.experiments.submit import SlurmMissing, SubmitError, check_sbatch_arg
 from repro.optional import MissingPackage

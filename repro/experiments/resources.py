@@ -18,11 +18,6 @@ from typing import Sequence
 
 from repro.experiments.base import CPU_SCALES, Experiment, Point, Resources
 
-# Whether a point fits this machine (memory, device) lives in machine_fit; its names stay importable from here.
-from repro.experiments.machine_fit import (  # noqa: E402,F401
-    DEVICES, STANDIN_ENV, NeedsGPU, TooFewGPUs, available_memory_gib, check_memory, gpu_count, resolve_device,
-)
-
 
 # --- What a point asks of a cluster (DESIGN.md: "Resources are data too") ---------------------------------------
 #

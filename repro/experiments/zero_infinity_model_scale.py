@@ -62,8 +62,6 @@ def _candidates(scale: str):
 def _budgets(params: dict, path: str) -> tuple[int, int, int]:
     """(machine memory, memory budget, disk budget): the point's own numbers, else this machine's (available
     memory x 0.8, free disk under the NVMe path x 0.85)."""
-    from repro.zero.model_scale import swap_used_bytes  # noqa: F401 - /proc/meminfo reader lives there
-
     with open("/proc/meminfo", encoding="ascii") as handle:
         info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in handle}
     stat = os.statvfs(path)

@@ -9,7 +9,7 @@ import pytest
 from repro import results as R
 from repro.experiments import Registry
 from repro.experiments.base import Experiment, Point
-from repro.experiments.resources import NeedsGPU, check_memory, resolve_device
+from repro.experiments.machine_fit import NeedsGPU, check_memory, resolve_device
 from repro.experiments.runner import run_experiment
 
 
