@@ -8,7 +8,8 @@ Rank 0 prints Megatron-LM's ``iteration N/M | ... | lm loss: ... |`` lines every
 (and every iteration to ``--log-jsonl``). ``--save DIR`` writes checkpoints (every ``--save-interval`` iterations
 and at the end), ``--load DIR`` resumes from the newest one there (or starts fresh when there is none, so a requeued
 job with ``--save D --load D`` continues). SIGTERM or SIGUSR1 (Slurm's ``--signal=B:USR1@120``, ``scancel
---signal=USR1``) finishes the step, saves and exits with code 75, which slurm/launch.sh turns into a requeue.
+--signal=USR1``) finishes the step, saves and exits with code 75, which slurm/launch.sh turns into a requeue; so does
+Ctrl-C (SIGINT), and a second Ctrl-C exits at once with code 130, saving nothing.
 A failing rank ends every rank (see :mod:`repro.training.failfast`): ``--timeout-s`` bounds every collective of every
 process group, the watchdog (:mod:`repro.training.watchdog`) the time without progress in a step, an evaluation, a
 save or a load; a rank that gives up exits with code 124 and one line naming itself, what it was doing and the rank
