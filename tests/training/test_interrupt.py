@@ -66,7 +66,7 @@ def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
 
 def test_ctrl_c_before_training_is_one_line():
     for delay in (0.5, 1.0, 2.0):  # after the interpreter has started and reached the entry point
-        proc = _start("--steps", "3")
+        proc = _start("--steps", "100000")  # never done before the signal, however fast the machine
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=120)[0]
