@@ -92,3 +92,17 @@ def seed(text: str) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"{text!r} must be an integer in [0, 2**63)")
     return value
+
+
+def run_entry_point(module: str, prog: str) -> NoReturn:
+    """``sys.exit(module.main())`` for a ``python -m`` entry point, importing ``module`` only here, so that a Ctrl-C
+    while it loads (torch takes seconds) is one line and exit code 130 (128 + SIGINT), not a traceback."""
+    import importlib
+    import sys
+
+    try:
+        code = importlib.import_module(module).main()
+    except KeyboardInterrupt:  # before any handler of the command is in place
+        print(f"{prog}: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr)
+        code = 130
+    sys.exit(code)

@@ -1,10 +1,3 @@
-import sys
+from repro.cliargs import run_entry_point
 
-try:
-    from repro.training.cli import main
-
-    code = main()
-except KeyboardInterrupt:  # Ctrl-C while the modules load, before any handler is in place
-    print("repro train: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr)
-    code = 130
-sys.exit(code)
+run_entry_point("repro.training.cli", "repro train")
