@@ -95,14 +95,44 @@ def seed(text: str) -> int:
 
 
 def run_entry_point(module: str, prog: str) -> NoReturn:
-    """``sys.exit(module.main())`` for a ``python -m`` entry point, importing ``module`` only here, so that a Ctrl-C
-    while it loads (torch takes seconds) is one line and exit code 130 (128 + SIGINT), not a traceback."""
+    """``sys.exit(module.main())`` for an entry point, importing ``module`` only here, so that a Ctrl-C while it
+    loads (torch takes seconds) is one line and exit code 130 (128 + SIGINT), not a traceback.
+
+    While the module loads, SIGINT's handler prints that line and leaves at once (``os._exit``) instead of raising
+    KeyboardInterrupt: an exception raised inside an import can be swallowed by a library's broad ``except`` (the
+    Ctrl-C was lost and training started), or, raised inside C code that runs Python (``PyRun_*``), make the
+    interpreter end by SIGINT even after it was caught (exit -2 instead of 130). Nothing has been done yet, so
+    leaving at once loses nothing. A SIGINT that was ignored (``nohup``, a background job) stays ignored; once the
+    module is loaded the previous handler is back, and the command's own handling of Ctrl-C applies; a
+    KeyboardInterrupt the command lets through is the line ``PROG: interrupted (SIGINT)`` and 130."""
     import importlib
+    import os
+    import signal
     import sys
 
+    def interrupted(signum: int, frame: object) -> None:
+        print(f"{prog}: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    previous = signal.getsignal(signal.SIGINT)
+    ours = previous is not signal.SIG_IGN and previous is not None  # None: a handler set outside Python; kept
+    if ours:
+        signal.signal(signal.SIGINT, interrupted)
     try:
-        code = importlib.import_module(module).main()
-    except KeyboardInterrupt:  # before any handler of the command is in place
-        print(f"{prog}: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr)
-        code = 130
+        main = importlib.import_module(module).main
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
+    try:
+        code = main()
+    except KeyboardInterrupt:  # one the command did not handle itself (e.g. while it parses its options)
+        print(f"{prog}: interrupted (SIGINT)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(130)  # not sys.exit: see above (a KeyboardInterrupt raised in C code would end the process by SIGINT)
     sys.exit(code)
+
+
+def repro_command() -> NoReturn:
+    """The ``repro`` console script (pyproject's ``[project.scripts]``): :func:`run_entry_point` of
+    :mod:`repro.cli`, so an installed ``repro`` treats an early Ctrl-C as ``python -m repro`` does."""
+    run_entry_point("repro.cli", "repro")
