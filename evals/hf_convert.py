@@ -1,4 +1,4 @@
-"""Hugging Face GPT-2 / BERT weights from a local directory, renamed into repro's models.
+"""Hugging Face GPT-2 / BERT / Megatron-BERT weights from a local directory, renamed into repro's models.
 
 No network and no ``transformers`` import: ``config.json`` is read as JSON and the weights from
 ``model.safetensors`` (a 20-line reader below; sharded ``*.index.json`` too) or ``pytorch_model.bin``.
@@ -8,8 +8,7 @@ Layout differences handled here:
 * GPT-2's fused ``c_attn`` rows are ordered (q|k|v, head, head_dim); repro orders them (head, q|k|v, head_dim) so
   that a contiguous tensor-parallel split hands each rank whole heads (Megatron sec. 3). BERT's separate
   query/key/value are interleaved the same way.
-* BERT is post-LN (the original placement, Megatron Fig. 7a): its attention-output LayerNorm becomes
-  ``input_layernorm`` and its output LayerNorm ``post_attention_layernorm`` of repro's "original" layer.
+* BERT (post-LN) and Megatron-BERT (pre-LN): names in evals/hf_bert.py, which also writes them back.
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ from typing import Mapping
 import torch
 
 from evals.checkpoints import LoadedState, files_sha256
-from repro.models import BertConfig, GPTConfig
+from evals.hf_bert import bert_config, convert_bert
+from repro.models import GPTConfig
 
 _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -137,70 +137,24 @@ def convert_gpt2(hf_state: Mapping[str, torch.Tensor], config: GPTConfig) -> dic
     return {k: v.clone() for k, v in out.items()}
 
 
-def bert_config(hf: Mapping) -> BertConfig:
-    if hf.get("model_type") != "bert":
-        raise ValueError(f"config.json has model_type {hf.get('model_type')!r}, expected 'bert' for a BERT model")
-    if hf.get("hidden_act", "gelu") != "gelu":
-        raise ValueError(f"hidden_act={hf['hidden_act']!r}: repro's BERT uses erf-GELU ('gelu') only")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError("only absolute position embeddings are supported")
-    return BertConfig(
-        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-        num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
-        ffn_hidden_size=hf["intermediate_size"], num_tokentypes=hf.get("type_vocab_size", 2),
-        layernorm_epsilon=hf.get("layer_norm_eps", 1e-12), layernorm_placement="original",
-        hidden_dropout=0.0, attention_dropout=0.0,
-    )
-
-
-def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
-    """HF ``BertForPreTraining`` / ``BertModel`` state dict -> repro BERT ("original" placement) state dict.
-    Heads absent from the source (pooler, MLM, NSP) keep repro's initialisation (the caller's model)."""
-    src = {k.removeprefix("bert."): v for k, v in hf_state.items()}
-    out = {
-        "embedding.word_embeddings.weight": src["embeddings.word_embeddings.weight"],
-        "embedding.position_embeddings.weight": src["embeddings.position_embeddings.weight"],
-        "embedding.tokentype_embeddings.weight": src["embeddings.token_type_embeddings.weight"],
-        "embedding_layernorm.weight": src["embeddings.LayerNorm.weight"],
-        "embedding_layernorm.bias": src["embeddings.LayerNorm.bias"],
-    }
-    heads = config.num_attention_heads
-    for i in range(config.num_layers):
-        p, q = f"encoder.layer.{i}.", f"layers.{i}."
-        for part in ("weight", "bias"):
-            fused = torch.cat([src[p + f"attention.self.{n}.{part}"] for n in ("query", "key", "value")])
-            out[q + f"attention.qkv.{part}"] = _qkv_to_repro(fused, heads)
-            out[q + f"attention.dense.{part}"] = src[p + f"attention.output.dense.{part}"]
-            out[q + f"input_layernorm.{part}"] = src[p + f"attention.output.LayerNorm.{part}"]
-            out[q + f"mlp.fc1.{part}"] = src[p + f"intermediate.dense.{part}"]
-            out[q + f"mlp.fc2.{part}"] = src[p + f"output.dense.{part}"]
-            out[q + f"post_attention_layernorm.{part}"] = src[p + f"output.LayerNorm.{part}"]
-    optional = {
-        "pooler.dense.weight": "pooler.weight", "pooler.dense.bias": "pooler.bias",
-        "cls.predictions.transform.dense.weight": "lm_head.dense.weight",
-        "cls.predictions.transform.dense.bias": "lm_head.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight": "lm_head.layernorm.weight",
-        "cls.predictions.transform.LayerNorm.bias": "lm_head.layernorm.bias",
-        "cls.predictions.bias": "lm_head.bias",
-        "cls.seq_relationship.weight": "binary_head.weight", "cls.seq_relationship.bias": "binary_head.bias",
-    }
-    for theirs, ours in optional.items():
-        if theirs in src:
-            out[ours] = src[theirs]
-    return {k: v.clone() for k, v in out.items()}
-
-
 def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
-    """Read a local Hugging Face GPT-2 (``expect="gpt"``) or BERT (``expect="bert"``) directory."""
+    """Read a local Hugging Face GPT-2 (``expect="gpt"``), BERT or Megatron-BERT directory (``"bert"``: the encoder
+    and whatever heads it has; ``"bert_multiple_choice"``: a ``*ForMultipleChoice`` model, RACE's finetuned one)."""
     directory = Path(directory)
     hf_config = json.loads((directory / "config.json").read_text())
     state = read_hf_weights(directory)
     if expect == "gpt":
         config = gpt2_config(hf_config)
         converted = convert_gpt2(state, config)
-    elif expect == "bert":
+    elif expect in ("bert", "bert_multiple_choice"):
         config = bert_config(hf_config)
         converted = convert_bert(state, config)
+        multiple_choice = "head.weight" in converted
+        if expect == "bert" and multiple_choice:  # the encoder of a finetuned model (e.g. to finetune it again)
+            converted = {k.removeprefix("bert."): v for k, v in converted.items() if k.startswith("bert.")}
+        elif expect == "bert_multiple_choice" and not multiple_choice:
+            raise ValueError(f"{str(directory)!r} holds no multiple-choice head (classifier.weight): it is a "
+                             f"{(hf_config.get('architectures') or ['BERT'])[0]}, not a *ForMultipleChoice model")
     else:
         raise ValueError(f"Hugging Face conversion supports 'gpt' (GPT-2) and 'bert', not {expect!r}")
     return LoadedState(architecture=expect, config=config, state_dict=converted,

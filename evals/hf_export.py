@@ -1,12 +1,16 @@
-"""``repro export-hf CKPT OUT``: a checkpoint as a Hugging Face GPT-2 directory that ``transformers`` loads.
+"""``repro export-hf CKPT OUT``: a GPT or BERT checkpoint as a Hugging Face directory that ``transformers`` loads.
 
-The inverse of :func:`evals.hf_convert.convert_gpt2`. Any checkpoint the harness reads (``repro train``'s at any
-layout, the harness's own, Megatron-LM's) is consolidated to one GPT state dict, renamed to ``GPT2LMHeadModel``'s
+GPT: the inverse of :func:`evals.hf_convert.convert_gpt2`. Any GPT checkpoint the harness reads (``repro train``'s
+at any layout, the harness's own, Megatron-LM's) is consolidated to one state dict, renamed to ``GPT2LMHeadModel``'s
 names (fused QKV rows back from ``(heads, 3, head_dim)`` to ``(3, heads, head_dim)``, linear weights transposed into
-GPT-2's ``Conv1D`` layout) and written as ``config.json`` + ``model.safetensors`` (written here: an 8-byte header
-length, a JSON header, the raw little-endian tensors). A model with GPT-2's vocabulary also gets the tokenizer's
-``vocab.json`` and ``merges.txt`` from the data directory, so that ``AutoTokenizer`` and lm-eval's ``HFLM`` load the
-directory as it is. GPT-2's architecture is repro's (pre-LN, tanh GELU, learned positions, tied output layer).
+GPT-2's ``Conv1D`` layout). GPT-2's architecture is repro's (pre-LN, tanh GELU, learned positions, tied output).
+BERT (the harness's own, RACE finetuning's ``--save``, Megatron-LM's): :mod:`evals.hf_bert`, as ``Bert*`` (post-LN)
+or ``MegatronBert*`` (pre-LN, Megatron's placement), ``*ForMultipleChoice`` for RACE's finetuned model.
+
+Written as ``config.json`` + ``model.safetensors`` (written here: an 8-byte header length, a JSON header, the raw
+little-endian tensors). A model with the vocabulary of the data directory's tokenizer (GPT-2's BPE, BERT's uncased
+WordPiece) also gets the tokenizer's files, so that ``AutoTokenizer`` and lm-eval's ``HFLM`` load the directory as
+it is.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from repro.cliargs import OneLineParser
 from repro.models.config import GPTConfig
 
 GPT2_VOCAB = 50257
+BERT_VOCAB = "bert-large-uncased-vocab.txt"
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
 
@@ -95,37 +100,90 @@ def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata:
             handle.write(blob)
 
 
-def export_gpt2(checkpoint: str | Path, out: str | Path, *, tokenizer_dir: Path | None = None) -> Path:
-    """Write ``out`` (config.json, model.safetensors, and the GPT-2 tokenizer when given and the vocabulary is
-    GPT-2's) from any GPT checkpoint the harness reads; returns ``out``."""
-    from evals.checkpoint_formats import load_checkpoint
+def _load_any(checkpoint: str | Path):
+    """(architecture, LoadedState) for any checkpoint the harness reads: "gpt", "bert" or "bert_multiple_choice"."""
+    import json
 
-    loaded = load_checkpoint(checkpoint, expect="gpt")
-    config = loaded.config
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    state = gpt2_state(loaded.state_dict, config)
-    write_safetensors(out / "model.safetensors", state,
-                      {"format": "pt", "exported_from": str(checkpoint), "source": loaded.source})
-    (out / "config.json").write_text(json.dumps(gpt2_config_json(config), indent=1) + "\n")
-    if tokenizer_dir is not None and config.vocab_size == GPT2_VOCAB:
+    from evals.checkpoint_formats import checkpoint_format, load_checkpoint
+    from evals.checkpoints import read_header
+
+    kind = checkpoint_format(checkpoint)
+    if kind == "repro":
+        architecture = read_header(checkpoint)["architecture"]
+    elif kind == "huggingface":
+        hf = json.loads((Path(checkpoint) / "config.json").read_text())
+        architecture = "gpt" if hf.get("model_type") == "gpt2" else (
+            "bert_multiple_choice" if any(a.endswith("ForMultipleChoice") for a in hf.get("architectures") or [])
+            else "bert")
+    elif kind == "megatron":
+        try:
+            return "gpt", load_checkpoint(checkpoint, expect="gpt")
+        except ValueError as err:
+            if "holds a BERT model" not in str(err):
+                raise
+            architecture = "bert"
+    else:
+        architecture = "gpt"  # repro train trains GPTs
+    return architecture, load_checkpoint(checkpoint, expect=architecture)
+
+
+def _copy_tokenizer(out: Path, tokenizer_dir: Path, architecture: str, vocab_size: int,
+                    max_length: int) -> str | None:
+    """The tokenizer's files, when the model's vocabulary is the data directory's; the tokenizer's name, if so."""
+    if architecture == "gpt" and vocab_size == GPT2_VOCAB:
         shutil.copyfile(tokenizer_dir / "gpt2-vocab.json", out / "vocab.json")
         shutil.copyfile(tokenizer_dir / "gpt2-merges.txt", out / "merges.txt")
-        (out / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config.max_position_embeddings,
-             "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}) + "\n")
-    return out
+        name = "GPT-2"
+        config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+                  "unk_token": "<|endoftext|>"}
+    elif architecture != "gpt" and (tokenizer_dir / BERT_VOCAB).is_file() and vocab_size == len(
+            (tokenizer_dir / BERT_VOCAB).read_text(encoding="utf-8").splitlines()):
+        shutil.copyfile(tokenizer_dir / BERT_VOCAB, out / "vocab.txt")
+        name = "BERT uncased WordPiece"
+        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "unk_token": "[UNK]",
+                  "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
+    else:
+        return None
+    (out / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": max_length}) + "\n")
+    return name
+
+
+def export_hf(checkpoint: str | Path, out: str | Path, *,
+              tokenizer_dir: Path | None = None) -> tuple[str, str | None]:
+    """Write ``out`` (config.json, model.safetensors, and the tokenizer when given and it is the model's) from any
+    GPT or BERT checkpoint the harness reads; returns (the Hugging Face class written, the tokenizer's name or
+    None when none was written)."""
+    from evals.hf_bert import bert_architecture, bert_config_json, bert_hf_state
+
+    architecture, loaded = _load_any(checkpoint)
+    config = loaded.config
+    if architecture == "gpt":
+        state, hf_class = gpt2_state(loaded.state_dict, config), "GPT2LMHeadModel"
+        config_json = gpt2_config_json(config)
+    else:
+        state, hf_class = bert_hf_state(loaded.state_dict, config), bert_architecture(loaded.state_dict, config)
+        config_json = bert_config_json(config, hf_class)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", state,
+                      {"format": "pt", "exported_from": str(checkpoint), "source": loaded.source})
+    (out / "config.json").write_text(json.dumps(config_json, indent=1) + "\n")
+    tokenizer = None if tokenizer_dir is None else _copy_tokenizer(out, tokenizer_dir, architecture, config.vocab_size,
+                                                              config.max_position_embeddings)
+    return hf_class, tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro export-hf", description=__doc__.split("\n")[0].split(": ", 1)[1],
                            epilog="example: repro export-hf ckpt/ hf-model/ && python -c \"import transformers; "
                                   "transformers.AutoModelForCausalLM.from_pretrained('hf-model')\"")
-    parser.add_argument("checkpoint", help="a checkpoint directory: repro train's --save directory (its newest "
-                        "checkpoint) or one iter_N inside it, the harness's own, or Megatron-LM's")
+    parser.add_argument("checkpoint", help="a GPT or BERT checkpoint directory: repro train's --save directory (its "
+                        "newest checkpoint) or one iter_N inside it, the harness's own (convert-hf, race-finetune "
+                        "--save), or Megatron-LM's")
     parser.add_argument("out", help="the Hugging Face directory to write (created; files in it are replaced)")
-    parser.add_argument("--data-dir", default=None, help="where the GPT-2 tokenizer files are (default: $REPRO_DATA, "
-                        "else ../shared/data); copied only for a model with GPT-2's vocabulary of 50257")
+    parser.add_argument("--data-dir", default=None, help="where the tokenizer files are (default: $REPRO_DATA, else "
+                        "../shared/data); copied only for a model with the tokenizer's vocabulary (GPT-2's 50257, "
+                        "BERT's uncased 30522)")
     return parser
 
 
@@ -147,10 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         tokenizers = None  # no data directory here: the weights and config alone
     try:
-        out = export_gpt2(args.checkpoint, args.out, tokenizer_dir=tokenizers)
+        hf_class, tokenizer = export_hf(args.checkpoint, args.out, tokenizer_dir=tokenizers)
     except ValueError as err:
         print(f"repro export-hf: error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {out}/config.json and model.safetensors" + (
-        " (and the GPT-2 tokenizer)" if (out / "vocab.json").exists() else ""))
+    print(f"wrote {args.out}/config.json and model.safetensors ({hf_class})" + (
+        f" and the {tokenizer} tokenizer" if tokenizer else ""))
     return 0

@@ -1,0 +1,194 @@
+"""BERT in Hugging Face's names, both ways: ``BertModel``/``BertForPreTraining`` (post-LN) and ``MegatronBert*``
+(pre-LN), to and from repro's BERT; the multiple-choice head of RACE finetuning as ``*ForMultipleChoice``.
+
+Megatron-LM's paper compares the two placements of LayerNorm (Shoeybi et al. 2019, sec. 3.2 and Fig. 7): the
+original BERT's post-LN (7a, repro's ``layernorm_placement="original"``) and Megatron's pre-LN (7b, ``"megatron"``,
+repro's default), which also drops the embedding LayerNorm and adds one after the last layer. Hugging Face has both:
+``bert`` for 7a and ``megatron-bert`` for 7b. Query, key and value are separate there; repro fuses them with rows
+ordered (head, q|k|v, head_dim), so that a tensor-parallel split hands each rank whole heads.
+
+Name tables, as repro name -> Hugging Face name (the encoder's names are under ``bert.`` in the heads' models):
+
+============================================  ==========================================  =======================
+repro                                         ``bert`` (post-LN)                          ``megatron-bert`` (pre-LN)
+============================================  ==========================================  =======================
+``embedding_layernorm``                       ``embeddings.LayerNorm``                    (none)
+``layers.i.input_layernorm``                  ``encoder.layer.i.attention.output.LayerNorm``  ``...attention.ln``
+``layers.i.post_attention_layernorm``         ``encoder.layer.i.output.LayerNorm``        ``encoder.layer.i.ln``
+``final_layernorm``                           (none)                                      ``encoder.ln``
+============================================  ==========================================  =======================
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from repro.models import BertConfig
+
+#: Hugging Face's model_type for each of repro's LayerNorm placements
+MODEL_TYPES = {"original": "bert", "megatron": "megatron-bert"}
+_PLACEMENTS = {v: k for k, v in MODEL_TYPES.items()}
+#: Hugging Face's hidden_act -> repro's gelu_approximate
+_GELUS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+#: the heads repro's BERT has, as (repro name, Hugging Face name) with the encoder's prefix left out
+_HEADS = (
+    ("pooler.weight", "bert.pooler.dense.weight"), ("pooler.bias", "bert.pooler.dense.bias"),
+    ("lm_head.dense.weight", "cls.predictions.transform.dense.weight"),
+    ("lm_head.dense.bias", "cls.predictions.transform.dense.bias"),
+    ("lm_head.layernorm.weight", "cls.predictions.transform.LayerNorm.weight"),
+    ("lm_head.layernorm.bias", "cls.predictions.transform.LayerNorm.bias"),
+    ("binary_head.weight", "cls.seq_relationship.weight"), ("binary_head.bias", "cls.seq_relationship.bias"),
+)
+
+
+def _layernorm_names(placement: str, i: int) -> dict[str, str]:
+    """repro -> Hugging Face names of layer ``i``'s two LayerNorms (prefixes: ``layers.i.``, ``encoder.layer.i.``)."""
+    if placement == "original":
+        return {"input_layernorm": "attention.output.LayerNorm", "post_attention_layernorm": "output.LayerNorm"}
+    return {"input_layernorm": "attention.ln", "post_attention_layernorm": "ln"}
+
+
+def _split_heads(fused: torch.Tensor, heads: int) -> list[torch.Tensor]:
+    """repro's fused rows (head, q|k|v, head_dim) -> [query, key, value]; weights [3h, in] and biases [3h]."""
+    rest = fused.shape[1:]
+    by_part = fused.reshape(heads, 3, -1, *rest).transpose(0, 1)
+    return [by_part[j].reshape(-1, *rest).contiguous() for j in range(3)]
+
+
+def _fuse_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of :func:`_split_heads`."""
+    stacked = torch.stack([query, key, value])  # [3, h(, in)]
+    rest = query.shape[1:]
+    return stacked.reshape(3, heads, -1, *rest).transpose(0, 1).reshape(3 * query.shape[0], *rest).contiguous()
+
+
+def bert_config(hf: Mapping) -> BertConfig:
+    """repro's BertConfig from a ``bert`` or ``megatron-bert`` config.json; ValueError for what repro lacks."""
+    model_type = hf.get("model_type")
+    if model_type not in _PLACEMENTS:
+        raise ValueError(f"config.json has model_type {model_type!r}, expected 'bert' or 'megatron-bert' for a "
+                         "BERT model")
+    act = hf.get("hidden_act", "gelu")
+    if act not in _GELUS:
+        raise ValueError(f"hidden_act={act!r}: repro's BERT has erf-GELU ('gelu') and tanh-GELU ('gelu_new') only")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    return BertConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
+        num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
+        ffn_hidden_size=hf["intermediate_size"], num_tokentypes=hf.get("type_vocab_size", 2),
+        layernorm_epsilon=hf.get("layer_norm_eps", 1e-12), layernorm_placement=_PLACEMENTS[model_type],
+        gelu_approximate=_GELUS[act], hidden_dropout=0.0, attention_dropout=0.0,
+    )
+
+
+def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+    """HF ``Bert*``/``MegatronBert*`` state dict (with or without heads) -> repro BERT state dict. Heads absent
+    from the source (pooler, MLM, NSP) are left out (the caller's model keeps its initialisation); a
+    ``*ForMultipleChoice`` classifier becomes ``head.*`` and the encoder ``bert.*`` (:class:`MultipleChoiceModel`)."""
+    src = {k if k.startswith(("bert.", "cls.", "classifier.")) else f"bert.{k}": v for k, v in hf_state.items()}
+    out = {
+        "embedding.word_embeddings.weight": src["bert.embeddings.word_embeddings.weight"],
+        "embedding.position_embeddings.weight": src["bert.embeddings.position_embeddings.weight"],
+        "embedding.tokentype_embeddings.weight": src["bert.embeddings.token_type_embeddings.weight"],
+    }
+    if config.layernorm_placement == "original":
+        out["embedding_layernorm.weight"] = src["bert.embeddings.LayerNorm.weight"]
+        out["embedding_layernorm.bias"] = src["bert.embeddings.LayerNorm.bias"]
+    else:
+        out["final_layernorm.weight"] = src["bert.encoder.ln.weight"]
+        out["final_layernorm.bias"] = src["bert.encoder.ln.bias"]
+    heads = config.num_attention_heads
+    for i in range(config.num_layers):
+        p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+        for part in ("weight", "bias"):
+            out[q + f"attention.qkv.{part}"] = _fuse_heads(
+                *(src[p + f"attention.self.{n}.{part}"] for n in ("query", "key", "value")), heads)
+            out[q + f"attention.dense.{part}"] = src[p + f"attention.output.dense.{part}"]
+            out[q + f"mlp.fc1.{part}"] = src[p + f"intermediate.dense.{part}"]
+            out[q + f"mlp.fc2.{part}"] = src[p + f"output.dense.{part}"]
+            for ours, theirs in _layernorm_names(config.layernorm_placement, i).items():
+                out[q + f"{ours}.{part}"] = src[p + f"{theirs}.{part}"]
+    for ours, theirs in _HEADS:
+        if theirs in src:
+            out[ours] = src[theirs]
+    if "cls.predictions.bias" in src:
+        out["lm_head.bias"] = src["cls.predictions.bias"]
+    out = {k: v.clone() for k, v in out.items()}
+    if "classifier.weight" in src:  # the multiple-choice model: encoder under bert., its head as head.
+        out = {f"bert.{k}": v for k, v in out.items()}
+        out["head.weight"], out["head.bias"] = src["classifier.weight"].clone(), src["classifier.bias"].clone()
+    return out
+
+
+def bert_hf_state(state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`convert_bert`: a consolidated repro BERT state dict (or a multiple-choice model's,
+    encoder under ``bert.``, head under ``head.``) -> the state dict of :func:`bert_architecture`'s model, in
+    float32, vocabulary rows beyond ``config.vocab_size`` (the tensor-parallel padding) dropped."""
+    multiple_choice = "head.weight" in state
+    enc = {k.removeprefix("bert."): v for k, v in state.items()} if multiple_choice else dict(state)
+    vocab = config.vocab_size
+    out = {
+        "bert.embeddings.word_embeddings.weight": enc["embedding.word_embeddings.weight"][:vocab],
+        "bert.embeddings.position_embeddings.weight": enc["embedding.position_embeddings.weight"],
+        "bert.embeddings.token_type_embeddings.weight": enc["embedding.tokentype_embeddings.weight"],
+    }
+    if config.layernorm_placement == "original":
+        out["bert.embeddings.LayerNorm.weight"] = enc["embedding_layernorm.weight"]
+        out["bert.embeddings.LayerNorm.bias"] = enc["embedding_layernorm.bias"]
+    else:
+        out["bert.encoder.ln.weight"] = enc["final_layernorm.weight"]
+        out["bert.encoder.ln.bias"] = enc["final_layernorm.bias"]
+    heads = config.num_attention_heads
+    for i in range(config.num_layers):
+        p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+        for part in ("weight", "bias"):
+            for name, tensor in zip(("query", "key", "value"), _split_heads(enc[q + f"attention.qkv.{part}"], heads)):
+                out[p + f"attention.self.{name}.{part}"] = tensor
+            out[p + f"attention.output.dense.{part}"] = enc[q + f"attention.dense.{part}"]
+            out[p + f"intermediate.dense.{part}"] = enc[q + f"mlp.fc1.{part}"]
+            out[p + f"output.dense.{part}"] = enc[q + f"mlp.fc2.{part}"]
+            for ours, theirs in _layernorm_names(config.layernorm_placement, i).items():
+                out[p + f"{theirs}.{part}"] = enc[q + f"{ours}.{part}"]
+    architecture = bert_architecture(state, config)
+    for ours, theirs in _HEADS:
+        if ours in enc and (theirs.startswith("bert.") or architecture.endswith("ForPreTraining")):
+            out[theirs] = enc[ours]
+    if architecture.endswith("ForPreTraining"):
+        out["cls.predictions.bias"] = enc["lm_head.bias"][:vocab]
+        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]  # tied
+        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    if multiple_choice:
+        out["classifier.weight"], out["classifier.bias"] = state["head.weight"], state["head.bias"]
+    if architecture.endswith("Model"):  # the bare encoder: Hugging Face names it without the prefix
+        out = {k.removeprefix("bert."): v for k, v in out.items()}
+    return {k: v.detach().to(torch.float32).contiguous() for k, v in out.items()}
+
+
+def bert_architecture(state: Mapping[str, torch.Tensor], config: BertConfig) -> str:
+    """The Hugging Face class a repro BERT state dict exports as: ``*ForMultipleChoice`` (RACE's finetuned model),
+    ``*ForPreTraining`` (the masked-LM and next-sentence heads are there), else ``*Model``."""
+    prefix = "MegatronBert" if config.layernorm_placement == "megatron" else "Bert"
+    if "head.weight" in state:
+        return f"{prefix}ForMultipleChoice"
+    if "lm_head.dense.weight" in state and "binary_head.weight" in state:
+        return f"{prefix}ForPreTraining"
+    return f"{prefix}Model"
+
+
+def bert_config_json(config: BertConfig, architecture: str) -> dict:
+    """``config.json`` of ``architecture`` with ``config``'s shape (no dropout: an exported model evaluates)."""
+    return {
+        "model_type": MODEL_TYPES[config.layernorm_placement], "architectures": [architecture],
+        "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.ffn_size,
+        "hidden_act": "gelu" if config.gelu_approximate == "none" else "gelu_pytorch_tanh",
+        "max_position_embeddings": config.max_position_embeddings, "type_vocab_size": config.num_tokentypes,
+        "layer_norm_eps": config.layernorm_epsilon, "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0, "position_embedding_type": "absolute", "tie_word_embeddings": True,
+        "pad_token_id": 0, "torch_dtype": "float32",
+    }
