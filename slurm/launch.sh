@@ -33,7 +33,8 @@
 #   REPRO_DEVICE (auto | cpu | cuda; cpu runs GPU points on CPU), REPRO_LAUNCHER (torchrun | srun),
 #   REPRO_RESULTS_DIR, REPRO_RUN_ID (append to this run), REPRO_MASTER_PORT, REPRO_MAX_REQUEUES (default 5: a job
 #   requeued that many times ends with 75 instead, so one that runs past its --time every attempt stops).
-# Every srun step passes --cpus-per-task (srun no longer inherits it from the allocation since Slurm 22.05).
+# Every srun step passes --cpus-per-task (srun no longer inherits it from the allocation since Slurm 22.05) and, on a
+# GPU allocation, its GPUs (--gpus-per-node with --gpu-bind=none: every rank picks cuda:LOCAL_RANK of all of them).
 set -euo pipefail
 
 die() { echo "repro launch: error: $1" >&2; exit "${2:-2}"; }
@@ -89,6 +90,14 @@ BASE_PORT="${REPRO_MASTER_PORT:-$(( 20000 + (JOB * 7 + RESTART * 101) % 20000 ))
 leading_int() { echo "${1%%[^0-9]*}"; }
 CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
 CPUS_NODE="${CPUS_NODE:-1}"
+GPUS="$(leading_int "${SLURM_GPUS_ON_NODE:-0}")"
+GPUS="${GPUS:-0}"
+# GPU_BIND: the GPUs of every srun step, named on the step rather than left to what the allocation's options make of
+# it: each task sees all of its node's allocated GPUs (--gpu-bind=none) and takes cuda:LOCAL_RANK itself
+# (repro.dist.launch); a task shown only its own GPU (CUDA_VISIBLE_DEVICES of one, as --gpus-per-task=1 gives)
+# would close NCCL's peer-to-peer (NVLink) paths to the other ranks of its node. Empty on a CPU allocation.
+GPU_BIND=()
+[ "$GPUS" -gt 0 ] && GPU_BIND=(--gpus-per-node="$GPUS" --gpu-bind=none)
 # cpus_per_task TASKS_PER_NODE: the CPUs each task of a step gets. Since Slurm 22.05 srun no longer inherits
 # the allocation's --cpus-per-task, so every step passes it: the job's own when it set one, else the node's share.
 cpus_per_task() {
@@ -208,7 +217,7 @@ if [ "$MODE" = train ]; then
   # trainer's fail-fast; --wait bounds how long the rest may outlive the first rank to exit.
   TASKS_NODE="$(leading_int "${SLURM_NTASKS_PER_NODE:-$(( (NTASKS + NODES - 1) / NODES ))}")"
   run_step srun --kill-on-bad-exit=0 --wait=120 --cpus-per-task="$(cpus_per_task "${TASKS_NODE:-1}")" \
-    "$PY" -m repro.training ${ARGS[@]+"${ARGS[@]}"}
+    ${GPU_BIND[@]+"${GPU_BIND[@]}"} "$PY" -m repro.training ${ARGS[@]+"${ARGS[@]}"}
   if stopped_for_preemption; then
     requeue "training stopped for preemption (exit code $STEP_RC${STOP_SIGNAL:+ after SIG$STOP_SIGNAL})"
   fi
@@ -242,8 +251,6 @@ SKIP=()
 PLAN="$("$PY" -m repro.experiments.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
   || die "cannot plan $EXP at scale $SCALE (see the message above)"
 
-GPUS="$(leading_int "${SLURM_GPUS_ON_NODE:-0}")"
-GPUS="${GPUS:-0}"
 if [ "$GPUS" -gt 0 ]; then
   PER_NODE="$GPUS"
 else
@@ -279,7 +286,8 @@ or set REPRO_DEVICE=cpu to run it on CPU anyway" 3
   export MASTER_ADDR="$HEAD" MASTER_PORT="$PORT"
   echo "repro launch: point $NAME: $WS rank(s) on $DEVICE (needs ~${MEM} GiB per rank)"
   if [ "$WS" -eq 1 ]; then
-    run_step srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
+    run_step srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS_NODE" ${GPU_BIND[@]+"${GPU_BIND[@]}"} \
+      --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
   else
     NN=$(( (WS + PER_NODE - 1) / PER_NODE ))
     [ "$NN" -le "$NODES" ] || die "point $NAME needs $WS ranks = $NN node(s) of $PER_NODE; the allocation has \
@@ -288,12 +296,12 @@ $NODES node(s): resubmit with --nodes=$NN (repro submit sizes this)" 4
     PPN=$(( WS / NN ))
     if [ "$LAUNCHER" = torchrun ]; then
       run_step srun --nodes="$NN" --ntasks="$NN" --ntasks-per-node=1 --cpus-per-task="$CPUS_NODE" --kill-on-bad-exit=1 \
-        "$PY" -m repro.dist.torchrun --nnodes="$NN" --nproc-per-node="$PPN" \
+        ${GPU_BIND[@]+"${GPU_BIND[@]}"} "$PY" -m repro.dist.torchrun --nnodes="$NN" --nproc-per-node="$PPN" \
         --rdzv-backend=c10d --rdzv-endpoint="$HEAD:$PORT" --rdzv-id="repro-$JOB-$RESTART-$index" \
         "${WORKER[@]}"
     else
       run_step srun --nodes="$NN" --ntasks="$WS" --ntasks-per-node="$PPN" --cpus-per-task="$(cpus_per_task "$PPN")" \
-        --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
+        ${GPU_BIND[@]+"${GPU_BIND[@]}"} --kill-on-bad-exit=1 "$PY" "${WORKER[@]}"
     fi
   fi
   rc=$STEP_RC

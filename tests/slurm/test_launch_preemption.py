@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,68 +16,11 @@ import pytest
 from repro.experiments import worker
 from repro.experiments.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
 from repro.results import REPO_ROOT, append_rows, load_rows
-
-LAUNCH = REPO_ROOT / "slurm" / "launch.sh"
-FAKE = REPO_ROOT / "tests" / "experiments" / "fake_experiments.py"
-JOB = "4242"
-
-#: A stand-in for ``python -m repro.training``: records its arguments, says it is ready, then exits with
-#: $FAKE_RC, or with 75 as soon as SIGUSR1 or SIGTERM arrives when $FAKE_WAIT is set.
-STAND_IN = """
-import json, os, signal, sys, time
-out = os.environ["FAKE_OUT"]
-got = []
-for sig in (signal.SIGUSR1, signal.SIGTERM):
-    signal.signal(sig, lambda signum, frame: got.append(signal.Signals(signum).name))
-with open(out + ".args", "w") as handle:
-    json.dump(sys.argv[1:], handle)
-open(out + ".ready", "w").close()
-deadline = time.monotonic() + 30
-while os.environ.get("FAKE_WAIT") and not got and time.monotonic() < deadline:
-    time.sleep(0.05)
-if got:
-    open(out + ".signal", "w").write(got[0])
-    sys.exit(75)
-sys.exit(int(os.environ.get("FAKE_RC", "0")))
-"""
-
-
-def _executable(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return path
-
+from tests.slurm.launch_stubs import FAKE, JOB, LAUNCH, make_stubs, stub_env
 
 @pytest.fixture()
 def stubs(tmp_path):
-    """bin/srun (drops its options, execs the command), bin/scontrol (answers `show hostnames` and `show job`,
-    logs anything else), bin/fakepy (the stand-in trainer, exec'd so that srun's pid is the trainer's)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _executable(bin_dir / "srun", '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
-    _executable(bin_dir / "scontrol", '#!/bin/bash\n'
-                'case "$*" in\n'
-                '  "show hostnames"*) echo localhost ;;\n'
-                '  *"show job"*) echo "JobId=$SLURM_JOB_ID JobState=${FAKE_JOB_STATE:-RUNNING} '
-                'Reason=${FAKE_REASON:-None} Restarts=0" ;;\n'
-                '  *) echo "$*" >> "$SCONTROL_LOG" ;;\n'
-                'esac\n')
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
-    # launch.sh runs "$REPRO_PYTHON -m repro.training ARGS": the stand-in drops "-m repro.training"
-    _executable(bin_dir / "fakepy", f'#!/bin/bash\nshift 2\nexec {sys.executable} {script} "$@"\n')
-    return bin_dir
-
-
-def _env(tmp_path: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", REPRO_ROOT=str(REPO_ROOT), REPRO_RESULTS_DIR=str(tmp_path / "res"),
-               REPRO_EXTRA_EXPERIMENTS=str(FAKE), SCONTROL_LOG=str(tmp_path / "scontrol.log"),
-               FAKE_OUT=str(tmp_path / "fake"), SLURM_JOB_ID=JOB, SLURM_JOB_NAME="repro-train",
-               SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="2",
-               SLURM_CPUS_ON_NODE="2", REPRO_MASTER_PORT=str(29100 + os.getpid() % 800))
-    env.update(extra)
-    return env
+    return make_stubs(tmp_path)
 
 
 def _train(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -96,7 +37,7 @@ def test_train_requeues_only_a_step_that_exits_75(tmp_path, stubs):
     ckpt = str(tmp_path / "res" / "checkpoints" / f"repro-train-{JOB}")
     for rc, launch_rc, requeued in ((75, 0, True), (0, 0, False), (1, 1, False)):
         (tmp_path / "scontrol.log").unlink(missing_ok=True)
-        proc = _train(_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC=str(rc)), "--steps", "3")
+        proc = _train(stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC=str(rc)), "--steps", "3")
         assert proc.returncode == launch_rc, proc.stdout + proc.stderr
         assert _requeues(tmp_path) == ([f"requeue {JOB}"] if requeued else []), proc.stdout
         # --save and --load default to <results>/checkpoints/<job name>-<job id>
@@ -107,7 +48,7 @@ def test_train_requeues_only_a_step_that_exits_75(tmp_path, stubs):
 def test_an_array_task_requeues_only_itself(tmp_path, stubs):
     """The first task of an array has the array's job id as its own: `scontrol requeue <that id>` would requeue
     every task, so an array task names itself <array job>_<task>."""
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", SLURM_ARRAY_JOB_ID=JOB,
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", SLURM_ARRAY_JOB_ID=JOB,
                SLURM_ARRAY_TASK_ID="0")
     proc = _train(env)
     assert proc.returncode == 0 and _requeues(tmp_path) == [f"requeue {JOB}_0"], proc.stdout + proc.stderr
@@ -116,7 +57,7 @@ def test_an_array_task_requeues_only_itself(tmp_path, stubs):
 def test_a_cancelled_job_is_not_requeued_but_one_at_its_time_limit_is(tmp_path, stubs):
     """scancel sends SIGTERM too: the trainer saves and exits 75, but the job is no longer RUNNING, so it ends
     there; at the time limit (Reason=TimeLimit) it is requeued."""
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", FAKE_JOB_STATE="COMPLETING")
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75", FAKE_JOB_STATE="COMPLETING")
     proc = _train(env)
     assert proc.returncode == 75 and _requeues(tmp_path) == [], proc.stdout + proc.stderr
     assert f"job {JOB} was cancelled (JobState=COMPLETING Reason=None): not requeued" in proc.stderr
@@ -125,7 +66,7 @@ def test_a_cancelled_job_is_not_requeued_but_one_at_its_time_limit_is(tmp_path, 
 
 
 def test_a_requeued_attempt_loads_its_own_checkpoints(tmp_path, stubs):
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"))
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"))
     assert _train(env, "--save", "mine", "--load=pretrained").returncode == 0
     assert json.loads((tmp_path / "fake.args").read_text()) == ["--save", "mine", "--load=pretrained"]
     proc = _train({**env, "SLURM_RESTART_COUNT": "1"}, "--save", "mine", "--load=pretrained")
@@ -134,7 +75,7 @@ def test_a_requeued_attempt_loads_its_own_checkpoints(tmp_path, stubs):
 
 
 def test_launch_outside_slurm_names_the_training_sbatch(tmp_path, stubs):
-    env = _env(tmp_path, stubs)
+    env = stub_env(tmp_path, stubs)
     del env["SLURM_JOB_ID"]
     proc = _train(env)
     assert proc.returncode == 2 and "sbatch slurm/train.sbatch" in proc.stderr
@@ -144,7 +85,7 @@ def test_launch_outside_slurm_names_the_training_sbatch(tmp_path, stubs):
 def test_a_signal_to_the_batch_shell_reaches_the_step_and_requeues(tmp_path, stubs, sig):
     """Slurm's --signal=B:USR1@120 (and the time limit's SIGTERM) reach the batch shell only: launch.sh passes the
     signal on to srun while it waits, the step exits 75, and the job is requeued."""
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_WAIT="1")
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_WAIT="1")
     proc = subprocess.Popen(["bash", str(LAUNCH), "--train", "--steps", "3"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     deadline = time.monotonic() + 60
@@ -162,7 +103,7 @@ def test_a_signal_to_the_batch_shell_reaches_the_step_and_requeues(tmp_path, stu
 def test_a_requeued_experiment_appends_to_its_run_and_skips_written_points(tmp_path, stubs):
     """The first attempt keeps its run id in <results>/slurm-logs/<job>.run_id; a requeued attempt (same job id,
     SLURM_RESTART_COUNT=1) reads it, and runs only the points that have no rows from this job in that run."""
-    env = _env(tmp_path, stubs)
+    env = stub_env(tmp_path, stubs)
     launch = ["bash", str(LAUNCH), "fake_sum", "ci"]
     first = subprocess.run(launch, capture_output=True, text=True, env=env, timeout=240, cwd=REPO_ROOT)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -238,7 +179,7 @@ def test_train_sbatch_hands_its_arguments_to_the_launcher(tmp_path):
 def test_requeues_stop_at_the_cap(tmp_path, stubs):
     """A job that is preempted (or runs past its --time) on every attempt is requeued REPRO_MAX_REQUEUES times
     (default 5), then ends with 75 and one line saying why."""
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75")
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), FAKE_RC="75")
     proc = _train({**env, "SLURM_RESTART_COUNT": "4"})
     assert proc.returncode == 0 and _requeues(tmp_path) == [f"requeue {JOB}"], proc.stdout + proc.stderr
     (tmp_path / "scontrol.log").unlink()
@@ -257,14 +198,14 @@ def test_every_srun_step_passes_cpus_per_task(tmp_path, stubs):
     log = tmp_path / "srun.log"
     (stubs / "srun").write_text('#!/bin/bash\necho "$*" >> "$SRUN_LOG"\nwhile [[ "$1" == --* ]]; do shift; done\n'
                                 'exec "$@"\n')
-    env = _env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), SRUN_LOG=str(log), SLURM_NTASKS="2",
+    env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), SRUN_LOG=str(log), SLURM_NTASKS="2",
                SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_ON_NODE="8")
     assert _train(env).returncode == 0
     assert "--cpus-per-task=4 " in log.read_text()  # 8 CPUs over 2 tasks of the node
     assert _train({**env, "SLURM_CPUS_PER_TASK": "3"}).returncode == 0
     assert log.read_text().splitlines()[-1].count("--cpus-per-task=3 ") == 1  # the job's own value
     log.unlink()
-    env = {**_env(tmp_path, stubs, SRUN_LOG=str(log), SLURM_CPUS_ON_NODE="2")}
+    env = {**stub_env(tmp_path, stubs, SRUN_LOG=str(log), SLURM_CPUS_ON_NODE="2")}
     done = subprocess.run(["bash", str(LAUNCH), "fake_sum", "ci"], capture_output=True, text=True, env=env,
                           timeout=240, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
