@@ -28,10 +28,10 @@ from repro import results as R
 from repro.cliargs import OneLineParser, positive_float
 from repro.experiments import SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
-from repro.experiments.machine_fit import DEVICES, NeedsGPU
-from repro.experiments.resources import cpu_scale_of, format_time, resources_of
-from repro.experiments.runner import budget_for
-from repro.experiments.submit import SlurmMissing, SubmitError, check_sbatch_arg
+from repro.harness.machine_fit import DEVICES, NeedsGPU
+from repro.harness.resources import cpu_scale_of, format_time, resources_of
+from repro.harness.runner import budget_for
+from repro.harness.submit import SlurmMissing, SubmitError, check_sbatch_arg
 from repro.optional import MissingPackage
 from repro.paths import writable_dir_problem
 
@@ -108,7 +108,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from repro.experiments.runner import run_experiment
+    from repro.harness.runner import run_experiment
 
     reg = _registry(args)
     experiments = [reg.get(name) for name in args.experiments]  # all names checked before anything runs
@@ -142,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from repro.experiments import submit as S
+    from repro.harness import submit as S
 
     reg = _registry(args)
     exp = reg.get(args.experiment)
@@ -183,7 +183,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
-    from repro.experiments.reproduce import make_figures
+    from repro.harness.reproduce import make_figures
 
     reg = _registry(args)
     rendered = make_figures(reg, R.results_dir(args.results_dir), _scale(args.scale, allow_any=True), names=args.only)
@@ -195,7 +195,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    from repro.experiments.reproduce import make_claims
+    from repro.harness.reproduce import make_claims
 
     reg = _registry(args)
     out = make_claims(reg, R.results_dir(args.results_dir), _scale(args.scale, allow_any=True))
@@ -207,7 +207,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from repro.experiments.reproduce import reproduce
+    from repro.harness.reproduce import reproduce
 
     reg = _registry(args)
     if args.only:

@@ -67,7 +67,7 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
     if name not in PLANS:
         raise ValueError(f"unknown plan {name!r}; the plans are {', '.join(PLANS)}")
     py = sys.executable
-    megatron = (py, "-m", "repro.experiments.worker", "megatron_weak_scaling_gpu", "--device", "cuda",
+    megatron = (py, "-m", "repro.harness.worker", "megatron_weak_scaling_gpu", "--device", "cuda",
                 "--run-id", run_id, "--results-dir", str(out / "results"))
     run = (py, "-m", "repro", "run")
     provenance = (py, "-m", "repro.gpu_session", "--provenance", str(out / "provenance.json"))

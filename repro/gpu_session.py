@@ -189,7 +189,7 @@ def write_provenance(path: Path) -> dict:
     import torch
 
     from repro.dist.device import describe
-    from repro.experiments.machine_fit import available_memory_gib, gpu_count
+    from repro.harness.machine_fit import available_memory_gib, gpu_count
     from repro.machine import cpu_count
 
     gpus, standin = gpu_count()

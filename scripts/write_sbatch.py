@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""(Re)write ``slurm/<experiment>.sbatch`` for every registered experiment (``repro.experiments.sbatch``).
+"""(Re)write ``slurm/<experiment>.sbatch`` for every registered experiment (``repro.harness.sbatch``).
 
 Usage: ``python scripts/write_sbatch.py [--check]``; ``--check`` writes nothing and exits 1 when a file is missing
 or differs from what the experiment's declaration gives (tests run the same check).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from repro.experiments import registry
-from repro.experiments.sbatch import render, sbatch_path, write
+from repro.harness.sbatch import render, sbatch_path, write
 
 
 def main(argv: list[str]) -> int:

@@ -6,7 +6,7 @@
 #   launch.sh --train [REPRO TRAIN OPTIONS]   (called by slurm/train.sbatch)
 #
 # Experiments: for each point (one point per array task when the job is an array, else every point of the scale):
-#   * world size 1:  srun -n1 python -m repro.experiments.worker EXP --point P
+#   * world size 1:  srun -n1 python -m repro.harness.worker EXP --point P
 #   * world size W:  srun, one task per node, each running torchrun with c10d rendezvous on the first node of the
 #                    allocation (REPRO_LAUNCHER=torchrun, the default), or srun with W tasks that read
 #                    SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR/MASTER_PORT (REPRO_LAUNCHER=srun).
@@ -248,7 +248,7 @@ SKIP=()
 
 # The plan validates the experiment, scale and array index before anything is launched; a requeued attempt leaves
 # out the points that an earlier attempt of this job wrote.
-PLAN="$("$PY" -m repro.experiments.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
+PLAN="$("$PY" -m repro.harness.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
   || die "cannot plan $EXP at scale $SCALE (see the message above)"
 
 if [ "$GPUS" -gt 0 ]; then
@@ -280,7 +280,7 @@ or set REPRO_DEVICE=cpu to run it on CPU anyway" 3
   elif [ "$DEVICE" = cuda ] && [ "$GPUS" -eq 0 ]; then
     die "REPRO_DEVICE=cuda but no GPUs are allocated to this job (add --gpus-per-node=N to sbatch)" 3
   fi
-  WORKER=(-m repro.experiments.worker "$EXP" --scale "$SCALE" --point "$NAME" --run-id "$RUN_ID"
+  WORKER=(-m repro.harness.worker "$EXP" --scale "$SCALE" --point "$NAME" --run-id "$RUN_ID"
           --device "$DEVICE" ${RESULTS_ARGS[@]+"${RESULTS_ARGS[@]}"})
   PORT=$(( BASE_PORT + index ))
   export MASTER_ADDR="$HEAD" MASTER_PORT="$PORT"

@@ -1,7 +1,10 @@
 """The experiment registry: every module under ``repro.experiments`` that exposes ``EXPERIMENT`` (one
 :class:`~repro.experiments.base.Experiment`) or ``EXPERIMENTS`` (a tuple of them) is registered.
 
-Discovery walks the package, so adding a paper figure or table is adding one module; there is no hand-kept list.
+Discovery walks the package, so adding a paper figure or table is adding one module; there is no hand-kept list
+and nothing to skip: the package holds experiments (and their helpers, which declare none); the machinery that runs
+them is :mod:`repro.harness`. An experiment lives in the module of its name (``repro.experiments.NAME``), so
+:func:`get_experiment` imports only that module, not every experiment, to run one.
 A module that fails to import, or declares an invalid experiment, does not take the others down: it is listed in
 :attr:`Registry.errors` (``repro list`` prints them) and its experiments are left out.
 
@@ -33,8 +36,7 @@ __all__ = [
 ]
 
 EXTRA_ENV = "REPRO_EXTRA_EXPERIMENTS"
-#: Spine modules of this package that never declare experiments (skipped to keep discovery cheap).
-_SPINE = {"base", "runner", "worker", "resources", "submit", "sbatch", "reproduce"}
+PACKAGE = "repro.experiments"
 
 
 @dataclass
@@ -160,11 +162,10 @@ def load_extra_experiments(spec: str) -> ModuleType:
 def _module_names(package: str) -> Iterable[str]:
     pkg = importlib.import_module(package)
     for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
-        if info.name.rsplit(".", 1)[-1] not in _SPINE:
-            yield info.name
+        yield info.name
 
 
-def discover(package: str = "repro.experiments", extra: Iterable[str] | None = None) -> Registry:
+def discover(package: str = PACKAGE, extra: Iterable[str] | None = None) -> Registry:
     """Walk ``package`` (and the ``extra`` modules, default ``$REPRO_EXTRA_EXPERIMENTS``) for experiments."""
     if extra is None:
         extra = [s.strip() for s in os.environ.get(EXTRA_ENV, "").split(",") if s.strip()]
@@ -180,6 +181,10 @@ def discover(package: str = "repro.experiments", extra: Iterable[str] | None = N
             continue
         for experiment in declared:
             problems = validate_experiment(experiment)
+            home = f"{package}.{getattr(experiment, 'name', '')}"
+            if not is_extra and source != home and not problems:
+                problems = [f"experiment {experiment.name!r} is declared in {source}; it must live in {home}, "
+                            "where get_experiment looks for it"]
             if problems:
                 reg.errors[source] = "invalid experiment: " + "; ".join(problems)
                 continue
@@ -201,9 +206,28 @@ def registry(*, refresh: bool = False) -> Registry:
     return _CACHE[key]
 
 
+def _from_its_module(name: str) -> Experiment | None:
+    """The experiment ``name`` from ``repro.experiments.NAME`` alone, or None when that module does not declare a
+    valid one (the caller then asks the whole registry, which explains what is wrong)."""
+    if not name.isidentifier() or os.environ.get(EXTRA_ENV, "").strip():
+        return None  # the extra modules may declare any name (and must be checked for clashes): the registry
+    try:
+        if importlib.util.find_spec(f"{PACKAGE}.{name}") is None:
+            return None
+        module = importlib.import_module(f"{PACKAGE}.{name}")
+    except Exception:  # noqa: BLE001 - the registry reports the failure in full
+        return None
+    found = [e for e in declared_experiments(module) if getattr(e, "name", None) == name]
+    return found[0] if len(found) == 1 and not validate_experiment(found[0]) else None
+
+
 def get_experiment(name: str, reg: Registry | Mapping[str, Experiment] | None = None) -> Experiment:
-    """Look up an experiment by name in ``reg`` (default: :func:`registry`)."""
+    """Look up an experiment by name in ``reg`` (default: its own module, ``repro.experiments.NAME``, imported
+    alone; else :func:`registry`, which says what is known when ``name`` is not)."""
     if reg is None:
+        found = _from_its_module(name)
+        if found is not None:
+            return found
         reg = registry()
     if isinstance(reg, Registry):
         return reg.get(name)

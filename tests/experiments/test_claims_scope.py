@@ -16,7 +16,7 @@ UNMAPPED = "no experiment maps this claim yet"
 
 def _report_from_committed_rows() -> pd.DataFrame:
     """The report ``repro claims`` writes, rebuilt from the committed result rows (as CI has them)."""
-    from repro.experiments.reproduce import _check_scale, _rows
+    from repro.harness.reproduce import _check_scale, _rows
 
     rows = _rows(REPO_ROOT / "results", "ci")
     return build_report(collect_checks(registry(), rows, scale=_check_scale("ci")))

@@ -54,7 +54,7 @@ def test_the_deciding_scale_gives_the_verdict_and_is_named():
 def test_a_fresh_ci_run_keeps_the_paper_scale_verdict(tmp_path):
     """``repro reproduce --scale ci`` on a clone: the ci point of zero_infinity_model_scale trains a model smaller
     than memory by design; finetune_1T_one_dgx2 keeps the committed paper-scale run's verdict."""
-    from repro.experiments.reproduce import make_claims
+    from repro.harness.reproduce import make_claims
 
     shutil.copytree(REPO_ROOT / "results" / "runs", tmp_path / "runs")
     ci = {"experiment": "zero_infinity_model_scale", "scale": "ci", "point": "nvme", "run_id": "29990101T000000Z-ci",

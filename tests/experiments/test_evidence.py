@@ -14,7 +14,7 @@ from repro.results import REPO_ROOT
 
 
 def _report_from_committed_rows() -> pd.DataFrame:
-    from repro.experiments.reproduce import _check_scale, _rows
+    from repro.harness.reproduce import _check_scale, _rows
 
     rows = _rows(REPO_ROOT / "results", "ci")
     checks = C.collect_checks(registry(), rows, scale=_check_scale("ci"))
@@ -175,7 +175,7 @@ def test_claims_overview_counts_are_claims_md_counts(tmp_path):
     verdict counts, paper by paper (read back from the SVG, which keeps every text as a comment)."""
     import re
 
-    from repro.experiments.reproduce import make_claims, make_figures
+    from repro.harness.reproduce import make_claims, make_figures
     from repro.paper import PAPER_TITLES
 
     (tmp_path / "runs").symlink_to(REPO_ROOT / "results" / "runs", target_is_directory=True)

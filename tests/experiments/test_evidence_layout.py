@@ -27,7 +27,7 @@ SAME_512 = ("eff_512gpu_text", "eff_abstract", "sustained_pflops_512")
 @pytest.fixture(scope="module")
 def report() -> pd.DataFrame:
     """The claims report from the committed rows (as `repro claims --scale ci` builds it)."""
-    from repro.experiments.reproduce import _check_scale, _rows
+    from repro.harness.reproduce import _check_scale, _rows
 
     checks = C.collect_checks(registry(), _rows(REPO_ROOT / "results", "ci"), scale=_check_scale("ci"))
     mine = [p for p in checks.problems if p.split(".", 1)[0].split(":", 1)[0] in MINE]

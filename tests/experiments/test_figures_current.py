@@ -17,7 +17,7 @@ FIGURES = REPO_ROOT / "results" / "figures"
 @pytest.fixture(scope="module")
 def redrawn(tmp_path_factory):
     pytest.importorskip("matplotlib", reason="needs the optional package matplotlib (pip install matplotlib)")
-    from repro.experiments.reproduce import make_figures
+    from repro.harness.reproduce import make_figures
 
     root = tmp_path_factory.mktemp("figures")
     (root / "runs").symlink_to(REPO_ROOT / "results" / "runs", target_is_directory=True)

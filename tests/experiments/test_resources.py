@@ -18,12 +18,12 @@ import pytest
 from repro.claims import check_value
 from repro.cli import main
 from repro.experiments import Registry, registry
-from repro.experiments import submit as S
+from repro.harness import submit as S
 from repro.experiments.base import Experiment, Point, Resources, RunContext
-from repro.experiments.reproduce import reproduce, scale_to_run
-from repro.experiments.resources import (Overrides, jobs_for, parse_time, resource_problems, resources_of,
+from repro.harness.reproduce import reproduce, scale_to_run
+from repro.harness.resources import (Overrides, jobs_for, parse_time, resource_problems, resources_of,
                                          point_shape)
-from repro.experiments.sbatch import render, sbatch_path
+from repro.harness.sbatch import render, sbatch_path
 
 FAKE = Path(__file__).with_name("fake_experiments.py")
 THIS = Path(__file__)

@@ -11,8 +11,8 @@ import pytest
 
 from repro.cli import main
 from repro.experiments import Registry
-from repro.experiments import submit as S
-from repro.experiments.reproduce import make_figures, reproduce
+from repro.harness import submit as S
+from repro.harness.reproduce import make_figures, reproduce
 from repro.testing import needs
 
 FIGURE_PACKAGES = needs("matplotlib", "seaborn")  # repro.figures imports them (and is imported only to draw)

@@ -26,8 +26,8 @@ def test_shipped_modules_all_load_and_are_valid():
 
 def test_ci_budgets_fit_in_twenty_minutes():
     """`repro reproduce --scale ci` runs ci, or smoke where an experiment has no ci: all of it in 20 minutes."""
-    from repro.experiments.reproduce import scale_to_run
-    from repro.experiments.runner import budget_for
+    from repro.harness.reproduce import scale_to_run
+    from repro.harness.runner import budget_for
 
     budgets = {exp.name: budget_for(exp, scale_to_run(exp, "ci"))[0] for exp in registry()}
     assert sum(budgets.values()) <= 20 * 60, budgets
@@ -81,3 +81,32 @@ def test_a_broken_module_is_reported_not_fatal(tmp_path):
     assert "missing dependency xyz" in reg.errors[str(bad)]
     assert "declared twice" in reg.errors[str(dup)]
     assert "dup" in reg  # the first declaration is kept
+
+
+def test_one_experiment_is_found_without_importing_the_others():
+    """``get_experiment`` (what a worker and ``repro run`` use) imports ``repro.experiments.NAME`` alone."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from repro.experiments import get_experiment; get_experiment('parameter_counts'); "
+            "print(sorted(m for m in sys.modules if m.startswith('repro.experiments.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "REPRO_EXTRA_EXPERIMENTS"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['repro.experiments.base', 'repro.experiments.parameter_counts']"
+
+
+def test_an_experiment_outside_the_module_of_its_name_is_refused(tmp_path, monkeypatch):
+    package = tmp_path / "exp_pkg_outside"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("X = 1\n")  # a helper declares none: fine, nothing is skipped by name
+    (package / "table_9.py").write_text(
+        "from repro.experiments.base import Experiment, Point\n"
+        "EXPERIMENT = Experiment(name='figure_9', paper='zero_2019', title='t', points={'ci': (Point('a'),), "
+        "'paper': (Point('a'),)}, run_point=lambda p, c: [])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = discover(package="exp_pkg_outside", extra=[])
+    assert "figure_9" not in reg and set(reg.errors) == {"exp_pkg_outside.table_9"}
+    assert "it must live in exp_pkg_outside.figure_9" in reg.errors["exp_pkg_outside.table_9"]

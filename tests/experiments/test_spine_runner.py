@@ -9,8 +9,8 @@ import pytest
 from repro import results as R
 from repro.experiments import Registry
 from repro.experiments.base import Experiment, Point
-from repro.experiments.machine_fit import NeedsGPU, check_memory, resolve_device
-from repro.experiments.runner import run_experiment
+from repro.harness.machine_fit import NeedsGPU, check_memory, resolve_device
+from repro.harness.runner import run_experiment
 
 
 def test_rows_values_and_provenance(fake_registry: Registry, fake_env):

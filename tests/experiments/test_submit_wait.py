@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from repro.cli import main
-from repro.experiments import submit as S
+from repro.harness import submit as S
 
 SQUEUE = """#!/usr/bin/env python3
 import os, sys

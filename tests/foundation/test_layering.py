@@ -23,6 +23,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("evals",),                                                                   # the evaluation harnesses
     ("repro.claims", "repro.claims_render", "repro.cross_hardware"),              # verdicts
     ("repro.experiments", "repro.figures"),                                       # experiments and figures
+    ("repro.harness",),                                                           # what runs the experiments
     ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing"),        # entry points
 )
 

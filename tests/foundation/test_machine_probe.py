@@ -10,7 +10,7 @@ import pytest
 
 import repro.machine as machine
 from repro.experiments.base import Point
-from repro.experiments.machine_fit import check_memory
+from repro.harness.machine_fit import check_memory
 from repro.training.startcheck import available_bytes
 
 GIB = 2**30

@@ -86,7 +86,7 @@ def test_every_spawn_target_is_a_module_level_function():
 
 
 def test_every_registered_experiment_pickles():
-    """The local runner passes the Experiment to its ranks (repro.experiments.runner.execute_point): a lambda in
+    """The local runner passes the Experiment to its ranks (repro.harness.runner.execute_point): a lambda in
     one (e.g. ``claims=lambda rows: []``) fails under forkserver with "Can't pickle <function <lambda>"."""
     import pickle
 

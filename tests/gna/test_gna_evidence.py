@@ -13,7 +13,7 @@ import pytest
 
 from repro.experiments import gna_simulator, gna_speedup_gpu
 from repro.experiments.base import RunContext
-from repro.experiments.runner import run_rank
+from repro.harness.runner import run_rank
 from repro.paper import CLAIMS_FILE, PaperNumber, printed
 
 PAPER = "gna_2025"

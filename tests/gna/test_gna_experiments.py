@@ -12,7 +12,7 @@ from gna_cases import gna_claims
 from repro.experiments import gna_simulator, gna_speedup
 from repro.experiments.base import SCALES, Experiment, RunContext
 from repro.vocabulary import ClaimCheck
-from repro.experiments.runner import run_rank
+from repro.harness.runner import run_rank
 
 
 def _run(experiment: Experiment, scale: str, tmp_path: Path) -> pd.DataFrame:

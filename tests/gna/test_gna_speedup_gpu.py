@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from gna_cases import Case, random_cases
 from repro.experiments import gna_speedup, gna_speedup_gpu, registry, validate_experiment
 from repro.experiments.base import Resources
-from repro.experiments.runner import execute_point, select_points
+from repro.harness.runner import execute_point, select_points
 from repro.gna import GNASpec, flex_gna, gna_block_mask, gna_mask, gna_mask_mod
 from repro.gna.flex_problem import FlexProblem, flex_attend
 from repro.gna.gpu_benchmark import measure

@@ -13,7 +13,7 @@ import torch
 
 from repro.experiments import registry, validate_experiment
 from repro.experiments import megatron_weak_scaling_gpu as mod
-from repro.experiments.runner import execute_point
+from repro.harness.runner import execute_point
 from repro.paper import load_claims, paper_value
 from repro.perfmodel.flops import gpt_flops_per_iteration
 from repro.results import check_row

@@ -10,7 +10,7 @@ import pytest
 
 from repro.experiments import registry, validate_experiment
 from repro.vocabulary import VERDICTS
-from repro.experiments.runner import execute_point
+from repro.harness.runner import execute_point
 from repro.experiments.t3_overlap_gpu import EXPERIMENT, SUBLAYERS, TIMING_METRICS, claims
 from repro.paper import load_claims
 from repro.results import check_row

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from repro.experiments.base import RunContext
-from repro.experiments.runner import run_rank
+from repro.harness.runner import run_rank
 
 from repro.experiments import (
     megatron_weak_scaling, mtnlg_layout, parameter_counts, zero_infinity_model, zero_memory_tables,
@@ -47,7 +47,7 @@ def test_cpu_weak_scaling_points_measure_and_predict(tmp_path):
     the measured model's own steps. How close the two are is a timing, checked in the claims report and bench,
     not here: this only bounds it loosely enough to catch a broken model (a factor of 2)."""
     from repro.experiments import megatron_weak_scaling_cpu as cpu
-    from repro.experiments.runner import execute_point
+    from repro.harness.runner import execute_point
 
     experiment = cpu.EXPERIMENT
     for point in experiment.points_for("ci"):

@@ -12,7 +12,7 @@ from repro.vocabulary import VERDICTS
 from repro.experiments.mtnlg_3d_gpu import (
     EXPERIMENT, GLOBAL_BATCH, NODES_DP, PP, claims, full_micro_batches, matched_micro_batches,
 )
-from repro.experiments.runner import execute_point
+from repro.harness.runner import execute_point
 from repro.paper import load_claims
 from repro.pipeline.schedule import bubble_fraction
 from repro.results import check_row

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from repro.experiments.base import Point
-from repro.experiments.runner import execute_point
+from repro.harness.runner import execute_point
 from repro.experiments import mtnlg_3d_tiny, pipeline_schedule
 from repro.paper import load_claims
 from repro.results import check_row

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.experiments import worker
-from repro.experiments.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
+from repro.harness import worker
+from repro.harness.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
 from repro.results import REPO_ROOT, append_rows, load_rows
 from tests.slurm.launch_stubs import FAKE, JOB, LAUNCH, make_stubs, stub_env
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from repro.experiments import registry
-from repro.experiments import submit as S
+from repro.harness import submit as S
 from repro.results import load_rows
 from tests.slurm.local_slurm import skip_without_local_slurm
 

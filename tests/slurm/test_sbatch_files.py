@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from repro.experiments import registry
-from repro.experiments.resources import cpu_scale_of
-from repro.experiments.sbatch import render, sbatch_path
+from repro.harness.resources import cpu_scale_of
+from repro.harness.sbatch import render, sbatch_path
 from repro.results import REPO_ROOT, load_rows
 
 SLURM = REPO_ROOT / "slurm"

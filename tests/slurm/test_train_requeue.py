@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from repro.experiments import registry
-from repro.experiments import submit as S
+from repro.harness import submit as S
 from repro.results import REPO_ROOT, load_rows
 from tests.slurm.local_slurm import (
     ITERATION, check_resumed_like_straight, read_log, restarts, sbatch, skip_without_local_slurm,

@@ -14,7 +14,7 @@ import torch
 from repro import results as R
 from repro.experiments import registry, validate_experiment
 from repro.experiments import zero_gpu
-from repro.experiments.runner import execute_point, run_experiment
+from repro.harness.runner import execute_point, run_experiment
 from repro.zero import capacity
 from repro.models import GPTConfig
 from repro.models.params import count_parameters

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from repro.experiments.runner import execute_point
+from repro.harness.runner import execute_point
 from repro.experiments.zero_infinity_model_scale import EXPERIMENT, _candidates
 from repro.models import GPTModel
 from repro.zero.model_scale import estimate, gpt_params, largest_fitting

@@ -2,7 +2,7 @@
 
 A point with ``world_size == 1`` runs in this process; a larger one runs on ``world_size`` local processes with
 torch.distributed initialised (``repro.dist.spawn``, gloo on CPU). Under srun or torchrun the worker
-(:mod:`repro.experiments.worker`) calls :func:`run_rank` directly on the rank it is. Either way rank 0's rows are
+(:mod:`repro.harness.worker`) calls :func:`run_rank` directly on the rank it is. Either way rank 0's rows are
 kept, stamped with provenance and appended to ``results/runs/<experiment>/<run_id>.jsonl``.
 
 Re-running never overwrites: every run gets a new run id and file, and the newest run of a point wins in figures
@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Sequence
 from repro import results as R
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import Row
-from repro.experiments.machine_fit import NeedsGPU, TooFewGPUs, check_memory, resolve_device
+from repro.harness.machine_fit import NeedsGPU, TooFewGPUs, check_memory, resolve_device
 from repro.optional import MissingPackage
 
 Progress = Callable[[str], None]

@@ -3,7 +3,7 @@
 One file per experiment, handing over to the shared ``slurm/launch.sh``. Its ``#SBATCH`` header fits the
 experiment's CPU scale (``ci``, else ``smoke``) on one node: ``sbatch slurm/<experiment>.sbatch`` runs every point
 of that scale one after the other. Its comment block lists, for every declared scale, the exact sbatch commands
-whose options come from the points' resources (:func:`repro.experiments.resources.jobs_for`, the same jobs
+whose options come from the points' resources (:func:`repro.harness.resources.jobs_for`, the same jobs
 ``repro submit`` builds), so ``sbatch ... slurm/<experiment>.sbatch paper`` as written there gets the paper
 resources; a job started at another scale than the header's says so in its log. The header never requests GPUs,
 so the same file runs on CPU-only clusters; GPU scales get theirs from the listed options.
@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from repro.experiments.base import SCALES, Experiment
-from repro.experiments.resources import Overrides, cpu_scale_of, envelope, format_time, jobs_for
+from repro.harness.resources import Overrides, cpu_scale_of, envelope, format_time, jobs_for
 from repro.assets import launcher, slurm_dir
 
 SLURM_DIR = slurm_dir()

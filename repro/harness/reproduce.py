@@ -24,8 +24,8 @@ from repro import results as R
 from repro.claims_render import render_markdown
 from repro.experiments import Registry
 from repro.experiments.base import Experiment
-from repro.experiments.machine_fit import NeedsGPU
-from repro.experiments.runner import RunReport, budget_for, run_experiment
+from repro.harness.machine_fit import NeedsGPU
+from repro.harness.runner import RunReport, budget_for, run_experiment
 from repro.optional import MissingPackage
 from repro.paper import load_claims
 

@@ -1,7 +1,7 @@
 """What a point needs, checked here and asked of a cluster: memory, device, and its Slurm resources.
 
 * Before a point starts: will it fit in this machine's memory, and does it have the device it needs? That is
-  :mod:`repro.experiments.machine_fit` (its names are importable from here too).
+  :mod:`repro.harness.machine_fit` (its names are importable from here too).
 * On a cluster: :func:`resources_of` is a point's nodes, GPUs per node, CPUs per task, memory per node and time
   (declared on the point, or derived from its world size, memory and the scale's budget); :func:`jobs_for` groups
   a scale's points into the sbatch jobs that run them. The sbatch files and ``repro submit`` both read these, so a
@@ -22,7 +22,7 @@ from repro.experiments.base import CPU_SCALES, Experiment, Point, Resources
 # --- What a point asks of a cluster (DESIGN.md: "Resources are data too") ---------------------------------------
 #
 # ``resources_of(point)`` is the one place that turns a point's declaration into Slurm numbers; the sbatch files
-# (repro.experiments.sbatch) and ``repro submit`` (repro.experiments.submit) both read it, and
+# (repro.harness.sbatch) and ``repro submit`` (repro.harness.submit) both read it, and
 # ``job_shapes`` groups the points of a scale into the jobs that run them.
 
 #: Wall-clock budget assumed for a scale that declares none, when sizing a Slurm time limit (seconds).

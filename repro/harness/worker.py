@@ -1,4 +1,4 @@
-"""The entry point sbatch, srun and torchrun invoke: ``python -m repro.experiments.worker EXP --scale S ...``.
+"""The entry point sbatch, srun and torchrun invoke: ``python -m repro.harness.worker EXP --scale S ...``.
 
 * ``--plan`` prints the points to run, one per line: ``name<TAB>world_size<TAB>needs_gpu<TAB>memory_gib``
   (``slurm/launch.sh`` reads it to size each launch); bad experiment or scale names fail here, before any srun.
@@ -24,8 +24,8 @@ from pathlib import Path
 from repro import results as R
 from repro.experiments import get_experiment
 from repro.experiments.base import Experiment, Point, RunContext
-from repro.experiments.machine_fit import DEVICES, NeedsGPU, check_memory, resolve_device
-from repro.experiments.runner import RowWriter, run_experiment, run_rank
+from repro.harness.machine_fit import DEVICES, NeedsGPU, check_memory, resolve_device
+from repro.harness.runner import RowWriter, run_experiment, run_rank
 
 
 def _points(experiment: Experiment, scale: str, name: str | None, index: int | None) -> list[Point]:
@@ -109,7 +109,7 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.experiments.worker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m repro.harness.worker", description=__doc__.split("\n")[0])
     parser.add_argument("experiment")
     parser.add_argument("--scale", default="ci")
     which = parser.add_mutually_exclusive_group()

@@ -1,8 +1,8 @@
 """``repro submit``: size Slurm jobs for an experiment from its points' resources, sbatch its file, and
 (optionally) wait for the verdict.
 
-Sizing reads :func:`repro.experiments.resources.resources_of` (what each point declares, or the derived default)
-and :func:`~repro.experiments.resources.jobs_for` groups the points into jobs:
+Sizing reads :func:`repro.harness.resources.resources_of` (what each point declares, or the derived default)
+and :func:`~repro.harness.resources.jobs_for` groups the points into jobs:
 
 * ``node`` and ``paper`` scales: one job per distinct resource shape (nodes, tasks per node, GPUs per node, CPUs
   per task, memory per node, time); a job is a Slurm array over the indices of its points (``--array=0,2,5``), so
@@ -14,7 +14,7 @@ and :func:`~repro.experiments.resources.jobs_for` groups the points into jobs:
 Every job gets ``--nodes``, ``--ntasks-per-node`` (= world size / nodes), ``--gpus-per-node`` (omitted when 0),
 ``--cpus-per-task``, ``--mem=<N>G`` (per node) and ``--time=HH:MM:SS``. Overrides (``--nodes``,
 ``--gpus-per-node``, ``--cpus-per-task``, ``--mem``, ``--time``, ``--partition``, ``--cpu``) are validated
-before anything is written (:func:`~repro.experiments.resources.parse_overrides`); ``--dry-run`` prints the
+before anything is written (:func:`~repro.harness.resources.parse_overrides`); ``--dry-run`` prints the
 sbatch command lines and needs no Slurm. Over-large requests are refused by sbatch at submit time (the local Slurm
 sets EnforcePartLimits=ALL) instead of waiting forever.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Sequence
 
 from repro.experiments.base import Experiment
-from repro.experiments.resources import Job, Overrides, jobs_for, parse_overrides
-from repro.experiments.sbatch import SLURM_DIR, log_name, sbatch_path, write
+from repro.harness.resources import Job, Overrides, jobs_for, parse_overrides
+from repro.harness.sbatch import SLURM_DIR, log_name, sbatch_path, write
 from repro.assets import project_root
 from repro.results import results_dir
 
