@@ -43,7 +43,8 @@ from repro.dist.ledger import WIRE_FACTORS  # noqa: E402
 from repro.models import GPTConfig, GPTModel  # noqa: E402
 from repro.training.data import synthetic_tokens  # noqa: E402
 from repro.zero import OffloadConfig, ZeroConfig  # noqa: E402
-from repro.zero.measure import RunSpec, SavedActivations, measure_run, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
+from repro.experiments.zero_measure import RunSpec, SavedActivations, measure_run  # noqa: E402
+from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
 from repro.zero.offload.bandwidth import raw_disk_bandwidth, tier_bandwidth  # noqa: E402
 
 MODEL = GPTConfig(vocab_size=8192, hidden_size=256, num_layers=4, num_attention_heads=4, max_position_embeddings=64,

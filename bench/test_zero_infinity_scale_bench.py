@@ -5,7 +5,7 @@ AdamW at lr 1e-5 on one repeated batch) with stage 3 and parameters *and* optimi
 directory). A ladder of sizes is tried, smallest first, each size in fresh processes per framework: built
 partitioned (repro: ``build_partitioned_gpt``; DeepSpeed: ``deepspeed.zero.Init`` with ``remote_device: nvme``, its
 way of building a model larger than memory), then 1 warm-up step and 3 timed ones. Before a size is tried its
-memory need is estimated (repro: ``repro.zero.model_scale.estimate``; DeepSpeed: the same working set plus its
+memory need is estimated (repro: ``repro.experiments.zero_model_scale.estimate``; DeepSpeed: the same working set plus its
 configured swap buffers) against 0.8 x this machine's available memory; a size over the estimate, a failure (an
 error, or a rank killed for memory), or a size whose build + 4 steps take longer than the cap (``CAP_S``, 2700 s,
 per framework and size: long enough for repro's 4B steps of ~6 min) ends that framework's ladder. The ladder runs
@@ -61,8 +61,9 @@ deepspeed = pytest.importorskip("deepspeed")
 from repro.dist import comm, init_parallel, spawn  # noqa: E402
 from repro.dist.spawn import SpawnError  # noqa: E402
 from repro.models import GPTConfig, GPTModel  # noqa: E402
-from repro.zero.measure import nvme_dir, peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
-from repro.zero.model_scale import estimate, gpt_params, placement, scale_run  # noqa: E402
+from repro.experiments.zero_measure import nvme_dir  # noqa: E402
+from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes  # noqa: E402
+from repro.experiments.zero_model_scale import estimate, gpt_params, placement, scale_run  # noqa: E402
 from repro.zero.offload.aio import union_seconds  # noqa: E402
 from repro.zero.offload.bandwidth import raw_disk_bandwidth  # noqa: E402
 from repro.zero.offload.io_regimes import REGIMES, regime_bandwidths, split_regimes  # noqa: E402

@@ -13,9 +13,9 @@
   by its unit and wording: FLOP/s, runtimes, efficiencies, trained-model scores);
 * ``not run``: an experiment maps it but has no rows yet, or no experiment maps it.
 
-Experiments build their :class:`ClaimCheck` rows with :func:`check_value` (:func:`check_range` for a claim the
-paper gives as a range), :func:`not_run` and :func:`needs_gpu`; the evidence class of a computed value comes from
-its inputs (:func:`repro.paper.evidence_from`). The summaries and the markdown are :mod:`repro.claims_render`.
+Experiments build their :class:`ClaimCheck` rows with :mod:`repro.verdicts` (``check_value``, ``check_range``,
+``check_condition``, ``not_run``, ``needs_gpu``), never by hand, so that one function decides every verdict; the
+evidence class of a computed value comes from its inputs (:func:`repro.paper.evidence_from`). The summaries and the markdown are :mod:`repro.claims_render`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Iterable
 import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
-from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
-from repro.paper import load_claims, paper_range, paper_value
+from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, VERDICTS, ClaimCheck
+from repro.paper import load_claims
 
 COUNTED = ("measured", "simulated", "predicted", "derived")
 
@@ -43,90 +43,6 @@ REPORT_COLUMNS = [
 ]
 #: The evidence column of a row without a value yet: its class is what its run will give (``evidence_when_run``).
 PENDING = "pending"
-
-
-def _check_evidence(evidence: str) -> None:
-    if evidence not in EVIDENCE:
-        raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
-
-
-def check_value(
-    paper: str, claim_id: str, value: float | None, *, evidence: str, rel: float | None = None,
-    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None, same_as: str = "",
-) -> ClaimCheck:
-    """Compare ``value`` with the paper's number for ``claim_id``: it agrees when
-    ``|value - paper| <= max(abs, rel * |paper|)`` (exact when neither is given); ``not run`` when value is None.
-
-    ``evidence`` (one of :data:`EVIDENCE`) says what kind of number ``value`` is; the caller, which computed it,
-    decides (:func:`repro.paper.evidence_from`). Independent evidence is ``reproduced``/``differs``; the paper's own
-    arithmetic is ``consistent``/``inconsistent``; a ``configuration`` or ``fitted`` value is never counted: its
-    verdict is "not counted" and the note says whether it equals the paper's number. ``same_as``: another claim of
-    the same paper states this quantity and counts it; this row is "same quantity", pointing there."""
-    _check_evidence(evidence)
-    if rel is not None and rel < 0 or abs is not None and abs < 0:
-        raise ValueError(f"tolerances must be >= 0, got rel={rel!r} abs={abs!r}")
-    target = paper_value(paper, claim_id, claims)
-    parts = ([f"±{rel * 100:g}%"] if rel else []) + ([f"±{abs:g}"] if abs else [])
-    tolerance = " or ".join(parts) if parts else "exact"
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
-    allowed = max(abs or 0.0, (rel or 0.0) * builtin_abs(target))
-    close = builtin_abs(float(value) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
-    agree = "equals the paper's value" if close else "differs from the paper's value"
-    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence, same_as)
-
-
-builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
-
-
-def _decided(paper: str, claim_id: str, value: float, tolerance: str, close: bool, agree: str, note: str,
-             evidence: str, same_as: str = "") -> ClaimCheck:
-    """The verdict of a compared value: ``reproduced``/``differs`` (independent evidence), ``consistent``/
-    ``inconsistent`` (the paper's own arithmetic), ``not counted`` (saying whether it agrees) for a configuration or
-    fitted value, ``same quantity`` (saying whether it agrees) when another claim counts it."""
-    if evidence in NOT_COUNTED_EVIDENCE:  # never counted, whether or not another claim states the same quantity
-        what = "a setting the suite was given" if evidence == "configuration" else "an input of the fit"
-        same = f"same quantity as {same_as}; " if same_as else ""
-        note = f"{what}; {same}{agree}" + (f"; {note}" if note else "")
-        return ClaimCheck(paper, claim_id, value, tolerance, "not counted", note, evidence, same_as)
-    if same_as:
-        note = f"same quantity as {same_as} (counted there); {agree}" + (f"; {note}" if note else "")
-        return ClaimCheck(paper, claim_id, value, tolerance, "same quantity", note, evidence, same_as)
-    if evidence in CONSISTENCY_EVIDENCE:
-        return ClaimCheck(paper, claim_id, value, tolerance, "consistent" if close else "inconsistent", note, evidence)
-    return ClaimCheck(paper, claim_id, value, tolerance, "reproduced" if close else "differs", note, evidence)
-
-
-def check_range(
-    paper: str, claim_id: str, value: float | None, *, evidence: str, abs: float = 0.0, note: str = "",
-    claims: pd.DataFrame | None = None,
-) -> ClaimCheck:
-    """Compare ``value`` with a claim the paper gives as a range (``'40-45'``): it agrees when
-    ``low - abs <= value <= high + abs``; otherwise as :func:`check_value` (``not run`` for None, never counted
-    for a configuration or fitted value)."""
-    _check_evidence(evidence)
-    if abs < 0:
-        raise ValueError(f"tolerances must be >= 0, got abs={abs!r}")
-    low, high = paper_range(paper, claim_id, claims)
-    tolerance = f"in [{low:g}, {high:g}]" + (f" ±{abs:g}" if abs else "")
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
-    close = low - abs <= float(value) <= high + abs
-    agree = "within the paper's range" if close else "outside the paper's range"
-    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence)
-
-
-def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:
-    """A mapped claim without a value yet; ``evidence`` is the kind of value its mapping will give."""
-    _check_evidence(evidence)
-    return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
-
-
-def needs_gpu(paper: str, claim_id: str, note: str = "", tolerance: str = "", *,
-              evidence: str = "measured") -> ClaimCheck:
-    """A mapped claim that only a GPU run can give a value (a measurement unless said otherwise)."""
-    _check_evidence(evidence)
-    return ClaimCheck(paper, claim_id, None, tolerance, "needs GPU", note, evidence)
 
 
 _GPU_UNIT = re.compile(r"FLOP/s|^PF|EFLOP|of peak|^days$|^s$|^minutes$|^ms$|Gbps|^GB/s$|^TB/s$", re.I)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu
 from repro.vocabulary import ClaimCheck
 
 ABSOLUTE, NORMALISED, ESTIMATE = "absolute", "normalised", "estimate"
@@ -55,7 +55,7 @@ def compare(paper: str, claim_id: str, value: float | None, *, gpu: str | None, 
             evidence: str = "measured", rel: float | None = None, abs: float | None = None,
             same_as: str = "", unit: str = "") -> ClaimCheck:
     """The claim check of ``value`` measured on ``gpu`` by the rule above (``rel``/``abs`` as for
-    :func:`repro.claims.check_value`); ``unit`` only formats the note of an absolute value not compared."""
+    :func:`repro.verdicts.check_value`); ``unit`` only formats the note of an absolute value not compared."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r} must be one of {KINDS}")
     if kind == ESTIMATE and evidence == "measured":

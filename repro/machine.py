@@ -6,6 +6,7 @@ without swapping; the free pages where there is no such line), capped by the roo
 ``memory.max`` less ``memory.current``; v1 ``memory.limit_in_bytes`` less ``memory.usage_in_bytes``), since a
 container's limit, not the host's free memory, is what the OOM killer enforces. CPUs are the ones this process may
 run on (its affinity), capped by a cgroup v2 CPU quota (``cpu.max``). ``root`` lets a test stand in a container.
+And what this process holds: its resident set now and at its peak (``VmRSS``, ``VmHWM``), the peak resettable.
 """
 
 from __future__ import annotations
@@ -80,3 +81,35 @@ def cpu_count(root: Path = Path("/")) -> int:
         except (ValueError, ZeroDivisionError):
             pass
     return max(1, cpus)
+
+
+# --- this process's resident memory, now and at its peak (the ZeRO measurements, the trainer's log) -------
+
+def _status_bytes(field_name: str) -> int:
+    """A /proc/self/status field in bytes (VmRSS = resident now, VmHWM = peak resident)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def rss_bytes() -> int:
+    return _status_bytes("VmRSS")
+
+
+def peak_rss_bytes() -> int:
+    return _status_bytes("VmHWM")
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs); False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False

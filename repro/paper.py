@@ -176,6 +176,16 @@ def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -
     return PaperNumber(value, paper, claim_id)
 
 
+def paper_text(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> str:
+    """The value of one claim as the table prints it (``'OP;FC-2;FC-1;IP'``, a formula), for claims that are not
+    a number; ValueError for an unknown id."""
+    claims = load_claims() if claims is None else claims
+    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+    if hit.empty:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    return str(hit["value"].iloc[0])
+
+
 def paper_range(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> tuple[float, float]:
     """The bounds of a claim the paper gives as a range (``'40-45'``); ValueError for anything else."""
     claims = load_claims() if claims is None else claims

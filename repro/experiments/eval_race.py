@@ -15,7 +15,7 @@ BERTs were never released.
 
 from __future__ import annotations
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 

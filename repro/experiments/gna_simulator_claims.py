@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from repro.claims import check_value, not_run
+from repro.verdicts import check_condition, check_value, not_run, row_evidence
 from repro.vocabulary import ClaimCheck
 from repro.paper import evidence_of_simulation
 
@@ -24,12 +24,10 @@ def _paper_condition_check(rows) -> ClaimCheck:
         return not_run(PAPER, "block_sparse_condition", evidence="simulated")
     implied = [(not c) or bool(b) for c, b in zip(condition["value"], found["value"])]
     holds = int(sum(condition["value"]))
-    verdict = "reproduced" if all(implied) else "differs"
-    return ClaimCheck(PAPER, "block_sparse_condition", f"{sum(implied)}/{len(implied)} configs consistent",
-                      "condition => no partial tile", verdict,
-                      f"the condition holds for {holds} table configs, all simulated without partial tiles"
-                      if all(implied) else "a configuration meeting the condition has partial tiles",
-                      evidence="simulated")
+    return check_condition(PAPER, "block_sparse_condition", f"{sum(implied)}/{len(implied)} configs consistent",
+                           holds=all(implied), tolerance="condition => no partial tile", evidence="simulated",
+                           note=f"the condition holds for {holds} table configs, all simulated without partial tiles"
+                           if all(implied) else "a configuration meeting the condition has partial tiles")
 
 
 def _decimals(claim_id: str) -> int:
@@ -62,15 +60,6 @@ def _quantity(row) -> tuple[str, ...]:
     diffusion steps, which only Amdahl uses). Claims of one quantity are counted once (:func:`_counted_once`)."""
     names = ("model", "window", "stride") + (() if row["metric"].startswith("op_") else ("sa_steps",))
     return (row["metric"],) + tuple(_cell(row, name) for name in names)
-
-
-def _evidence(row) -> str:
-    evidence = row.get("evidence")
-    if not isinstance(evidence, str):
-        raise ValueError(f"gna_simulator row {row['metric']} ({row.get('claim_id')}) of run {row.get('run_id')} has no "
-                         f"evidence class: written before rows carried it; rerun `repro run gna_simulator "
-                         f"--scale {row.get('scale', 'ci')}`")
-    return evidence
 
 
 def _flop_ratios(rows) -> dict[tuple, float]:
@@ -114,7 +103,7 @@ def _flop_key(row) -> tuple:
 
 def _specs(row, known, flop: dict[tuple, float]) -> list[tuple[tuple, dict]]:
     """(quantity, check_value keywords) of the claims a row with a claim id checks."""
-    claim_id, value, evidence, quantity = row["claim_id"], float(row["value"]), _evidence(row), _quantity(row)
+    claim_id, value, evidence, quantity = row["claim_id"], float(row["value"]), row_evidence(row, "gna_simulator"), _quantity(row)
     as_flop = _as_flop_ratio(row, flop, claim_id) if _flop_key(row) is not None else None
     if as_flop is not None:
         quantity, evidence = as_flop
@@ -191,7 +180,7 @@ def check_claims(rows, untiled: list[str]) -> list[ClaimCheck]:
             claim_id = f"{row['table']}_{row['model']}_{config}_sim_op_repro"
             if claim_id in origins:
                 as_flop = _as_flop_ratio(row, flop, claim_id)
-                quantity, evidence = as_flop if as_flop is not None else (_quantity(row), _evidence(row))
+                quantity, evidence = as_flop if as_flop is not None else (_quantity(row), row_evidence(row, "gna_simulator"))
                 specs.append((quantity, dict(claim_id=claim_id, value=round(float(row["value"]), _decimals(claim_id)),
                                              note="op-level worst-query-tile bound", evidence=evidence,
                                              fallback=("e2e_sim_speedup",) + _quantity(row)[1:] + ("0",))))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.claims import needs_gpu
+from repro.verdicts import needs_gpu
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.gna.benchmark import PAPER_SHAPED, SMALL, measure

@@ -50,7 +50,7 @@ import re
 
 import torch
 
-from repro.claims import needs_gpu
+from repro.verdicts import needs_gpu
 from repro.cross_hardware import ESTIMATE, compare
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro.claims import check_value
+from repro.verdicts import check_value
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.paper import paper_value

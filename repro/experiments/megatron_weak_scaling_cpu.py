@@ -185,7 +185,7 @@ def efficiency_rows(rows) -> list[dict]:
 
 def claims(rows) -> list:
     """The ledger's all-reduces per layer (forward + backward) against Megatron-LM sec 3's four."""
-    from repro.claims import check_value
+    from repro.verdicts import check_value
 
     if rows is None or len(rows) == 0 or "claim_id" not in rows:
         return []

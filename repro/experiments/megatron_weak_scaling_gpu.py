@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from repro.claims import needs_gpu
+from repro.verdicts import needs_gpu
 from repro.cross_hardware import ABSOLUTE, NORMALISED, compare
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck

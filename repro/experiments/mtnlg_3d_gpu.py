@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from repro.claims import needs_gpu
+from repro.verdicts import check_condition, needs_gpu
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.paper import paper_value
@@ -224,11 +224,11 @@ def claims(rows) -> list[ClaimCheck]:
             full = _select(rows, metric, kind="full", target_nodes=nodes)
             if full is not None and _field(full, "device_type") == "cuda" and _on_a100_80gb(full):
                 value = float(full["value"])
-                verdict = "reproduced" if abs(value / paper_value(PAPER, claim) - 1) <= 0.1 else "differs"
-                checks.append(ClaimCheck(PAPER, claim, round(value, 2), "+-10%", verdict,
-                                         f"530B layout {full['layout']} on {nodes} nodes of {full['gpu']}, bf16, "
-                                         "activation checkpointing, ZeRO-1; model FLOPs by the 96-formula",
-                                         evidence="measured"))
+                checks.append(check_condition(
+                    PAPER, claim, round(value, 2), holds=abs(value / paper_value(PAPER, claim) - 1) <= 0.1,
+                    tolerance="+-10%", evidence="measured",
+                    note=f"530B layout {full['layout']} on {nodes} nodes of {full['gpu']}, bf16, activation "
+                         "checkpointing, ZeRO-1; model FLOPs by the 96-formula"))
                 continue
             if full is not None:
                 checks.append(needs_gpu(PAPER, claim, f"needs MT-NLG's A100 80GB; measured on {_where(full)} with "

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu
 from repro.dist.groups import GridCoord, init_parallel, resolve_grid
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck

@@ -18,7 +18,7 @@ The parameter count of an instantiated module is ``parameter_counts``' (``derive
 
 from __future__ import annotations
 
-from repro.claims import check_value
+from repro.verdicts import check_value
 from repro.experiments import mtnlg_3d_tiny
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from repro.claims import check_value
+from repro.verdicts import check_value
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters

@@ -27,7 +27,8 @@ import os
 
 import torch
 
-from repro.claims import not_run
+from repro.verdicts import check_condition, not_run
+from repro.paper import paper_text
 from repro.dist import init_parallel
 from repro.dist.affinity import one_core_per_rank
 from repro.experiments.base import Experiment, Point, RunContext
@@ -182,24 +183,18 @@ def claims(rows) -> list[ClaimCheck]:
     else:
         ok = set(T3_NAMES) <= covered and set(T3_NAMES) <= timed_names
         value = ";".join(n for n in ("OP", "FC-2", "FC-1", "IP") if n in covered & timed_names)
-        agree = "equals the paper's value" if value == _paper_sublayers() else "differs from the paper's value"
         state = ("all four overlapped, exact to 1e-5 and timed" if ok else
                  f"exact and timed here: {value or 'none'} (of {', '.join(T3_NAMES)})")
-        checks.append(ClaimCheck(
-            PAPER, "sublayers", value, "all four overlapped, exact to 1e-5", "not counted",
-            f"a setting the suite was given (the sublayers repro.overlap is built to overlap); {agree}; {state}: "
-            f"repro.overlap swaps {', '.join(f'{p} ({n})' for p, n in T3_SUBLAYERS)}; each equals the plain layer "
-            f"(worst relative error {exact['value'].max():.1e}) and is timed on gloo; {analogue}; T3's speedups, "
-            f"shares and data movement are mapped by t3_simulator (a model of T3's simulated GPU)", "configuration"))
+        checks.append(check_condition(
+            PAPER, "sublayers", value, holds=value == paper_text(PAPER, "sublayers"),
+            tolerance="all four overlapped, exact to 1e-5", evidence="configuration",
+            setting="the sublayers repro.overlap is built to overlap",
+            says=("equals the paper's value", "differs from the paper's value"),
+            note=f"{state}: repro.overlap swaps {', '.join(f'{p} ({n})' for p, n in T3_SUBLAYERS)}; each equals the "
+                 f"plain layer (worst relative error {exact['value'].max():.1e}) and is timed on gloo; {analogue}; "
+                 "T3's speedups, shares and data movement are mapped by t3_simulator (a model of T3's simulated "
+                 "GPU)"))
     return checks
-
-
-def _paper_sublayers() -> str:
-    """T3's list of sublayers as paper_claims.csv holds it (``OP;FC-2;FC-1;IP``)."""
-    from repro.paper import load_claims
-
-    claims = load_claims()
-    return str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == "sublayers")]["value"].iloc[0])
 
 
 _SUBLAYERS = (*T3_NAMES, "FC-2/RS")

@@ -26,7 +26,7 @@ import statistics
 
 import torch
 
-from repro.claims import check_value
+from repro.verdicts import check_value
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 

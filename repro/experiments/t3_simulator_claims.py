@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from repro.claims import check_range, check_value, needs_gpu, not_run
+from repro.verdicts import check_condition, check_range, check_value, needs_gpu, not_run
 from repro.vocabulary import ClaimCheck
 from repro.overlap.t3sim import geomean
 from repro.overlap.t3sim.hardware import CONFIGURATION
-from repro.overlap.t3sim.workloads import MLPERF_BERT, MODELS_500B
-from repro.paper import paper_value
+from repro.overlap.t3sim.workloads import MLPERF_BERT, MODELS, MODELS_500B
+from repro.paper import paper_text, paper_value
 
 PAPER = "t3_2024"
 PCT_TOLERANCE, PCT_RELATIVE, X_TOLERANCE = 5.0, 0.25, 0.10
@@ -220,12 +220,16 @@ def claims(rows) -> list[ClaimCheck]:
 
 
 def _configuration_checks() -> list[ClaimCheck]:
+    small_tp = ";".join(str(tp) for tp in sorted({tp for m in MODELS.values() if m.group == "small"
+                                                 for tp in m.tp_sizes}))
     checks = [check_value(PAPER, claim, value, evidence="configuration", abs=1e-9,
                           note="the simulated GPU's setting (t3sim.hardware.T3_GPU)")
               for claim, value in CONFIGURATION.items()]
     checks += [
-        ClaimCheck(PAPER, "models_tp_small", "8;16", "", "not counted",
-                   "Mega-GPT-2 and T-NLG are simulated at TP 8 and 16 (t3sim.workloads)", "configuration"),
+        check_condition(PAPER, "models_tp_small", small_tp, holds=small_tp == paper_text(PAPER, "models_tp_small"),
+                        tolerance="", evidence="configuration", says=("equals the paper's value",
+                                                                      "differs from the paper's value"),
+                        note="Mega-GPT-2 and T-NLG are simulated at TP 8 and 16 (t3sim.workloads)"),
         check_value(PAPER, "models_tp_large", 32, evidence="configuration", abs=1e-9,
                     note="GPT-3, PaLM and MT-NLG are simulated at TP 32"),
         not_run(PAPER, "tp_futuristic", "T3's futuristic 1T/10T models are not simulated (no configuration given)",

@@ -10,7 +10,7 @@ gradient and then all-gather (3 psi, measured in ``bench/test_zero_bench.py``); 
 
 from __future__ import annotations
 
-from repro.claims import check_value
+from repro.verdicts import check_value, not_run
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.experiments.zero_memory_measured import MODELS
@@ -22,7 +22,7 @@ CLAIMS = {0: "comm_dp", 2: "comm_posg", 3: "comm_posgp"}
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist import init_parallel
     from repro.zero import ZeroConfig
-    from repro.zero.measure import RunSpec, measure_run
+    from repro.experiments.zero_measure import RunSpec, measure_run
 
     groups = init_parallel()
     rows = []
@@ -43,7 +43,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 def claims(rows) -> list[ClaimCheck]:
     ids = (*CLAIMS.values(), "comm_posgp_ratio")
     if rows is None or len(rows) == 0:
-        return [ClaimCheck(PAPER, claim_id, None, "", "not run", evidence="measured") for claim_id in ids]
+        return [not_run(PAPER, claim_id, evidence="measured") for claim_id in ids]
     volume = rows[rows["metric"] == "volume_in_psi"]
     nd = int(volume["nd"].max())
     at = volume[volume["nd"] == nd].set_index("stage")["value"]

@@ -4,9 +4,9 @@ ZeRO-Offload's largest model on one GPU; ZeRO-Infinity's largest model on one no
 
 A *search* point tries the GPT sizes of a schedule (ZeRO Table 4's configurations) in increasing order for each
 *arm* (a ZeRO stage with its offload tiers and its kind of activation checkpoints): a per-rank memory estimate
-first (``repro.zero.capacity``; sizes that cannot fit the GPU, or the host memory available now, are skipped: a host
+first (``repro.experiments.zero_capacity``; sizes that cannot fit the GPU, or the host memory available now, are skipped: a host
 out-of-memory kills the process), then a real try: the model is built on the GPU (stage 3: block by block, each
-partitioned at once, ``repro.zero.partitioned_gpt``, so no rank holds the whole model), its 16-bit parameters
+partitioned at once, ``repro.models.partitioned_gpt``, so no rank holds the whole model), its 16-bit parameters
 trained by ``repro.zero`` with fp32 masters and AdamW, one activation checkpoint per layer
 (``repro.training.recompute.checkpoint_layers``: Megatron's replicated checkpoint, or ZeRO-R's P_a / P_a+cpu),
 ``warmup + steps`` steps of ``micro_batch x seq_len`` tokens per rank (``micro_batches`` of them accumulated).
@@ -85,7 +85,7 @@ _METRICS = ("estimate_device_gib", "estimate_host_gib", "attempt", "step_time_s"
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist import init_parallel
     from repro.dist.device import rank_device
-    from repro.zero.measure import nvme_dir
+    from repro.experiments.zero_measure import nvme_dir
 
     params = dict(DEFAULTS, **point.params)
     device = rank_device(ctx.device, ctx.rank)

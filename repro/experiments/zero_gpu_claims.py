@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_condition, check_value, needs_gpu
 from repro.experiments.base import Point
 from repro.vocabulary import ClaimCheck
 
@@ -52,9 +52,9 @@ def _bracket_check(paper: str, claim_id: str, row: dict | None, what: str, paper
     if _is_v100_32gb(row):
         # the sizes are discrete: a failed size within 5 % of the paper's counts as the paper's size failing
         ok = value <= target * 1.05 and (above is None or above > target * 1.05)
-        return ClaimCheck(paper, claim_id, round(value / billions_per_unit, 3),
-                          "paper size within [largest trained, next size)", "reproduced" if ok else "differs",
-                          f"{span}, on {row.get('gpu')}", evidence="measured")
+        return check_condition(paper, claim_id, round(value / billions_per_unit, 3), holds=ok,
+                               tolerance="paper size within [largest trained, next size)", evidence="measured",
+                               note=f"{span}, on {row.get('gpu')}")
     memory = float(row.get("gpu_memory_gib") or 0) or float("nan")
     return needs_gpu(paper, claim_id, f"needs the paper's 32 GB V100; measured on {row.get('gpu')} ({memory:.0f} GiB, "
                      f"{row.get('gpus')} GPU(s)): {span}; x {paper_gb:g}/{memory:.0f} by memory alone = "
@@ -90,8 +90,8 @@ def _zero100b_sustained(rows, zero100b_points: Sequence[str]) -> list[ClaimCheck
     if all("V100" in g for g in gpus):
         pct = 100 * per_gpu / V100_PEAK_TFLOPS
         return [check_value(PAPER, "zero100B_pflops", pflops, rel=0.10, note=what, evidence="measured"),
-                ClaimCheck(PAPER, "zero100B_pct_peak", round(pct, 1), ">= 30", "reproduced" if pct >= 30 else
-                           "differs", f"{what}; over the V100's {V100_PEAK_TFLOPS:g} TFLOP/s", evidence="measured")]
+                check_condition(PAPER, "zero100B_pct_peak", round(pct, 1), holds=pct >= 30, tolerance=">= 30",
+                                evidence="measured", note=f"{what}; over the V100's {V100_PEAK_TFLOPS:g} TFLOP/s")]
     return [needs_gpu(PAPER, "zero100B_pflops", f"needs the paper's V100s; measured {what}"),
             needs_gpu(PAPER, "zero100B_pct_peak", f"needs the paper's V100s; measured {what}")]
 

@@ -1,6 +1,6 @@
 """ZeRO on GPUs, one arm at a time: build and train one GPT size under a ZeRO stage and its offload tiers
 (:func:`train_size`), and search an arm's sizes for the largest that trains (:func:`search_arm`, over
-``repro.zero.capacity.search_largest``), with the rows each size and each arm report. The experiment that declares
+``repro.experiments.zero_capacity.search_largest``), with the rows each size and each arm report. The experiment that declares
 the sizes, arms and points is :mod:`repro.experiments.zero_gpu` (its docstring tells the method: ZeRO Figs. 2, 3
 and 6, sec. 9, 10.4; ZeRO-Offload's and ZeRO-Infinity's largest models).
 """
@@ -93,8 +93,8 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     from repro.timing import time_iterations
     from repro.training.recompute import checkpoint_layers
     from repro.zero import build_zero_optimizer
-    from repro.zero.partitioned_gpt import build_partitioned_gpt
-    from repro.zero.measure import peak_rss_bytes, reset_peak_rss
+    from repro.models.partitioned_gpt import build_partitioned_gpt
+    from repro.machine import peak_rss_bytes, reset_peak_rss
 
     config = search_config(size, params)
     _free(device)
@@ -182,7 +182,7 @@ def search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed
     attempt is decided and the rest (sizes not reached after a failure, the summary) when the arm ends, so that a
     point stopped later keeps them (:meth:`RunContext.emit_rows`); the returned list holds the same row objects,
     which the runner does not write twice."""
-    from repro.zero.capacity import estimate_memory, search_largest
+    from repro.experiments.zero_capacity import estimate_memory, search_largest
 
     sizes = arm.get("sizes") or params["sizes"]
     overhead = params["device_overhead_gib"]

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_condition, check_value, needs_gpu, row_evidence, rows_evidence
 from repro.experiments.base import Experiment, Point, RunContext
-from repro.vocabulary import CONSISTENCY_EVIDENCE, ClaimCheck
-from repro.paper import PaperNumber, evidence_from, load_claims, paper_value, printed
+from repro.vocabulary import ClaimCheck
+from repro.paper import PaperNumber, evidence_from, paper_text, paper_value, printed
 from repro.perfmodel import zero_infinity as zi
 
 PAPER = "zero_infinity_2021"
@@ -155,30 +155,12 @@ def formula_rows() -> list[dict]:
 
 
 FORMULA_CLAIMS = tuple(FORMULA_ROWS)
-
-
-def _verdict(agree: bool, evidence: str) -> str:
-    """The verdict of a check built here (a bound, a formula): the paper's own arithmetic is consistent or
-    inconsistent, independent evidence reproduced or differs (as :func:`repro.claims.check_value` decides)."""
-    if evidence in CONSISTENCY_EVIDENCE:
-        return "consistent" if agree else "inconsistent"
-    return "reproduced" if agree else "differs"
-
-
-def _evidence(row) -> str:
-    """The evidence class the row's computation gave it (``run_point`` decides it from the inputs)."""
-    evidence = row.get("evidence")
-    if not isinstance(evidence, str):
-        raise ValueError(f"zero_infinity_model row {row.get('claim_id')} of run {row.get('run_id')} has no evidence "
-                         f"class: written before rows carried it; rerun `repro run zero_infinity_model "
-                         f"--scale {row.get('scale', 'ci')}`")
-    return evidence
+EXPERIMENT_NAME = "zero_infinity_model"
 
 
 def _formula_check(claim_id: str, rows) -> ClaimCheck:
     """Evaluate the paper's formula (e.g. ``2*bsz*seq*hd*nl/ci``) at each row's point against the row's value."""
-    claims = load_claims()
-    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    text = paper_text(PAPER, claim_id)
     symbols = [name for name in FORMULA_POINTS[0] if name in rows]
     agree = []
     for _, row in rows.iterrows():
@@ -187,13 +169,10 @@ def _formula_check(claim_id: str, rows) -> ClaimCheck:
         agree.append(math.isclose(float(row["value"]), expected, rel_tol=1e-9))
     first = rows.iloc[0]
     where = ", ".join(f"{name}={int(first[name])}" for name in symbols)
-    # the paper's arithmetic only when every point's row is
-    classes = [_evidence(row) for _, row in rows.iterrows()]
-    evidence = next((c for c in classes if c not in CONSISTENCY_EVIDENCE), classes[0])
-    return ClaimCheck(PAPER, claim_id, float(first["value"]), "same formula (rel 1e-9)",
-                      _verdict(all(agree), evidence),
-                      f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} points; "
-                      "formula from a secondary transcription (ZINF-SEC)", evidence=evidence)
+    return check_condition(PAPER, claim_id, float(first["value"]), holds=all(agree),
+                           tolerance="same formula (rel 1e-9)", evidence=rows_evidence(rows, EXPERIMENT_NAME),
+                           note=f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} points; "
+                                "formula from a secondary transcription (ZINF-SEC)")
 
 
 _ON_1T = ("16 B/param applied to the suite's 1T configuration (128 layers, hidden 25600: 1.007e12 parameters, "
@@ -225,19 +204,21 @@ def claims(rows) -> list[ClaimCheck]:
     for _, row in rows[rows["claim_id"].notna() & ~rows["claim_id"].isin(FORMULA_CLAIMS)].iterrows():
         claim_id = row["claim_id"]
         note = NOTES.get(claim_id, "formula from a secondary transcription (ZINF-SEC)")
-        checks.append(check_value(PAPER, claim_id, row["value"], note=note, evidence=_evidence(row),
+        checks.append(check_value(PAPER, claim_id, row["value"], note=note,
+                                  evidence=row_evidence(row, EXPERIMENT_NAME),
                                   same_as=SAME_QUANTITY.get(claim_id, ""), **TOLERANCE[claim_id]))
     ckpt_2k = rows[rows["claim_id"] == "bw_ckpt_2GBs_derived"]
     if len(ckpt_2k):
-        value, evidence = float(ckpt_2k["value"].iloc[0]), _evidence(ckpt_2k.iloc[0])
-        checks.append(ClaimCheck(PAPER, "bw_ckpt_2GBs", value, "> 50 % at 2 GB/s", _verdict(value > 50, evidence),
-                                 "efficiency (%) at 2 GB/s, hd 2048; the paper says 2 GB/s suffices for >50 %",
-                                 evidence=evidence))
+        value = float(ckpt_2k["value"].iloc[0])
+        checks.append(check_condition(PAPER, "bw_ckpt_2GBs", value, holds=value > 50, tolerance="> 50 % at 2 GB/s",
+                                      evidence=row_evidence(ckpt_2k.iloc[0], EXPERIMENT_NAME),
+                                      note="efficiency (%) at 2 GB/s, hd 2048; the paper says 2 GB/s suffices for "
+                                           ">50 %"))
     return checks
 
 
 EXPERIMENT = Experiment(
-    name="zero_infinity_model",
+    name=EXPERIMENT_NAME,
     paper=PAPER,
     title="ZeRO-Infinity memory requirements and bandwidth-efficiency relation (sec 3-4, Fig. 3)",
     points={"ci": (Point("closed-form"),), "paper": (Point("closed-form"),)},

@@ -1,7 +1,7 @@
 """ZeRO-Infinity's memory wall at this machine's scale (ZeRO-Infinity Fig. 1 and 5a): the largest GPT each tier
 trains here, stage 3 with every model state in memory or on NVMe.
 
-For each tier the candidates (one hidden size, growing depth) are estimated first (repro/zero/model_scale.py:
+For each tier the candidates (one hidden size, growing depth) are estimated first (repro/experiments/zero_model_scale.py:
 16 B/param of model states plus the working set, against this machine's available memory and free disk), and the
 largest that fits is built partitioned (no rank ever holds the model) and trained a few steps on one repeated
 batch. Rows: parameters, model-state bytes and their ratio to the machine's memory, construction peak RSS and the
@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from repro.experiments.base import Experiment, Point, RunContext
+from repro.verdicts import check_condition, not_run
 from repro.vocabulary import ClaimCheck
 
 PAPER = "zero_infinity_2021"
@@ -75,8 +76,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     import torch.distributed as dist
 
     from repro.dist import init_parallel
-    from repro.zero.measure import nvme_dir
-    from repro.zero.model_scale import largest_fitting, placement, scale_run
+    from repro.experiments.zero_measure import nvme_dir
+    from repro.experiments.zero_model_scale import largest_fitting, placement, scale_run
     from repro.zero.offload.aio import union_seconds
     from repro.zero.offload.bandwidth import raw_disk_bandwidth
     from repro.zero.offload.io_regimes import REGIMES, regime_bandwidths, split_regimes
@@ -204,23 +205,22 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0 or "tier" not in rows:
-        return [ClaimCheck(PAPER, "finetune_1T_one_dgx2", None, "", "not run", evidence="measured")]
+        return [not_run(PAPER, "finetune_1T_one_dgx2", evidence="measured")]
     measured = rows[(rows["metric"] == "model_state_over_memory") & (rows["tier"] == "nvme")]
     losses = rows[(rows["metric"] == "loss") & (rows["tier"] == "nvme")].sort_values("step")
     if not len(measured) or not len(losses):
-        return [ClaimCheck(PAPER, "finetune_1T_one_dgx2", None, "", "not run", evidence="measured")]
+        return [not_run(PAPER, "finetune_1T_one_dgx2", evidence="measured")]
     ratio = float(measured["value"].iloc[-1])
     values = [float(v) for v in losses["value"]]
     # the loss on the repeated batch must be finite and fall at every step, not only end below where it started
     falling = len(values) >= 2 and all(math.isfinite(v) for v in values) and all(
         later < earlier for earlier, later in zip(values, values[1:]))
-    verdict = "reproduced" if ratio > 1.0 and falling else "differs"
-    return [ClaimCheck(
-        PAPER, "finetune_1T_one_dgx2", ratio, "model states > machine memory, loss falling at every step", verdict,
-        "measured: model states (16 B/param) over this machine's memory for the largest GPT trained with params, "
-        "optimizer states and gradients on NVMe; the loss on a repeated batch falls at every step "
-        f"({', '.join(f'{v:.3f}' for v in values)})",
-        evidence="measured")]
+    return [check_condition(
+        PAPER, "finetune_1T_one_dgx2", ratio, holds=ratio > 1.0 and falling,
+        tolerance="model states > machine memory, loss falling at every step", evidence="measured",
+        note="measured: model states (16 B/param) over this machine's memory for the largest GPT trained with "
+             "params, optimizer states and gradients on NVMe; the loss on a repeated batch falls at every step "
+             f"({', '.join(f'{v:.3f}' for v in values)})")]
 
 
 def figure(rows, paper_claims, out_dir: Path) -> list[Path]:

@@ -11,6 +11,7 @@ its full gradient buffer, 4 bytes x hd x 4hd for the h -> 4h linear layer. On a 
 from __future__ import annotations
 
 from repro.experiments.base import Experiment, Point, RunContext
+from repro.verdicts import check_condition, not_run
 from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 
@@ -29,7 +30,7 @@ PLACEMENTS = {"none": ("none", "none"), "cpu": ("cpu", "cpu"), "nvme-optimizer":
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist import init_parallel
     from repro.zero import OffloadConfig, ZeroConfig
-    from repro.zero.measure import RunSpec, measure_run, nvme_dir
+    from repro.experiments.zero_measure import RunSpec, measure_run, nvme_dir
     from repro.zero.offload.bandwidth import raw_disk_bandwidth, tier_bandwidth
 
     groups = init_parallel()
@@ -80,26 +81,24 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0:
-        return [ClaimCheck(PAPER, c, None, "", "not run",
-                           evidence="measured") for c in ("model_state_bytes", "mswm_bytes")]
+        return [not_run(PAPER, c, evidence="measured") for c in ("model_state_bytes", "mswm_bytes")]
     checks = []
     per_param = rows[(rows["metric"] == "model_state_bytes_per_param") & (rows["placement"] == "nvme")]
     if len(per_param):
         value = float(per_param["value"].iloc[0])
-        agree = "equals 16 B/param" if abs(value - 16) <= 0.32 else "differs from 16 B/param"
-        checks.append(ClaimCheck(  # the paper's value is a formula (192 nl hd^2): compared with 16 B/param here
-            PAPER, "model_state_bytes", value, "16 B/param ±2%", "not counted",
-            f"a setting the suite was given; {agree}: bytes per parameter over all tiers (bf16 params+grads, fp32 "
-            "master+Adam moments) with params and optimizer states on NVMe, 2 + 2 + 12 by the dtypes configured and "
-            "read back by the ledger (it supports the 16 B/param (192 nl hd^2) reading, not 20 B/param)",
-            evidence="configuration"))
+        checks.append(check_condition(  # the paper's value is a formula (192 nl hd^2): compared with 16 B/param
+            PAPER, "model_state_bytes", value, holds=abs(value - 16) <= 0.32, tolerance="16 B/param ±2%",
+            evidence="configuration", says=("equals 16 B/param", "differs from 16 B/param"),
+            note="bytes per parameter over all tiers (bf16 params+grads, fp32 master+Adam moments) with params and "
+                 "optimizer states on NVMe, 2 + 2 + 12 by the dtypes configured and read back by the ledger (it "
+                 "supports the 16 B/param (192 nl hd^2) reading, not 20 B/param)"))
     mswm = rows[(rows["metric"] == "mswm_over_hd2") & (rows["placement"] == "nvme")]
     if len(mswm):
         value = float(mswm["value"].iloc[0])
-        checks.append(ClaimCheck(
-            PAPER, "mswm_bytes", value, "16 hd^2 ±2%", "reproduced" if abs(value - 16) <= 0.32 else "differs",
-            "measured largest gathered 16-bit parameter buffer + its full 16-bit gradient buffer, / hd^2 "
-            "(the bias adds 16/hd)", evidence="measured"))
+        checks.append(check_condition(
+            PAPER, "mswm_bytes", value, holds=abs(value - 16) <= 0.32, tolerance="16 hd^2 ±2%", evidence="measured",
+            note="measured largest gathered 16-bit parameter buffer + its full 16-bit gradient buffer, / hd^2 (the "
+                 "bias adds 16/hd)"))
     return checks
 
 

@@ -8,7 +8,7 @@ backward (gradients complete, optimizer states allocated). The closed forms of T
 
 from __future__ import annotations
 
-from repro.claims import check_value
+from repro.verdicts import check_condition, check_value, not_run
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
@@ -28,7 +28,7 @@ MODELS = {
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
     from repro.dist import init_parallel
     from repro.zero import ZeroConfig
-    from repro.zero.measure import RunSpec, measure_run
+    from repro.experiments.zero_measure import RunSpec, measure_run
 
     groups = init_parallel()
     model = MODELS[point.params["model"]]
@@ -61,8 +61,7 @@ def _values(rows, metric: str, **where):
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0:
-        return [ClaimCheck(PAPER, c, None, "", "not run",
-                           evidence="measured") for c in ("mem_formula", "K_adam", *STAGE_CLAIMS.values())]
+        return [not_run(PAPER, c, evidence="measured") for c in ("mem_formula", "K_adam", *STAGE_CLAIMS.values())]
     checks = []
     base = _values(rows, "bytes_per_param", stage=0)
     # Bytes per parameter are fixed by the dtypes the run configures (bf16 params and grads, fp32 master and two
@@ -77,24 +76,23 @@ def claims(rows) -> list[ClaimCheck]:
     for stage, claim_id in STAGE_CLAIMS.items():
         dev = _values(rows, "formula_rel_dev", stage=stage)
         if not len(dev):
-            checks.append(ClaimCheck(PAPER, claim_id, None, "2%", "not run", evidence="measured"))
+            checks.append(not_run(PAPER, claim_id, tolerance="2%", evidence="measured"))
             continue
         worst = float(dev["value"].abs().max())
         nds = sorted(int(n) for n in dev["nd"].unique())
-        checks.append(ClaimCheck(
-            PAPER, claim_id, f"measured within {worst:.4%} at N_d={nds}", "2% (beyond padding)",
-            "reproduced" if worst <= 0.02 else "differs",
-            "ledger of a bf16 GPT with AdamW; the excess is the padding of flat buffers to N_d shards",
-            evidence="measured"))
+        checks.append(check_condition(
+            PAPER, claim_id, f"measured within {worst:.4%} at N_d={nds}", holds=worst <= 0.02,
+            tolerance="2% (beyond padding)", evidence="measured",
+            note="ledger of a bf16 GPT with AdamW; the excess is the padding of flat buffers to N_d shards"))
     stage0, stage3 = _values(rows, "model_state_bytes", stage=0), _values(rows, "model_state_bytes", stage=3)
     if len(stage0) and len(stage3):
         nd = int(stage3["nd"].max())
         ratio = float(stage0[stage0["nd"] == nd]["value"].iloc[0]) / float(stage3[stage3["nd"] == nd]["value"].iloc[0])
         # the ratio of two rows already checked (16 psi at stage 0, 16 psi / N_d at stage 3): N_d by construction
-        agree = "equals N_d" if abs(ratio - nd) <= 0.02 * nd else "differs from N_d"
-        checks.append(ClaimCheck(PAPER, "reduction_posgp", ratio, "2% of N_d", "same quantity",
-                                 f"same quantity as formula_posgp (counted there); {agree}; measured stage-0 / "
-                                 f"stage-3 model states at N_d = {nd}", evidence="measured", same_as="formula_posgp"))
+        checks.append(check_condition(PAPER, "reduction_posgp", ratio, holds=abs(ratio - nd) <= 0.02 * nd,
+                                      tolerance="2% of N_d", evidence="measured", same_as="formula_posgp",
+                                      says=("equals N_d", "differs from N_d"),
+                                      note=f"measured stage-0 / stage-3 model states at N_d = {nd}"))
     return checks
 
 

@@ -32,17 +32,18 @@ import math
 
 import numpy as np
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_condition, check_value, needs_gpu, row_evidence, rows_evidence
 from repro.experiments.base import Experiment, Point, RunContext
-from repro.vocabulary import CONSISTENCY_EVIDENCE, ClaimCheck
-from repro.paper import PaperNumber, evidence_from, half_last_digit, load_claims, paper_value, printed
-from repro.zero import residual_model as zr
+from repro.vocabulary import ClaimCheck
+from repro.paper import PaperNumber, evidence_from, half_last_digit, paper_text, paper_value, printed
+from repro.perfmodel import zero_residual as zr
 from repro.zero.memory_model import (
     STAGE_NAMES, bytes_per_param, max_params, memory_reduction, model_state_bytes, paper_table1_display,
     paper_table2_theoretical,
 )
 
 PAPER = "zero_2019"
+EXPERIMENT_NAME = "zero_memory_tables"
 #: Table 1's model sizes (psi), its N_d and Table 2's MP degrees, N_d = 64 and 32 GB V100: the paper's numbers.
 MODELS = {model: printed(psi, PAPER, f"t1_{model}_baseline") for model, psi in (("7.5B", 7.5e9), ("128B", 128e9),
                                                                                  ("1T", 1e12))}
@@ -155,7 +156,7 @@ MP_DGX2 = printed(16, PAPER, "act_ckpt_100B_mp16")
 
 def residual_rows() -> list[dict]:
     """ZeRO-R (sec 3.2, 4.2.1, 6, 8), sec 1's N_d x N_m, sec 5.4's 1T at N_d = 1024 and sec 9's 1T vs
-    BERT-Large, all from ``repro.zero.residual_model`` / ``memory_model`` on the configurations above."""
+    BERT-Large, all from ``repro.perfmodel.zero_residual`` / ``memory_model`` on the configurations above."""
     k, coeff = _k_adam(), paper_value(PAPER, "act_formula_coeff")  # sec 3.1's K, sec 3.2's 12 x h x b x s x l
     small = dict(num_layers=GPT2_1P5B["layers"], hidden_size=GPT2_1P5B["hidden"], batch_size=GPT2_1P5B["batch"],
                  seq_length=GPT2_1P5B["seq"])
@@ -247,68 +248,40 @@ RESIDUAL_NOTES = {
 }
 
 
-def _verdict(agree: bool, evidence: str) -> str:
-    """The verdict of a check built here (a bound, a formula): the paper's own arithmetic is consistent or
-    inconsistent, independent evidence reproduced or differs (as :func:`repro.claims.check_value` decides)."""
-    if evidence in CONSISTENCY_EVIDENCE:
-        return "consistent" if agree else "inconsistent"
-    return "reproduced" if agree else "differs"
-
-
-def _evidence(row) -> str:
-    """The evidence class the row's computation gave it (``run_point`` decides it from the inputs)."""
-    evidence = row.get("evidence")
-    if not isinstance(evidence, str):
-        raise ValueError(f"zero_memory_tables row {row.get('claim_id')} of run {row.get('run_id')} has no evidence "
-                         f"class: written before rows carried it; rerun `repro run zero_memory_tables "
-                         f"--scale {row.get('scale', 'ci')}`")
-    return evidence
-
-
-def _rows_evidence(rows) -> str:
-    """One class for a check over several rows: the paper's arithmetic only when every row is."""
-    classes = [_evidence(row) for _, row in rows.iterrows()]
-    return next((c for c in classes if c not in CONSISTENCY_EVIDENCE), classes[0])
-
-
 def _row_formula_check(claim_id: str, rows) -> ClaimCheck:
     """Evaluate the paper's formula (e.g. ``Nd*Nm``) at each row's configuration against the row's value."""
-    claims = load_claims()
-    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    text = paper_text(PAPER, claim_id)
     symbols = FORMULA_SYMBOLS[claim_id]
     agree = [math.isclose(float(row["value"]), eval(text, {"__builtins__": {}},  # noqa: S307 - the CSV's formula
                                                     {s: float(row[c]) for s, c in symbols.items()}), rel_tol=1e-9)
              for _, row in rows.iterrows()]
     first = rows.iloc[0]
     where = ", ".join(f"{s}={int(first[c])}" for s, c in symbols.items())
-    evidence = _rows_evidence(rows)
-    return ClaimCheck(PAPER, claim_id, float(first["value"]), "same formula (rel 1e-9)",
-                      _verdict(all(agree), evidence),
-                      f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} configurations",
-                      evidence=evidence)
+    return check_condition(PAPER, claim_id, float(first["value"]), holds=all(agree),
+                           tolerance="same formula (rel 1e-9)", evidence=rows_evidence(rows, EXPERIMENT_NAME),
+                           note=f"value at {where}; equals the paper's formula at {sum(agree)}/{len(agree)} "
+                                "configurations")
 
 
 def _bound_check(claim_id: str, row) -> ClaimCheck:
     op, note = BOUNDS[claim_id]
     bound, value = paper_value(PAPER, claim_id), float(row["value"])
-    ok = value <= bound if op == "<=" else value >= bound
-    evidence = _evidence(row)
-    return ClaimCheck(PAPER, claim_id, value, f"{op} {bound:g}", _verdict(ok, evidence), note, evidence=evidence)
+    return check_condition(PAPER, claim_id, value, holds=value <= bound if op == "<=" else value >= bound,
+                           tolerance=f"{op} {bound:g}", evidence=row_evidence(row, EXPERIMENT_NAME), note=note)
 
 
 def _formula_check(claim_id: str, stage: int) -> ClaimCheck:
     """Evaluate the paper's formula string (e.g. ``4*psi + K*psi/Nd``) against ``zero.memory_model`` at several
     (psi, Nd): the suite's transcription of sec 5's table against the paper's formula, the paper's arithmetic."""
-    claims = load_claims()
-    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    text = paper_text(PAPER, claim_id)
     k = _k_adam()
     points = [_symbols(claim_id, psi=psi, Nd=nd) for psi in (1.0, 7.5e9) for nd in (1, 4, 64)]
     agree = all(math.isclose(eval(text, {"__builtins__": {}}, {**at, "K": k}),  # noqa: S307 - the CSV's formula
                              model_state_bytes(num_params=at["psi"], stage=stage, dp_size=at["Nd"], k=k))
                 for at in points)
-    evidence = evidence_from(*(tuple(at.values()) for at in points), k)
-    return ClaimCheck(PAPER, claim_id, text, "same formula", _verdict(agree, evidence),
-                      "zero.memory_model evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}", evidence=evidence)
+    return check_condition(PAPER, claim_id, text, holds=agree, tolerance="same formula",
+                           evidence=evidence_from(*(tuple(at.values()) for at in points), k),
+                           note="zero.memory_model evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}")
 
 
 #: Claims that state a quantity another claim states (sec 1, 5 and Fig. 1 restate Table 1 and Table 2 cells):
@@ -359,8 +332,8 @@ def claims(rows) -> list[ClaimCheck]:
             if not math.isclose(row["with_paper_rounding"], row["value"], abs_tol=1e-9):
                 note = (f"exact {row['value']:.4g}B; the paper rounds the MP-1 value to 0.1 B before multiplying "
                         f"by MP {int(row['mp_size'])}, which gives its {row['with_paper_rounding']:g}")
-        checks.append(check_value(PAPER, claim_id, row["value"], note=note, evidence=_evidence(row),
-                                  same_as=SAME_QUANTITY.get(claim_id, ""), **tol))
+        checks.append(check_value(PAPER, claim_id, row["value"], note=note,
+                                  evidence=row_evidence(row, EXPERIMENT_NAME), same_as=SAME_QUANTITY.get(claim_id, ""), **tol))
     for _, row in rows[rows["claim_id"].isin(list(BOUNDS))].iterrows():
         checks.append(_bound_check(row["claim_id"], row))
     for mp in (1, 2, 4, 8, 16):
@@ -370,7 +343,7 @@ def claims(rows) -> list[ClaimCheck]:
 
 
 EXPERIMENT = Experiment(
-    name="zero_memory_tables",
+    name=EXPERIMENT_NAME,
     paper=PAPER,
     title="ZeRO Tables 1-2: model-state memory per device and max model size (closed forms)",
     points={"ci": (Point("closed-form"),), "paper": (Point("closed-form"),)},

@@ -90,5 +90,9 @@ class BertModel(nn.Module):
         """Masked-LM logits, this rank's vocabulary shard [b, s, V_padded / tp]."""
         return self.lm_head(sequence_output, self.embedding.word_embeddings)
 
+    def zero_external_parameters(self) -> dict[nn.Module, list[nn.Parameter]]:
+        """For ZeRO stage 3 (repro/zero/stage3.py): the masked-LM head uses the word embedding inside its forward."""
+        return {self.lm_head: [self.embedding.word_embeddings.weight]}
+
     def mlm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return vocab_parallel_cross_entropy(self.lm_logits(sequence_output), labels, self.tp_group)

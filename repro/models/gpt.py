@@ -44,6 +44,11 @@ class GPTModel(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return parallel_lm_logits(self.hidden_states(input_ids), self.embedding.word_embeddings)
 
+    def zero_external_parameters(self) -> dict[nn.Module, list[nn.Parameter]]:
+        """For ZeRO stage 3 (repro/zero/stage3.py): the output layer, tied to the word embedding, is used by the
+        model's own forward, outside the embedding that owns it."""
+        return {self: [self.embedding.word_embeddings.weight]}
+
     def loss(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Per-token cross-entropy [b, s] computed on the vocabulary shards (three all-reduces, no gather)."""
         return vocab_parallel_cross_entropy(self(input_ids), labels, self.tp_group)

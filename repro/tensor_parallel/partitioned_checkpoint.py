@@ -6,7 +6,7 @@ setting for large models) therefore keeps ``tp`` identical copies, one per rank.
 rank keeps only its ``1/tp`` slice of the (flattened) layer input, and just before the layer is recomputed in
 backward one all-gather over the tp group rebuilds the input. Per layer that is one all-gather of ``b s h``
 elements beside Megatron's all-reduces of ``12 b s h`` (sec. 8: the extra communication is under 10 %; the closed
-form is ``repro.zero.residual_model.pa_overhead_fraction``), and the checkpoints of ``L`` layers take
+form is ``repro.perfmodel.zero_residual.pa_overhead_fraction``), and the checkpoints of ``L`` layers take
 ``L b s h / tp`` elements per rank instead of ``L b s h`` (sec. 6.1: the 100B model's 33 GB become about 2 GB at
 MP 16).
 

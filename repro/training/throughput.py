@@ -128,6 +128,6 @@ def max_memory(device: torch.device) -> tuple[float, str]:
     the peak resident set (VmHWM) on a CPU."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20, "max allocated"
-    from repro.zero.measure import peak_rss_bytes
+    from repro.machine import peak_rss_bytes
 
     return peak_rss_bytes() / 2**20, "max RSS"

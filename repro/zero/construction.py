@@ -18,8 +18,8 @@ is whole at a time: the peak of construction is one layer, not the model.
 
     model, optimizer = build_partitioned_gpt(config, zero_config, dp_group=groups.dp, lr=1e-4)
 
-(``build_partitioned_gpt`` is in :mod:`repro.zero.partitioned_gpt`: it needs the optimizer builder, which needs
-stage 3, which uses this module.)
+(``build_partitioned_gpt`` and the GPT's blocks are in :mod:`repro.models.partitioned_gpt`: this module takes any
+model's skeleton and blocks and knows no model class.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from repro.dist.comm import CommGroup
 
 BlockFactory = Callable[[], nn.Module]
 
@@ -121,20 +120,3 @@ class BlockMaterializer:
             self._build_next()
         self.current = {}
         self.current_block = None
-
-
-def gpt_blocks(config, *, tp_group: CommGroup | None = None, rng_tracker=None) -> list[tuple[str, BlockFactory]]:
-    """GPTModel's pieces in the order ``GPTModel.__init__`` builds them (repro/models/gpt.py)."""
-    from repro.models.embedding import Embedding
-    from repro.models.transformer import TransformerLayer
-
-    group = tp_group if tp_group is not None else CommGroup.single("tp")
-
-    def layer() -> nn.Module:
-        return TransformerLayer(config, group=group, causal=True, pre_norm=True, rng_tracker=rng_tracker)
-
-    return [
-        ("embedding", lambda: Embedding(config, group=group)),
-        *[(f"layers.{i}", layer) for i in range(config.num_layers)],
-        ("final_layernorm", lambda: nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)),
-    ]

@@ -16,7 +16,7 @@ The transient lines (comm buffers, gathered params, io buffers, activations) are
 they need not coincide, so their sum can exceed what the process held at its peak. Then ``rest`` is shown as 0 and
 the excess as ``overlap`` (how much of the transient peaks did not coincide), never as a negative amount of memory.
 
-for this implementation (measured by :func:`repro.zero.measure.measure_run`) and, when the bench has produced
+for this implementation (measured by :func:`repro.experiments.zero_measure.measure_run`) and, when the bench has produced
 them, for DeepSpeed on the same model (rows in the same schema; the library never imports DeepSpeed).
 
     python -m repro.zero.report --world-size 2 --stages 0 1 2 3 --out report
@@ -147,7 +147,7 @@ def figure(frame: pd.DataFrame, path: Path) -> Path:
 
 def _measure_all(rank: int, world_size: int, specs: list) -> list[dict]:
     from repro.dist import init_parallel
-    from repro.zero.measure import measure_run
+    from repro.experiments.zero_measure import measure_run
 
     groups = init_parallel()
     return [measure_run(spec, groups) for spec in specs]
@@ -161,7 +161,7 @@ def measure_stages(
     from repro.dist import spawn
     from repro.models import GPTConfig
     from repro.zero.config import OffloadConfig, ZeroConfig
-    from repro.zero.measure import RunSpec
+    from repro.experiments.zero_measure import RunSpec
 
     model = GPTConfig(**{"hidden_dropout": 0.0, "attention_dropout": 0.0, **model_kwargs})
     specs = []

@@ -31,17 +31,16 @@ if TYPE_CHECKING:
     from repro.zero.construction import BlockMaterializer
 
 
-def default_external_parameters(module: nn.Module) -> dict[nn.Module, list[nn.Parameter]]:
-    """GPT ties its output layer to the word embedding and calls it from the model's own forward; BERT's masked-LM
-    head uses the word embedding inside the head's forward."""
-    from repro.models.bert import BertModel
-    from repro.models.gpt import GPTModel
+#: the method a module defines to tell stage 3 which of its sub-modules use parameters that another sub-module owns
+EXTERNAL_PARAMETERS_METHOD = "zero_external_parameters"
 
-    if isinstance(module, GPTModel):
-        return {module: [module.embedding.word_embeddings.weight]}
-    if isinstance(module, BertModel):
-        return {module.lm_head: [module.embedding.word_embeddings.weight]}
-    return {}
+
+def default_external_parameters(module: nn.Module) -> dict[nn.Module, list[nn.Parameter]]:
+    """What ``module`` declares through its ``zero_external_parameters()`` method, else none. A parameter used
+    outside the sub-module that owns it (a tied output layer, as in GPT and BERT) must be gathered for that user
+    too; stage 3 works on any ``nn.Module`` and knows no model class, so the model says it."""
+    declared = getattr(module, EXTERNAL_PARAMETERS_METHOD, None)
+    return dict(declared()) if callable(declared) else {}
 
 
 class ZeroStage3(ZeroStage2):

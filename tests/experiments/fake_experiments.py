@@ -12,7 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from repro.claims import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from repro import claims as C
+from repro import verdicts as V
 from repro.claims_render import OTHER_HARDWARE, headline, summary
 from repro.cross_hardware import ABSOLUTE, ESTIMATE, NORMALISED, compare, gpu_class, hardware_label
 from repro.experiments.base import Experiment, Point
@@ -67,8 +68,8 @@ def test_a_claim_takes_its_value_from_the_most_decisive_scale_that_has_one():
     a claim no scale gives a value keeps the most decisive scale's verdict."""
     def claims(rows):
         value = rows["value"].iloc[0] if len(rows) and (rows["point"] == "one_gpu").any() else None
-        return [C.check_value(PAPER, "baseline_pct_peak", value, evidence="measured", abs=5),
-                C.not_run(PAPER, "baseline_tflops_1gpu", evidence="measured")]
+        return [V.check_value(PAPER, "baseline_pct_peak", value, evidence="measured", abs=5),
+                V.not_run(PAPER, "baseline_tflops_1gpu", evidence="measured")]
 
     exp = Experiment(name="e", paper=PAPER, title="t", points={"ci": (Point("one_gpu", {}),)},
                      run_point=lambda point, ctx: [], claims=claims)

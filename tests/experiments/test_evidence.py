@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 from repro import claims as C
+from repro import verdicts as V
 from repro.experiments import registry
 from repro.experiments.base import Experiment, Point
-from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, VERDICTS, ClaimCheck
+from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck
 from repro.claims_render import COLUMNS
 from repro.results import REPO_ROOT
 
@@ -29,24 +30,24 @@ def report() -> pd.DataFrame:
 
 def test_check_value_needs_a_known_evidence_class():
     with pytest.raises(TypeError):
-        C.check_value("zero_2019", "K_adam", 12.0)  # the caller must decide
+        V.check_value("zero_2019", "K_adam", 12.0)  # the caller must decide
     with pytest.raises(ValueError, match="evidence='guess'"):
-        C.check_value("zero_2019", "K_adam", 12.0, evidence="guess")
+        V.check_value("zero_2019", "K_adam", 12.0, evidence="guess")
     with pytest.raises(ValueError, match="evidence="):
-        C.not_run("zero_2019", "K_adam", evidence="")
-    assert C.needs_gpu("zero_2019", "K_adam").evidence == "measured"
+        V.not_run("zero_2019", "K_adam", evidence="")
+    assert V.needs_gpu("zero_2019", "K_adam").evidence == "measured"
 
 
 @pytest.mark.parametrize("evidence", NOT_COUNTED_EVIDENCE)
 def test_configuration_and_fitted_values_are_never_counted(evidence):
-    equal = C.check_value("zero_2019", "K_adam", 12.0, evidence=evidence)
-    other = C.check_value("zero_2019", "K_adam", 99.0, evidence=evidence)
+    equal = V.check_value("zero_2019", "K_adam", 12.0, evidence=evidence)
+    other = V.check_value("zero_2019", "K_adam", 99.0, evidence=evidence)
     assert equal.verdict == other.verdict == "not counted"
     assert "equals the paper's value" in equal.note and "differs from the paper's value" in other.note
     for counted in COUNTED_EVIDENCE:
-        assert C.check_value("zero_2019", "K_adam", 12.0, evidence=counted).verdict == "reproduced"
-    assert C.check_value("zero_2019", "K_adam", 12.0, evidence="consistency").verdict == "consistent"
-    assert C.check_value("zero_2019", "K_adam", 13.0, evidence="consistency").verdict == "inconsistent"
+        assert V.check_value("zero_2019", "K_adam", 12.0, evidence=counted).verdict == "reproduced"
+    assert V.check_value("zero_2019", "K_adam", 12.0, evidence="consistency").verdict == "consistent"
+    assert V.check_value("zero_2019", "K_adam", 13.0, evidence="consistency").verdict == "inconsistent"
 
 
 def test_range_claims_are_checked_against_their_bounds():
@@ -54,7 +55,7 @@ def test_range_claims_are_checked_against_their_bounds():
 
     assert parse_range("40-45") == (40.0, 45.0) and parse_range("1.5 - 2") == (1.5, 2.0)
     assert parse_range("45-40") is None and parse_range("12") is None and parse_range(12.0) is None
-    check = lambda value, **kw: C.check_range("t3_2024", "nonsliced_attn_share", value, **kw)  # noqa: E731
+    check = lambda value, **kw: V.check_range("t3_2024", "nonsliced_attn_share", value, **kw)  # noqa: E731
     assert check(42.0, evidence="predicted").verdict == "reproduced"
     assert check(39.0, evidence="predicted").verdict == "differs"
     assert check(39.0, evidence="predicted", abs=1.0).verdict == "reproduced"
@@ -62,7 +63,7 @@ def test_range_claims_are_checked_against_their_bounds():
     assert check(42.0, evidence="fitted").verdict == "not counted"
     assert check(None, evidence="predicted").verdict == "not run"
     with pytest.raises(ValueError, match="not a range"):
-        C.check_range("zero_2019", "K_adam", 12.0, evidence="predicted")
+        V.check_range("zero_2019", "K_adam", 12.0, evidence="predicted")
     with pytest.raises(ValueError, match="abs=-1"):
         check(42.0, evidence="predicted", abs=-1)
 
@@ -226,26 +227,26 @@ def test_two_experiments_mapping_one_claim_follow_the_stated_rule():
         report = C.build_report(C.collect_checks(list(experiments), rows))
         return report.set_index("claim_id").loc["K_adam"]
 
-    arithmetic = _mapper("b_layout", [C.check_value("zero_2019", "K_adam", 12.0, evidence="consistency")])
-    measured = _mapper("a_measure", [C.check_value("zero_2019", "K_adam", 13.0, evidence="measured")])
-    pending = _mapper("c_gpu", [C.needs_gpu("zero_2019", "K_adam")])
+    arithmetic = _mapper("b_layout", [V.check_value("zero_2019", "K_adam", 12.0, evidence="consistency")])
+    measured = _mapper("a_measure", [V.check_value("zero_2019", "K_adam", 13.0, evidence="measured")])
+    pending = _mapper("c_gpu", [V.needs_gpu("zero_2019", "K_adam")])
     row = speaker(arithmetic, measured, pending)
     assert (row["experiment"], row["verdict"], row["evidence"]) == ("a_measure", "differs", "measured")
     assert "also checked by b_layout (consistent), c_gpu (needs GPU)" in row["note"]
     row = speaker(arithmetic, pending)
     assert (row["experiment"], row["verdict"]) == ("b_layout", "consistent")
-    agree = _mapper("d_agree", [C.check_value("zero_2019", "K_adam", 12.0, evidence="measured")])
+    agree = _mapper("d_agree", [V.check_value("zero_2019", "K_adam", 12.0, evidence="measured")])
     assert speaker(agree, measured)["experiment"] == "a_measure"  # same class: the disagreement speaks
     row = speaker(pending)
     assert (row["evidence"], row["evidence_when_run"]) == (C.PENDING, "measured")
 
 
 def test_same_quantity_points_to_the_claim_that_counts_it():
-    check = C.check_value("zero_2019", "K_adam", 12.0, evidence="derived", same_as="t2_mp1_theo_Pos")
+    check = V.check_value("zero_2019", "K_adam", 12.0, evidence="derived", same_as="t2_mp1_theo_Pos")
     assert check.verdict == "same quantity" and check.same_as == "t2_mp1_theo_Pos"
     assert check.note.startswith("same quantity as t2_mp1_theo_Pos (counted there); equals the paper's value")
     rows = pd.DataFrame(columns=["experiment", "scale", "point", "run_id", "metric", "value", "unit"])
-    checks = C.collect_checks([_mapper("m", [C.check_value("zero_2019", "K_adam", 12.0, evidence="derived",
+    checks = C.collect_checks([_mapper("m", [V.check_value("zero_2019", "K_adam", 12.0, evidence="derived",
                                                           same_as="nope")])], rows)
     assert "same quantity as 'nope', which is not a claim of zero_2019" in "\n".join(checks.problems)
 

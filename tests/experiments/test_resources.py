@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.claims import check_value
+from repro.verdicts import check_value
 from repro.cli import main
 from repro.experiments import Registry, registry
 from repro.harness import submit as S

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from repro import claims as C
+from repro import verdicts as V
 from repro.claims_render import render_markdown
 from repro.experiments.base import Experiment, Point
 from repro.vocabulary import VERDICTS, ClaimCheck
@@ -14,16 +15,16 @@ from repro.paper import load_claims, paper_value, parse_value, table_key
 
 def test_check_value_compares_within_tolerance():
     assert paper_value("zero_2019", "K_adam") == 12.0
-    assert C.check_value("zero_2019", "K_adam", 12.0, evidence="derived").verdict == "reproduced"
-    assert C.check_value("zero_2019", "K_adam", 12.5, evidence="derived").verdict == "differs"
-    ok = C.check_value("zero_2019", "K_adam", 12.5, rel=0.05, evidence="derived")
+    assert V.check_value("zero_2019", "K_adam", 12.0, evidence="derived").verdict == "reproduced"
+    assert V.check_value("zero_2019", "K_adam", 12.5, evidence="derived").verdict == "differs"
+    ok = V.check_value("zero_2019", "K_adam", 12.5, rel=0.05, evidence="derived")
     assert ok.verdict == "reproduced" and ok.tolerance == "±5%"
-    assert C.check_value("zero_2019", "K_adam", 13.0, abs=1.0, evidence="derived").verdict == "reproduced"
-    assert C.check_value("zero_2019", "K_adam", None, evidence="derived").verdict == "not run"
+    assert V.check_value("zero_2019", "K_adam", 13.0, abs=1.0, evidence="derived").verdict == "reproduced"
+    assert V.check_value("zero_2019", "K_adam", None, evidence="derived").verdict == "not run"
     with pytest.raises(ValueError, match="no claim 'nope'"):
-        C.check_value("zero_2019", "nope", 1.0, evidence="derived")
+        V.check_value("zero_2019", "nope", 1.0, evidence="derived")
     with pytest.raises(ValueError, match="non-numeric"):
-        C.check_value("zero_2019", "formula_pos", 1.0, evidence="derived")
+        V.check_value("zero_2019", "formula_pos", 1.0, evidence="derived")
 
 
 def test_paper_values_and_table_keys_parse():
@@ -43,9 +44,9 @@ def test_report_has_one_row_per_checkable_claim_with_valid_verdicts():
     claims = load_claims()
     rows = pd.DataFrame({"experiment": ["mapper"], "scale": ["ci"], "point": ["a"], "run_id": ["r"],
                          "metric": ["k"], "value": [12.0], "unit": ["-"]})
-    checks = C.collect_checks([_experiment(lambda r: [C.check_value("zero_2019", "K_adam", float(r.value.iloc[0]),
+    checks = C.collect_checks([_experiment(lambda r: [V.check_value("zero_2019", "K_adam", float(r.value.iloc[0]),
                                                                     evidence="derived"),
-                                                      C.needs_gpu("zero_2019", "zero100B_pflops")])],
+                                                      V.needs_gpu("zero_2019", "zero100B_pflops")])],
                               rows, scale="ci", claims=claims)
     report = C.build_report(checks, claims)
     checkable = claims[claims["value"].notna() & (claims["verbatim_or_derived"] != "not_found")]
@@ -80,8 +81,8 @@ def test_bad_mappings_are_reported_not_fatal():
 
 def test_disagreeing_experiments_show_differs():
     rows = pd.DataFrame(columns=["experiment", "scale", "point", "run_id", "metric", "value", "unit"])
-    good = _experiment(lambda r: [C.check_value("zero_2019", "K_adam", 12.0, evidence="derived")])
-    bad = Experiment(**{**good.__dict__, "name": "other", "claims": lambda r: [C.check_value("zero_2019", "K_adam",
+    good = _experiment(lambda r: [V.check_value("zero_2019", "K_adam", 12.0, evidence="derived")])
+    bad = Experiment(**{**good.__dict__, "name": "other", "claims": lambda r: [V.check_value("zero_2019", "K_adam",
                                                                                            11.0, evidence="derived")]})
     report = C.build_report(C.collect_checks([good, bad], rows))
     row = report[report.claim_id == "K_adam"].iloc[0]

@@ -3,10 +3,14 @@ listed below, each with the reason it exists and where it should go. DESIGN.md's
 two modules lean on each other; this says which way a module may lean at all. A new arrow up fails here: move the
 shared piece down instead, or, if it is deliberate, add it to ``UP`` with its reason.
 
-Every import counts, at module level or inside a function (tests/foundation/test_import_cycles.py's graph)."""
+Every import counts, at module level or inside a function (tests/foundation/test_import_cycles.py's graph), and an
+import of a package's ``__init__`` (``from repro.models import GPTConfig``) counts as an arrow to that package."""
 
 from __future__ import annotations
 
+import ast
+
+from repro.results import REPO_ROOT
 from tests.foundation.test_import_cycles import _graph
 
 #: bottom to top; a unit is a top-level module or package of repro, or evals
@@ -21,7 +25,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.results", "repro.paper", "repro.assets"),                             # rows on disk, paper values
     ("repro.training",),                                                          # the trainer
     ("evals",),                                                                   # the evaluation harnesses
-    ("repro.claims", "repro.claims_render", "repro.cross_hardware"),              # verdicts
+    ("repro.verdicts",),                                                          # one claim decided
+    ("repro.claims", "repro.claims_render", "repro.cross_hardware"),              # the claims report
     ("repro.experiments", "repro.figures"),                                       # experiments and figures
     ("repro.harness",),                                                           # what runs the experiments
     ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing"),        # entry points
@@ -32,18 +37,23 @@ UP: dict[tuple[str, str], str] = {
     **{("repro.training.corpus", f"evals.{name}"): "the corpus tool tokenizes with the harness's GPT-2 tokenizer "
        "and reads WikiText the harness's way; both belong below the trainer"
        for name in ("data_files", "detokenize", "tokenization", "wikitext")},
-    ("repro.zero.measure", "repro.training.data"): "ZeRO's measuring harness draws the trainer's synthetic batches; "
-                                                   "the harness belongs in experiments or bench",
-    **{("repro.zero.construction", f"repro.models.{name}"): "ZeRO-3's construction-time partitioning knows the GPT's "
-       "embedding and layer classes; it should take them as arguments" for name in ("embedding", "transformer")},
-    ("repro.zero.partitioned_gpt", "repro.models.gpt"): "a GPT built under ZeRO-3 for the experiments: it belongs "
-                                                       "beside them",
-    **{("repro.zero.stage3", f"repro.models.{name}"): "ZeRO-3 names the GPT and BERT modules whose parameters it "
-       "gathers together; a list of block classes should come from the caller" for name in ("bert", "gpt")},
-    **{("repro.zero.residual_model", f"repro.perfmodel.{name}"): "the residual-memory model of ZeRO's measurements "
-       "uses perfmodel's closed forms: it belongs in perfmodel"
-       for name in ("flops", "parallel_comm", "zero_infinity")},
+    **{("repro.zero.report", name): "`repro zero-report` (python -m repro.zero.report) runs ZeRO's measuring "
+       "harness on a GPT; as a command it belongs with the commands, which would change its python -m name"
+       for name in ("repro.experiments.zero_measure", "repro.models")},
 }
+
+
+def _graph_with_packages() -> dict[str, set[str]]:
+    """The module graph, plus arrows from a module to each package whose ``__init__`` it imports from."""
+    graph = _graph()
+    packages = {".".join(p.relative_to(REPO_ROOT).parent.parts) for root in ("repro", "evals")
+                for p in (REPO_ROOT / root).rglob("__init__.py")} - {"repro"}
+    for name in graph:
+        path = REPO_ROOT.joinpath(*name.split(".")).with_suffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in packages:
+                graph[name].add(node.module)
+    return graph
 
 
 def _unit(module: str) -> str:
@@ -53,7 +63,7 @@ def _unit(module: str) -> str:
 
 def test_every_import_points_down_or_is_listed():
     floor = {unit: level for level, units in enumerate(FLOORS) for unit in units}
-    graph = _graph()
+    graph = _graph_with_packages()
     unplaced = sorted({_unit(m) for m in graph} - set(floor))
     assert not unplaced, f"modules on no floor (add them to FLOORS): {unplaced}"
     up = {(a, b) for a, targets in graph.items() for b in targets if floor[_unit(b)] > floor[_unit(a)]}

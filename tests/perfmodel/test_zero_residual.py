@@ -1,10 +1,10 @@
-"""ZeRO-R closed forms (repro.zero.residual_model) on hand-computed cases, and the sec 1 N_d x N_m reduction."""
+"""ZeRO-R closed forms (repro.perfmodel.zero_residual) on hand-computed cases, and the sec 1 N_d x N_m reduction."""
 
 import math
 
 import pytest
 
-from repro.zero import residual_model as zr
+from repro.perfmodel import zero_residual as zr
 from repro.zero.memory_model import memory_reduction
 
 SMALL = dict(num_layers=2, hidden_size=10, batch_size=3, seq_length=5)

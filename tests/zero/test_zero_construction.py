@@ -14,8 +14,9 @@ from repro.dist import init_parallel, spawn
 from repro.dist.comm import CommGroup
 from repro.models import GPTConfig, GPTModel
 from repro.zero import OffloadConfig, ZeroConfig, build_zero_optimizer
-from repro.zero.construction import BlockMaterializer, gpt_blocks, skeleton
-from repro.zero.partitioned_gpt import build_partitioned_gpt
+from repro.models.partitioned_gpt import gpt_blocks
+from repro.zero.construction import BlockMaterializer, skeleton
+from repro.models.partitioned_gpt import build_partitioned_gpt
 from repro.zero.param_units import param_key
 from repro.zero.stage3_infinity import ZeroInfinityStage3
 from zero_cases import TINY, batch, max_rel_diff

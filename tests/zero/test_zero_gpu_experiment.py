@@ -15,11 +15,11 @@ from repro import results as R
 from repro.experiments import registry, validate_experiment
 from repro.experiments import zero_gpu
 from repro.harness.runner import execute_point, run_experiment
-from repro.zero import capacity
+from repro.experiments import zero_capacity as capacity
 from repro.models import GPTConfig
 from repro.models.params import count_parameters
 from repro.paper import load_claims
-from repro.zero.capacity import MemoryEstimate, estimate_memory, is_out_of_memory, params_per_rank, search_largest
+from repro.experiments.zero_capacity import MemoryEstimate, estimate_memory, is_out_of_memory, params_per_rank, search_largest
 from repro.zero.offload.pinned import PinningError
 
 GIB = 2**30

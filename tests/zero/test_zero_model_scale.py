@@ -10,7 +10,7 @@ import pandas as pd
 from repro.harness.runner import execute_point
 from repro.experiments.zero_infinity_model_scale import EXPERIMENT, _candidates
 from repro.models import GPTModel
-from repro.zero.model_scale import estimate, gpt_params, largest_fitting
+from repro.experiments.zero_model_scale import estimate, gpt_params, largest_fitting
 
 
 def test_param_count_matches_the_model():

@@ -103,7 +103,7 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """The per-rank estimate of the table above for ``config`` trained with ZeRO ``stage``;
     ``activation_checkpoints`` is ``replicated``, ``partitioned`` (P_a) or ``partitioned_cpu`` (P_a+cpu);
-    ``partitioned_build``: a stage-3 model is built partitioned (:mod:`repro.zero.partitioned_gpt`), so the build
+    ``partitioned_build``: a stage-3 model is built partitioned (:mod:`repro.models.partitioned_gpt`), so the build
     peak is one block in fp32, not the model."""
     if activation_checkpoints not in ACTIVATION_CHECKPOINTS:
         raise ValueError(f"activation_checkpoints={activation_checkpoints!r} must be 'replicated', 'partitioned' "

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from repro.dist.groups import ParallelGroups
+from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes
 from repro.models import GPTConfig, GPTModel
 from repro.training.data import synthetic_tokens
 from repro.zero.build import build_zero_optimizer
@@ -37,36 +38,6 @@ class RunSpec:
     lr: float = 1e-4
     seed: int = 0
     extra: dict = field(default_factory=dict)
-
-
-def _status_bytes(field_name: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS = resident now, VmHWM = peak resident)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def rss_bytes() -> int:
-    return _status_bytes("VmRSS")
-
-
-def peak_rss_bytes() -> int:
-    return _status_bytes("VmHWM")
-
-
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs); False where unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
-            handle.write("5")
-        return True
-    except OSError:
-        return False
 
 
 class SavedActivations:

@@ -21,8 +21,8 @@ import torch.distributed as dist
 from repro.dist.groups import ParallelGroups
 from repro.models import GPTConfig
 from repro.zero.config import OffloadConfig, ZeroConfig
-from repro.zero.partitioned_gpt import build_partitioned_gpt
-from repro.zero.measure import peak_rss_bytes, reset_peak_rss, rss_bytes
+from repro.models.partitioned_gpt import build_partitioned_gpt
+from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes
 from repro.zero.offload.aio import IO_BUSY
 from repro.zero.offload.nvme import NvmeTier
 
