@@ -123,3 +123,39 @@ def test_stage3_partitions_bert_with_its_tied_lm_head():
     reference = _bert_mlm_losses(None)
     for losses in spawn(_stage3_bert_rank, 2, timeout_s=120):
         assert losses == pytest.approx(reference, rel=1e-5)
+
+
+class _TiedToy(torch.nn.Module):
+    """Not a repro model: an embedding whose weight the model's own forward reuses as the output layer, declared to
+    stage 3 the way any model declares a parameter used outside the sub-module that owns it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+
+    def zero_external_parameters(self) -> dict[torch.nn.Module, list[torch.nn.Parameter]]:
+        return {self: [self.embed.weight]}
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.body(self.embed(ids)) @ self.embed.weight.t()
+
+
+def test_stage3_trains_any_module_that_declares_its_tied_parameters():
+    """ZeRO knows no model class: a module's zero_external_parameters() is all stage 3 needs to gather a tied
+    weight for its other user; three steps equal stage 0's (the same update, unpartitioned)."""
+    ids = torch.randint(0, 50, (4, 8), generator=torch.Generator().manual_seed(3))
+    losses = {}
+    for stage in (0, 3):
+        torch.manual_seed(0)
+        model = _TiedToy()
+        optimizer = build_zero_optimizer(model, ZeroConfig(stage=stage), dp_group=CommGroup.single("dp"), lr=LR)
+        losses[stage] = []
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+            optimizer.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses[stage].append(loss.item())
+        optimizer.close()
+    assert losses[3] == pytest.approx(losses[0], rel=1e-6) and losses[0][2] < losses[0][0]
