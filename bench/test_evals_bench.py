@@ -16,6 +16,7 @@ import time
 
 import pytest
 import torch
+from repro.text.wikitext_articles import split_articles
 
 N_LAMBADA, N_ARTICLES, POSITIONS, BATCH = 500, 3, 128, 32
 
@@ -38,11 +39,11 @@ def test_eval_throughput_vs_lm_eval(benchmark, tmp_path):
     from evals.lm_eval_adapter import local_task, run_lm_eval
     from evals.loaders import load_lambada, load_wikitext
     from evals.model_builders import load_gpt_for_eval
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
 
     tok = gpt2_tokenizer()
     texts = load_lambada().records[:N_LAMBADA]
-    pages = wikitext.split_articles(load_wikitext("test").records)[:N_ARTICLES]
+    pages = split_articles(load_wikitext("test").records)[:N_ARTICLES]
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=50257, n_positions=POSITIONS, n_embd=256, n_layer=4, n_head=4,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)

@@ -8,10 +8,11 @@ Megatron-LM paper, App. E.1, prints 270,329; see README); LAMBADA has 5,153 pass
 
 from __future__ import annotations
 
-from evals.detokenize import wikitext_detokenize
+from repro.text.detokenize import wikitext_detokenize
 from evals.loaders import PathLike, load_lambada, load_race, load_wikitext
-from evals.tokenization import gpt2_tokenizer
-from evals.wikitext import count_original_tokens, count_words, split_articles
+from repro.text.tokenization import gpt2_tokenizer
+from evals.wikitext import count_original_tokens, count_words
+from repro.text.wikitext_articles import split_articles
 
 
 def dataset_counts(data_dir: PathLike = None) -> list[dict]:

@@ -1,7 +1,7 @@
 """Where every file of the data directory comes from on the internet, as data: ``repro data fetch`` reads this.
 
 Each :class:`Source` is one download (a file, or an archive some of whose members are kept), the files it yields
-in the data directory, and how each is checked: against the sha256 pinned in :mod:`evals.data_files` (the same
+in the data directory, and how each is checked: against the sha256 pinned in :mod:`repro.text.data_files` (the same
 bytes the folders' SOURCE.md describe). Two files of the RACE folder are not published as such and are rebuilt
 from the RACE archive by the rules their SOURCE.md states, then checked like the rest: ``race/SHA256SUMS`` (every
 test/dev file's ``sha256  path`` line, paths sorted) and ``race/train-{high,middle}.jsonl.gz`` (each train file's
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evals.data_files import (BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, LAMBADA_TEST, RACE_MANIFEST, RACE_TRAIN,
+from repro.text.data_files import (BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, LAMBADA_TEST, RACE_MANIFEST, RACE_TRAIN,
                               WIKITEXT_TEST, WIKITEXT_VALID, DataFile)
 
 

@@ -4,7 +4,7 @@
     repro data fetch --only tokenizers --only lambada --data-dir ~/repro-data
     repro data fetch --mirror http://mirror.internal/repro-data   # the same files, served from your own mirror
 
-Sources and pinned sha256 are in :mod:`evals.data_sources` and :mod:`evals.data_files`. A download goes to
+Sources and pinned sha256 are in :mod:`evals.data_sources` and :mod:`repro.text.data_files`. A download goes to
 ``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server offers
 it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
 renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already
@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from repro.atomic_files import atomic_write
 from repro.cliargs import OneLineParser
-from evals.data_files import ENV_VAR, REPO_ROOT, DataFile, sha256_file
+from repro.text.data_files import ENV_VAR, REPO_ROOT, DataFile, sha256_file
 from evals.data_sources import NAMES, SOURCES, Source
 
 MIRROR_ENV = "REPRO_DATA_MIRROR"

@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"repro export-hf: error: {args.out} {problem}", file=sys.stderr)
         return 2
-    from evals.data_files import resolve_data_dir
+    from repro.text.data_files import resolve_data_dir
 
     try:
         tokenizers = resolve_data_dir(args.data_dir) / "tokenizers"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from evals.scoring import CausalLM, ContinuationScore, score_continuations
-from evals.tokenization import TextTokenizer
+from repro.text.tokenization import TextTokenizer
 
 DEFINITIONS = ("strict", "nonstrict", "lm_eval")
 

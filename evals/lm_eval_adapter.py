@@ -18,9 +18,10 @@ from typing import Any, Sequence
 
 from evals.lambada import encode_pair
 from evals.scoring import CausalLM, score_continuations
-from evals.tokenization import TextTokenizer
+from repro.text.tokenization import TextTokenizer
 from evals.wikitext import rolling_windows
 from repro.optional import require
+from repro.text.wikitext_articles import split_articles
 
 
 class ReproLM:
@@ -138,14 +139,13 @@ def lm_eval_measure(checkpoint: str, data_dir, limit, seq_len, batch_size) -> di
     """lm-eval's own LAMBADA and WikiText numbers for a checkpoint (the first ``limit`` records of each)."""
     import tempfile
 
-    from evals import wikitext
     from evals.loaders import load_lambada, load_wikitext
     from evals.model_builders import load_gpt_for_eval
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
 
     tokenizer = gpt2_tokenizer(data_dir)
     model, _ = load_gpt_for_eval(checkpoint, tokenizer, max_length=seq_len)
-    pages = wikitext.split_articles(load_wikitext("test", data_dir).records)[:limit]
+    pages = split_articles(load_wikitext("test", data_dir).records)[:limit]
     with tempfile.TemporaryDirectory() as workdir:
         return measure_with_lm_eval(model, tokenizer, lambada_texts=load_lambada(data_dir).records[:limit],
                                     wikitext_pages=pages, workdir=workdir, batch_size=batch_size)

@@ -1,6 +1,6 @@
 """Loading the verified evaluation files through Hugging Face ``datasets`` (local files only, nothing downloaded).
 
-Every loader verifies checksums first (:mod:`evals.data_files`) and returns plain Python values plus the data
+Every loader verifies checksums first (:mod:`repro.text.data_files`) and returns plain Python values plus the data
 checksum that result rows record as provenance. ``datasets`` is optional: it is imported by the loaders only
 (:func:`repro.optional.require`), so importing this module, or any harness, does not need it.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from evals.data_files import (
+from repro.text.data_files import (
     LAMBADA_TEST, RACE_TRAIN, WIKITEXT_TEST, WIKITEXT_VALID, checksum_of, data_path, race_split_files,
 )
 from repro.optional import require

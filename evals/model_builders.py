@@ -12,7 +12,7 @@ import torch
 from evals.checkpoint_formats import load_checkpoint
 from evals.checkpoints import LoadedState
 from evals.repro_lm import ReproCausalLM
-from evals.tokenization import TextTokenizer, check_vocab_compatible
+from repro.text.tokenization import TextTokenizer, check_vocab_compatible
 from repro.dist.comm import CommGroup
 from repro.models import BertModel, GPTModel
 

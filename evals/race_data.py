@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from evals.tokenization import TextTokenizer
+from repro.text.tokenization import TextTokenizer
 
 NUM_CHOICES = 4
 MAX_QA_LENGTH = 128

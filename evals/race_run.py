@@ -21,7 +21,7 @@ from evals.multiple_choice import MultipleChoiceModel
 from evals.race_data import LEVELS, questions_of, tokenize_questions
 from evals.race_finetune import FinetuneConfig, accuracy_by_level, finetune, predict
 from evals.records import row
-from evals.tokenization import bert_tokenizer, check_vocab_compatible
+from repro.text.tokenization import bert_tokenizer, check_vocab_compatible
 from repro.models import BertConfig, merge_state_dicts
 
 

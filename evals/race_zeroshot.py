@@ -21,7 +21,7 @@ from typing import Sequence
 from evals.lambada import encode_pair
 from evals.race_data import NUM_CHOICES
 from evals.scoring import CausalLM, score_continuations
-from evals.tokenization import TextTokenizer
+from repro.text.tokenization import TextTokenizer
 
 ANSWER_INDEX = {"A": 0, "B": 1, "C": 2, "D": 3}
 

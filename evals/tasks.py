@@ -16,8 +16,9 @@ from evals.loaders import load_lambada, load_race, load_wikitext
 from evals.model_builders import load_gpt_for_eval
 from evals.race_zeroshot import documents_of, evaluate_race_zeroshot
 from evals.records import row
-from evals.tokenization import gpt2_tokenizer
+from repro.text.tokenization import gpt2_tokenizer
 from repro.dist.comm import CommGroup
+from repro.text.wikitext_articles import split_articles
 
 TASKS = ("wikitext", "lambada", "race_zeroshot")
 
@@ -68,7 +69,7 @@ def run_eval(spec: EvalSpec, *, tp_group: CommGroup | None = None) -> list[dict[
         window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec.stride)
         meg = wikitext_mod.evaluate_megatron(model, tokenizer, text, window, batch_size=spec.batch_size,
                                              progress=spec.progress, max_tokens=spec.max_tokens)
-        articles = wikitext_mod.split_articles(text)[: spec.limit]
+        articles = split_articles(text)[: spec.limit]
         doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
                                               batch_size=spec.batch_size, progress=spec.progress)
         kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=settings, **common)

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from evals.checkpoints import save_consolidated
-from evals.detokenize import wikitext_detokenize
+from repro.text.detokenize import wikitext_detokenize
 from evals.loaders import load_wikitext
 from evals.race_finetune import FinetuneConfig
 from evals.race_run import RaceFinetuneSpec, run_race_finetune
 from evals.reconcile import markdown, reconciliation_rows
 from evals.tasks import EvalSpec, run_at_tp, run_eval
-from evals.tokenization import gpt2_tokenizer
+from repro.text.tokenization import gpt2_tokenizer
 from evals.toy_train import TrainConfig, train_gpt
 from repro.models import GPTConfig, merge_state_dicts
 

@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from evals.detokenize import wikitext_detokenize
+from repro.text.detokenize import wikitext_detokenize
 from evals.scoring import CausalLM, score_continuations
-from evals.tokenization import TextTokenizer
+from repro.text.tokenization import TextTokenizer
 
 Request = tuple[list[int], list[int]]
 
@@ -146,34 +146,6 @@ def evaluate_megatron(
                                  pad_id=tokenizer.eod_id or 0, desc="wikitext (megatron windows)", progress=progress)
     return MegatronPerplexity(nll_sum=-sum(s.logprob for s in scores), num_tokenized=len(tokens),
                               num_original=num_original)
-
-
-_LEVEL1_HEADING = re.compile(r"^ = [^=].* = $")
-
-
-def is_article_heading(lines: Sequence[str], index: int) -> bool:
-    """A level-1 heading (" = Title = ") between blank lines; this excludes the few equation lines such as
-    " = 1 henry and capacitance C = " inside the test article "Constant k filter"."""
-    if not _LEVEL1_HEADING.match(lines[index].rstrip("\n")):
-        return False
-    before = lines[index - 1].strip() if index > 0 else ""
-    after = lines[index + 1].strip() if index + 1 < len(lines) else ""
-    return before == "" and after == ""
-
-
-def split_articles(raw_text: str) -> list[str]:
-    """WikiText as documents: a new article starts at each level-1 heading (60 articles in the test file).
-
-    The pieces concatenate back to ``raw_text`` exactly; lines before the first heading join the first article.
-    This is the document granularity lm-eval's ``wikitext`` task scores (one request per Wikipedia article).
-    """
-    lines = raw_text.splitlines(keepends=True)
-    articles: list[list[str]] = [[]]
-    for index, line in enumerate(lines):
-        if is_article_heading(lines, index) and any(s.strip() for s in articles[-1]):
-            articles.append([])
-        articles[-1].append(line)
-    return ["".join(piece) for piece in articles if piece]
 
 
 def count_words(page: str) -> int:

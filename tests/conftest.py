@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.data_files import DataError, resolve_data_dir
+from repro.text.data_files import DataError, resolve_data_dir
 from repro.optional import MissingPackage
 
 

@@ -31,9 +31,9 @@ TOY_MODEL = dict(hidden_size=64, num_layers=2, num_attention_heads=2, max_positi
 
 
 def _counts(ctx: RunContext) -> list[dict]:
-    from evals.detokenize import wikitext_detokenize
+    from repro.text.detokenize import wikitext_detokenize
     from evals.loaders import load_lambada, load_wikitext
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
     from evals.wikitext import count_original_tokens
 
     loaded = load_wikitext("test")
@@ -51,10 +51,10 @@ def _toy(point: Point, ctx: RunContext) -> list[dict]:
     import torch
 
     from evals.checkpoints import save_consolidated
-    from evals.detokenize import wikitext_detokenize
+    from repro.text.detokenize import wikitext_detokenize
     from evals.loaders import load_wikitext
     from evals.tasks import EvalSpec, run_eval
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
     from evals.toy_train import TrainConfig, train_gpt
     from repro.models import GPTConfig, merge_state_dicts
 

@@ -1,7 +1,7 @@
 """A tokenized text corpus for training, laid out like Megatron-LM's indexed datasets (``<prefix>.bin`` + index).
 
 ``tokenize_corpus`` reads local text files through Hugging Face ``datasets`` (nothing is downloaded), encodes each
-document with GPT-2's byte-level BPE (:func:`evals.tokenization.gpt2_tokenizer`, built from the pinned vocabulary
+document with GPT-2's byte-level BPE (:func:`repro.text.tokenization.gpt2_tokenizer`, built from the pinned vocabulary
 files) and appends the end-of-document token ``<|endoftext|>`` (id 50256) after every document, as Megatron's
 ``preprocess_data.py --append-eod`` does. It writes
 
@@ -14,8 +14,8 @@ Both are written to temporary names and renamed, so a reader never sees half a f
 .bin read-only; :meth:`TokenCorpus.samples` cuts it into training samples (:mod:`repro.training.corpus_samples`).
 
 Documents: ``file`` (each file is one document), ``line`` (each non-blank line), ``wikitext`` (each WikiText
-article, starting at a level-1 heading ``" = Title = "``, :func:`evals.wikitext.split_articles`). WikiText is
-word-tokenized; ``detokenize="wikitext"`` undoes that first (:func:`evals.detokenize.wikitext_detokenize`), as the
+article, starting at a level-1 heading ``" = Title = "``, :func:`repro.text.wikitext_articles.split_articles`). WikiText is
+word-tokenized; ``detokenize="wikitext"`` undoes that first (:func:`repro.text.detokenize.wikitext_detokenize`), as the
 zero-shot evaluation does, so training and evaluation see the same kind of text.
 
 Worked example (WikiText-103 valid as the training split; test stays held out for ``python -m evals wikitext``):
@@ -40,13 +40,13 @@ from typing import Iterator, NoReturn, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from evals.data_files import (
+from repro.text.data_files import (
     ALL_FILES, GPT2_MERGES, GPT2_VOCAB, WIKITEXT_TEST, WIKITEXT_VALID, DataError, data_path, resolve_data_dir,
     sha256_file, verify_sha256,
 )
-from evals.detokenize import wikitext_detokenize
-from evals.tokenization import TextTokenizer, gpt2_tokenizer
-from evals.wikitext import split_articles
+from repro.text.detokenize import wikitext_detokenize
+from repro.text.tokenization import TextTokenizer, gpt2_tokenizer
+from repro.text.wikitext_articles import split_articles
 from repro.atomic_files import atomic_write
 from repro.optional import MissingPackage, require
 from repro.training.corpus_samples import CorpusSamples
@@ -81,7 +81,7 @@ def wikitext103_file(split: str, data_dir: str | os.PathLike | None = None) -> P
 def load_gpt2(vocab_dir: str | os.PathLike) -> TextTokenizer:
     """GPT-2 BPE from ``vocab_dir``/gpt2-vocab.json and gpt2-merges.txt, both checked against their pinned sha256.
 
-    The tokenizer is :func:`evals.tokenization.gpt2_tokenizer` (one definition for training and evaluation); it reads
+    The tokenizer is :func:`repro.text.tokenization.gpt2_tokenizer` (one definition for training and evaluation); it reads
     ``<data dir>/tokenizers/``, so a folder with another name is presented to it through a symlink.
     """
     folder = Path(vocab_dir).resolve()
@@ -149,7 +149,7 @@ def tokenize_corpus(
 
     ``vocab_dir`` holds gpt2-vocab.json and gpt2-merges.txt (default :func:`default_vocab_dir`). ``sha256`` pins the
     input files in order (None: not pinned); a file of the data directory with a SOURCE.md checksum is always
-    checked against it. Raises :class:`CorpusError` (or :class:`evals.data_files.DataError`) naming the bad value.
+    checked against it. Raises :class:`CorpusError` (or :class:`repro.text.data_files.DataError`) naming the bad value.
     """
     if documents not in DOCUMENT_MODES:
         raise CorpusError(f"documents={documents!r} is not one of {DOCUMENT_MODES}")

@@ -11,14 +11,14 @@ from evals_test_models import tiny_gpt
 
 @pytest.fixture(scope="session")
 def gpt2_tok(data_dir):
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
 
     return gpt2_tokenizer(data_dir)
 
 
 @pytest.fixture(scope="session")
 def bert_tok(data_dir):
-    from evals.tokenization import bert_tokenizer
+    from repro.text.tokenization import bert_tokenizer
 
     return bert_tokenizer(data_dir)
 

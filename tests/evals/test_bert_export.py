@@ -18,6 +18,7 @@ from evals.checkpoint_formats import load_checkpoint  # noqa: E402
 from evals.checkpoints import save_consolidated  # noqa: E402
 from evals.multiple_choice import MultipleChoiceModel  # noqa: E402
 from repro.models import BertConfig, BertModel, merge_state_dicts  # noqa: E402
+from repro.testing import needs  # noqa: E402
 
 EXPORT = [sys.executable, "-m", "repro", "export-hf"]
 SHAPE = dict(vocab_size=300, hidden_size=32, num_layers=2, num_attention_heads=4, max_position_embeddings=40,
@@ -101,11 +102,12 @@ def test_pretraining_bert_exports_with_the_same_outputs(tmp_path, placement):
     assert encoder.config.layernorm_placement == placement
 
 
+@needs("datasets", "tokenizers")  # RACE is read through datasets, tokenized with tokenizers' WordPiece
 def test_a_model_finetuned_on_race_predicts_the_same_through_transformers(tmp_path, data_dir):
     from evals.loaders import load_race
     from evals.race_data import questions_of, tokenize_questions
     from evals.race_finetune import accuracy_by_level, predict
-    from evals.tokenization import bert_tokenizer
+    from repro.text.tokenization import bert_tokenizer
 
     done = subprocess.run([sys.executable, "-m", "evals", "--no-write", "--quiet", "race-finetune",
                            "--train-limit", "16", "--eval-limit", "4", "--max-steps", "2", "--batch-size", "4",

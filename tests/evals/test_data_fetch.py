@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.data_files import ALL_FILES, data_path, race_split_files
+from repro.text.data_files import ALL_FILES, data_path, race_split_files
 from repro.dist.spawn import free_port
 
 FAULTS: dict[str, str] = {}  # file name -> "corrupt" | "truncate-once"

@@ -12,7 +12,7 @@ from evals.checkpoints import save_consolidated, save_shard
 from evals.hf_convert import read_safetensors
 from evals.model_builders import bert_from_state, gpt_from_state, load_gpt_for_eval
 from evals.repro_lm import ReproCausalLM
-from evals.tokenization import TextTokenizer, check_vocab_compatible
+from repro.text.tokenization import TextTokenizer, check_vocab_compatible
 from repro.models import merge_state_dicts, shard_state_dict
 
 from evals_test_models import tiny_gpt, tiny_gpt_config

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from evals.detokenize import wikitext_detokenize
+from repro.text.detokenize import wikitext_detokenize
 from evals.loaders import load_lambada, load_race, load_wikitext
 from evals.race_data import questions_of
-from evals.wikitext import count_original_tokens, split_articles
+from evals.wikitext import count_original_tokens
+from repro.text.wikitext_articles import split_articles
 
 
 def test_wikitext_counts(data_dir, gpt2_tok):

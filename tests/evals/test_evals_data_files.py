@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from evals import data_files
-from evals.data_files import DataError, data_path, race_split_files, resolve_data_dir
+from repro.text import data_files
+from repro.text.data_files import DataError, data_path, race_split_files, resolve_data_dir
 from evals.loaders import load_lambada
 
 

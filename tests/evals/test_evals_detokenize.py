@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.detokenize import wikitext_detokenize
+from repro.text.detokenize import wikitext_detokenize
 from evals.loaders import load_wikitext
 
 

@@ -18,6 +18,7 @@ from evals.lm_eval_adapter import as_lm_eval_model, local_task, run_lm_eval
 from evals.loaders import load_lambada, load_race, load_wikitext
 from evals.race_zeroshot import documents_of, evaluate_race_zeroshot, lm_eval_problems
 from evals_test_models import sharpen
+from repro.text.wikitext_articles import split_articles
 
 lm_eval = pytest.importorskip("lm_eval")
 
@@ -37,7 +38,7 @@ def subsets(data_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lm_eval_data")
     texts = load_lambada(data_dir).records[:N_LAMBADA]
     # the head of the first article (its first 12 lines, ~300 BPE tokens): enough for several rolling windows
-    first = wikitext.split_articles(load_wikitext("test", data_dir).records)[0]
+    first = split_articles(load_wikitext("test", data_dir).records)[0]
     pages = ["".join(first.splitlines(keepends=True)[:12])]
     race = load_race("test", "high", data_dir).records[:N_RACE]
     return {

@@ -38,7 +38,7 @@ def test_tokenized_samples(bert_tok, data_dir):
     assert first.startswith("[CLS] " + clean_text(question_with_option(questions[0].question,
                                                                          questions[0].options[0])).lower()[:20])
     with pytest.raises(ValueError, match="lacks"):
-        from evals.tokenization import gpt2_tokenizer
+        from repro.text.tokenization import gpt2_tokenizer
 
         tokenize_questions(questions, gpt2_tokenizer(data_dir), max_seq_length=96)
 

@@ -10,6 +10,7 @@ import torch
 from evals import lambada, wikitext
 from evals.loaders import load_lambada, load_wikitext
 from evals.scoring import FunctionLM, score_continuations
+from repro.text.wikitext_articles import split_articles
 
 
 def test_batching_and_padding_do_not_change_scores(tiny_lm):
@@ -82,7 +83,7 @@ def test_uniform_model_wikitext_analytic(data_dir, gpt2_tok):
     assert meg.token_perplexity == pytest.approx(50257, rel=1e-9)
     assert meg.adjusted_perplexity == pytest.approx(
         math.exp(log_v * (meg.num_tokenized - 1) / (meg.num_original - 1)), rel=1e-9)
-    pages = wikitext.split_articles(text)[:1]
+    pages = split_articles(text)[:1]
     doc = wikitext.evaluate_documents(model, gpt2_tok, pages, batch_size=64, progress=False)
     words = sum(len(__import__("re").split(r"\s+", p)) for p in pages)
     nbytes = sum(len(p.encode()) for p in pages)

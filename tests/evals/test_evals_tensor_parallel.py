@@ -10,7 +10,7 @@ from evals.checkpoints import save_consolidated
 from evals.loaders import load_lambada, load_wikitext
 from evals.model_builders import load_gpt_for_eval
 from evals.tasks import EvalSpec, run_at_tp
-from evals.tokenization import gpt2_tokenizer
+from repro.text.tokenization import gpt2_tokenizer
 from repro.models import merge_state_dicts
 
 from evals_test_models import tiny_gpt

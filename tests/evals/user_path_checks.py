@@ -13,9 +13,10 @@ from evals import lambada, wikitext
 from evals.lm_eval_adapter import local_task, run_lm_eval
 from evals.loaders import load_lambada, load_wikitext
 from evals.model_builders import load_gpt_for_eval
-from evals.tokenization import gpt2_tokenizer
+from repro.text.tokenization import gpt2_tokenizer
 from repro.models.reference import ReferenceGPT
 from repro.training.consolidate import load_trained_gpt
+from repro.text.wikitext_articles import split_articles
 
 checkpoint, hf_dir, data_dir = (Path(arg) for arg in sys.argv[1:4])
 hf_model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float64).eval()
@@ -28,7 +29,7 @@ with torch.no_grad():
 
 tok = gpt2_tokenizer(data_dir)
 texts = load_lambada(data_dir).records[:12]
-page = "".join(wikitext.split_articles(load_wikitext("test", data_dir).records)[0].splitlines(keepends=True)[:8])
+page = "".join(split_articles(load_wikitext("test", data_dir).records)[0].splitlines(keepends=True)[:8])
 model, _ = load_gpt_for_eval(checkpoint, tok, dtype=torch.float64)
 lam = lambada.evaluate_lambada(model, tok, texts, definitions=["lm_eval"], progress=False)["lm_eval"]
 doc = wikitext.evaluate_documents(model, tok, [page], progress=False)

@@ -17,7 +17,7 @@ from tests.foundation.test_import_cycles import _graph
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.optional", "repro.paths", "repro.machine", "repro.atomic_files", "repro.cliargs", "repro.timing",
      "repro.claims_scope", "repro.gpu_plans", "repro.vocabulary"),                # the ground: no repro imports
-    ("repro.dist",),                                                              # process groups and collectives
+    ("repro.dist", "repro.text"),                                                 # collectives; data and tokenizers
     ("repro.tensor_parallel",),                                                   # Megatron's layers and mappings
     ("repro.zero",),                                                              # ZeRO, for any nn.Module
     ("repro.models",),                                                            # GPT and BERT
@@ -34,9 +34,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 
 #: the arrows that point up today, module to module, and why (each is a debt, not a design)
 UP: dict[tuple[str, str], str] = {
-    **{("repro.training.corpus", f"evals.{name}"): "the corpus tool tokenizes with the harness's GPT-2 tokenizer "
-       "and reads WikiText the harness's way; both belong below the trainer"
-       for name in ("data_files", "detokenize", "tokenization", "wikitext")},
     **{("repro.zero.report", name): "`repro zero-report` (python -m repro.zero.report) runs ZeRO's measuring "
        "harness on a GPT; as a command it belongs with the commands, which would change its python -m name"
        for name in ("repro.experiments.zero_measure", "repro.models")},

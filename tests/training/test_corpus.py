@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from evals.data_files import DataError, resolve_data_dir
+from repro.text.data_files import DataError, resolve_data_dir
 from repro.testing import needs
 from repro.training.corpus import CorpusError, TokenCorpus, main, tokenize_corpus, wikitext103_file
 from repro.training.corpus_samples import CorpusSamples, epoch_permutation
@@ -32,7 +32,7 @@ def vocab_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def gpt2(vocab_dir):
-    from evals.tokenization import gpt2_tokenizer
+    from repro.text.tokenization import gpt2_tokenizer
 
     return gpt2_tokenizer(vocab_dir.parent)
 
@@ -75,8 +75,8 @@ def test_line_documents_skip_blank_lines(tmp_path, vocab_dir, gpt2):
 
 @needs("datasets", "tokenizers")  # through the CLI, which answers one line without them
 def test_wikitext103_valid_articles(tmp_path, vocab_dir, gpt2):
-    from evals.detokenize import wikitext_detokenize
-    from evals.wikitext import split_articles
+    from repro.text.detokenize import wikitext_detokenize
+    from repro.text.wikitext_articles import split_articles
 
     path = wikitext103_file("valid")
     assert main(["--wikitext103", "valid", "--output-prefix", str(tmp_path / "wt"), "--no-progress"]) == 0

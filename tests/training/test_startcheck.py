@@ -78,7 +78,7 @@ def test_seeds_below_2_63_give_their_own_data_and_others_are_refused():
 
 
 def test_max_token_id_of_old_indexes():
-    from evals.data_files import GPT2_MERGES, GPT2_VOCAB
+    from repro.text.data_files import GPT2_MERGES, GPT2_VOCAB
 
     pinned = {"files": {"gpt2-vocab.json": GPT2_VOCAB.sha256, "gpt2-merges.txt": GPT2_MERGES.sha256}}
     assert max_token_id({"max_token_id": 7, "tokenizer": pinned}) == 7

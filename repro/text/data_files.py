@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_VAR = "REPRO_DATA"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # repro/text/data_files.py -> the checkout
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from evals.data_files import BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, data_path
+from repro.text.data_files import BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, data_path
 from repro.optional import require
 
 if TYPE_CHECKING:  # the library itself is imported by the two builders only (it is optional)
