@@ -90,11 +90,10 @@ def _eval_spec(args, task: str):
 
 
 def cmd_eval(args) -> list[dict]:
-    from evals.tasks import run_at_tp
+    from evals.tasks import run_at_tp, task_of_command
 
-    task = {"wikitext": "wikitext", "lambada": "lambada", "race-zeroshot": "race_zeroshot"}[args.command]
     with _device(args):
-        rows = run_at_tp(_eval_spec(args, task))
+        rows = run_at_tp(_eval_spec(args, task_of_command(args.command).name))
     _print_rows(rows)
     return rows
 
@@ -199,19 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--limit", type=positive_int, default=None,
                        help="first N passages / articles only, N >= 1 (quick runs; default: all)")
 
-    p = sub.add_parser("wikitext", help="WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb")
-    model_args(p)
-    p.add_argument("--stride", type=int, default=32,
-                   help="new tokens scored per window (Megatron --overlapping-eval; the paper's 32)")
-    p.add_argument("--max-tokens", type=int, default=None, help="keep a BPE prefix of the test stream")
-    p.add_argument("--split", default="test", choices=["test", "valid"], help="WikiText-103 split to score")
-    p = sub.add_parser("lambada", help="LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity")
-    model_args(p)
-    p = sub.add_parser("race-zeroshot", help="RACE zero-shot accuracy, lm-eval's race task definition")
-    model_args(p)
-    p.add_argument("--split", default="test", choices=["test", "dev"], help="RACE split to score")
-    p.add_argument("--levels", nargs="+", default=["middle", "high"], choices=["middle", "high"],
-                   help="lm-eval's task is high only")
+    from evals.tasks import TASKS
+
+    for task in TASKS.values():  # one command per task record: the model options, then the task's own
+        p = sub.add_parser(task.command, help=task.help)
+        model_args(p)
+        for flag, keywords in task.options:
+            p.add_argument(flag, **keywords)
     p = sub.add_parser("reconcile", help="one model under every definition, side by side")
     model_args(p)
     p.add_argument("--stride", type=positive_int, default=32,
@@ -257,9 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"count": cmd_count, "wikitext": cmd_eval, "lambada": cmd_eval, "race-zeroshot": cmd_eval,
-            "reconcile": cmd_reconcile, "race-finetune": cmd_race_finetune, "convert-hf": cmd_convert_hf,
-            "toy-e2e": cmd_toy}
+COMMANDS = {"count": cmd_count, "reconcile": cmd_reconcile, "race-finetune": cmd_race_finetune,
+            "convert-hf": cmd_convert_hf, "toy-e2e": cmd_toy}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -272,8 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
+    from evals.tasks import task_of_command
+
     try:
-        rows = COMMANDS[args.command](args)
+        rows = (cmd_eval if task_of_command(args.command) else COMMANDS[args.command])(args)
     except (ValueError, MissingPackage) as err:  # bad input or a missing optional package: one line, no traceback
         print(f"repro eval: error: {err}", file=sys.stderr)
         return 2

@@ -1,5 +1,8 @@
 """Named evaluations over a checkpoint, returning result rows: what the CLI, the experiments and the toy run call.
 
+Each zero-shot task is one :class:`Task` record in :data:`TASKS` (name, command, help, its own options, the
+function that scores); the CLI builds its commands from the records.
+
 Every task builds its model on the caller's tensor-parallel group (``tp_group``); :func:`run_at_tp` spawns ``tp``
 local processes (gloo) and returns rank 0's rows, so the same checkpoint can be evaluated at any tp size.
 """
@@ -8,19 +11,27 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from evals import lambada as lambada_mod
-from evals import wikitext as wikitext_mod
-from evals.loaders import load_lambada, load_race, load_wikitext
-from evals.model_builders import load_gpt_for_eval
-from evals.race_zeroshot import documents_of, evaluate_race_zeroshot
-from evals.records import row
-from repro.text.tokenization import gpt2_tokenizer
-from repro.dist.comm import CommGroup
-from repro.text.wikitext_articles import split_articles
+if TYPE_CHECKING:
+    from repro.dist.comm import CommGroup
 
-TASKS = ("wikitext", "lambada", "race_zeroshot")
+# The scoring functions import the harness (torch, the data loaders) when they run: the records are read by
+# ``python -m evals --help``, which should not wait for torch.
+
+
+@dataclass(frozen=True)
+class Task:
+    """One zero-shot evaluation of a GPT checkpoint, declared as one record (lm-eval declares a task as one YAML
+    file): its name (:attr:`EvalSpec.task`), its ``python -m evals`` command and help, the options of its own that
+    the command takes (argparse flag and keywords, beside the model options every task takes), and the function
+    that scores the model and returns the rows. Adding an evaluation is adding a record to :data:`TASKS`."""
+
+    name: str
+    command: str
+    help: str
+    evaluate: Callable[["EvalSpec", Any, Any, dict[str, Any]], list[dict[str, Any]]]
+    options: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ValueError(f"task {self.task!r} is not one of {TASKS}")
+            raise ValueError(f"task {self.task!r} is not one of {tuple(TASKS)}")
         if self.tp < 1:
             raise ValueError(f"tp={self.tp} must be >= 1")
 
@@ -55,59 +66,104 @@ def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
     return settings
 
 
+def _wikitext(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[dict[str, Any]]:
+    """Megatron's token and adjusted perplexity (overlapping windows), lm-eval's word/byte perplexity per article."""
+    from evals import wikitext as wikitext_mod
+    from evals.records import row
+    from evals.loaders import load_wikitext
+    from repro.text.wikitext_articles import split_articles
+
+    seq_len = spec.seq_len or model.max_length
+    loaded_text = load_wikitext(spec.split, spec.data_dir)
+    text = loaded_text.records
+    window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec.stride)
+    meg = wikitext_mod.evaluate_megatron(model, tokenizer, text, window, batch_size=spec.batch_size,
+                                         progress=spec.progress, max_tokens=spec.max_tokens)
+    articles = split_articles(text)[: spec.limit]
+    doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
+                                          batch_size=spec.batch_size, progress=spec.progress)
+    kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=_settings(spec, seq_len=seq_len),
+              **common)
+    return [
+        row("token_perplexity", meg.token_perplexity, "perplexity", definition="megatron_token", **kw),
+        row("adjusted_perplexity", meg.adjusted_perplexity, "perplexity", definition="megatron_adjusted", **kw),
+        row("bpe_tokens", meg.num_tokenized, "count", definition="megatron_token", **kw),
+        row("original_tokens", meg.num_original, "count", definition="megatron_adjusted", **kw),
+        row("word_perplexity", doc.word_perplexity, "perplexity", definition="lm_eval", **kw),
+        row("byte_perplexity", doc.byte_perplexity, "perplexity", definition="lm_eval", **kw),
+        row("bits_per_byte", doc.bits_per_byte, "bits/byte", definition="lm_eval", **kw),
+        row("words", doc.num_words, "count", definition="lm_eval", **kw),
+    ]
+
+
+def _lambada(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[dict[str, Any]]:
+    """Accuracy and last-word perplexity under the strict, non-strict and lm-eval definitions."""
+    from evals import lambada as lambada_mod
+    from evals.records import row
+    from evals.loaders import load_lambada
+
+    loaded_text = load_lambada(spec.data_dir)
+    results = lambada_mod.evaluate_lambada(model, tokenizer, loaded_text.records[: spec.limit],
+                                           batch_size=spec.batch_size, progress=spec.progress)
+    kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
+    rows: list[dict[str, Any]] = []
+    for definition, result in results.items():
+        rows += [
+            row("accuracy", 100.0 * result.accuracy, "%", definition=definition, **kw),
+            row("last_word_perplexity", result.perplexity, "perplexity", definition=definition, **kw),
+            row("examples", result.num_examples, "count", definition=definition, **kw),
+        ]
+    return rows
+
+
+def _race_zeroshot(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[dict[str, Any]]:
+    """lm-eval's race task: accuracy per level and overall, documents counted."""
+    from evals.loaders import load_race
+    from evals.records import row
+    from evals.race_zeroshot import documents_of, evaluate_race_zeroshot
+
+    docs, shas = [], []
+    for level in spec.levels:
+        loaded_race = load_race(spec.split, level, spec.data_dir)
+        docs += documents_of(loaded_race.records, level)[: spec.limit]
+        shas.append(loaded_race.data_sha256)
+    result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
+    kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
+    rows = [row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}", **kw)
+            for level in (*spec.levels, "all")]
+    return rows + [row("documents", len(docs), "count", definition="lm_eval_zeroshot_all", **kw)]
+
+
+#: every zero-shot task, by name, in the order ``python -m evals --help`` lists their commands
+TASKS: dict[str, Task] = {task.name: task for task in (
+    Task("wikitext", "wikitext", "WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb", _wikitext,
+         options=(("--stride", dict(type=int, default=32, help="new tokens scored per window (Megatron "
+                                    "--overlapping-eval; the paper's 32)")),
+                  ("--max-tokens", dict(type=int, default=None, help="keep a BPE prefix of the test stream")),
+                  ("--split", dict(default="test", choices=["test", "valid"], help="WikiText-103 split to score")))),
+    Task("lambada", "lambada", "LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity", _lambada),
+    Task("race_zeroshot", "race-zeroshot", "RACE zero-shot accuracy, lm-eval's race task definition",
+         _race_zeroshot,
+         options=(("--split", dict(default="test", choices=["test", "dev"], help="RACE split to score")),
+                  ("--levels", dict(nargs="+", default=["middle", "high"], choices=["middle", "high"],
+                                    help="lm-eval's task is high only")))),
+)}
+
+
+def task_of_command(command: str) -> Task | None:
+    """The task a ``python -m evals`` command runs (None for the other commands)."""
+    return next((task for task in TASKS.values() if task.command == command), None)
+
+
 def run_eval(spec: EvalSpec, *, tp_group: CommGroup | None = None) -> list[dict[str, Any]]:
+    """Build the model of ``spec.checkpoint`` on ``tp_group`` and run its task's :attr:`Task.evaluate`."""
+    from evals.model_builders import load_gpt_for_eval
+    from repro.text.tokenization import gpt2_tokenizer
+
     tokenizer = gpt2_tokenizer(spec.data_dir)
     model, loaded = load_gpt_for_eval(spec.checkpoint, tokenizer, tp_group=tp_group)
-    name = f"{loaded.source}:{spec.checkpoint}"
-    seq_len = spec.seq_len or model.max_length
-    common = {"model": name, "checkpoint_sha256": loaded.sha256}
-    rows: list[dict[str, Any]] = []
-    if spec.task == "wikitext":
-        loaded_text = load_wikitext(spec.split, spec.data_dir)
-        text = loaded_text.records
-        settings = _settings(spec, seq_len=seq_len)
-        window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec.stride)
-        meg = wikitext_mod.evaluate_megatron(model, tokenizer, text, window, batch_size=spec.batch_size,
-                                             progress=spec.progress, max_tokens=spec.max_tokens)
-        articles = split_articles(text)[: spec.limit]
-        doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
-                                              batch_size=spec.batch_size, progress=spec.progress)
-        kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=settings, **common)
-        rows += [
-            row("token_perplexity", meg.token_perplexity, "perplexity", definition="megatron_token", **kw),
-            row("adjusted_perplexity", meg.adjusted_perplexity, "perplexity", definition="megatron_adjusted", **kw),
-            row("bpe_tokens", meg.num_tokenized, "count", definition="megatron_token", **kw),
-            row("original_tokens", meg.num_original, "count", definition="megatron_adjusted", **kw),
-            row("word_perplexity", doc.word_perplexity, "perplexity", definition="lm_eval", **kw),
-            row("byte_perplexity", doc.byte_perplexity, "perplexity", definition="lm_eval", **kw),
-            row("bits_per_byte", doc.bits_per_byte, "bits/byte", definition="lm_eval", **kw),
-            row("words", doc.num_words, "count", definition="lm_eval", **kw),
-        ]
-    elif spec.task == "lambada":
-        loaded_text = load_lambada(spec.data_dir)
-        texts = loaded_text.records[: spec.limit]
-        results = lambada_mod.evaluate_lambada(model, tokenizer, texts, batch_size=spec.batch_size,
-                                               progress=spec.progress)
-        kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
-        for definition, result in results.items():
-            rows += [
-                row("accuracy", 100.0 * result.accuracy, "%", definition=definition, **kw),
-                row("last_word_perplexity", result.perplexity, "perplexity", definition=definition, **kw),
-                row("examples", result.num_examples, "count", definition=definition, **kw),
-            ]
-    else:  # race_zeroshot
-        docs, shas = [], []
-        for level in spec.levels:
-            loaded_race = load_race(spec.split, level, spec.data_dir)
-            docs += documents_of(loaded_race.records, level)[: spec.limit]
-            shas.append(loaded_race.data_sha256)
-        result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
-        kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
-        for level in (*spec.levels, "all"):
-            rows.append(row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}",
-                            **kw))
-        rows.append(row("documents", len(docs), "count", definition="lm_eval_zeroshot_all", **kw))
-    return rows
+    common = {"model": f"{loaded.source}:{spec.checkpoint}", "checkpoint_sha256": loaded.sha256}
+    return TASKS[spec.task].evaluate(spec, model, tokenizer, common)
 
 
 def _rank_main(rank: int, world_size: int, spec: EvalSpec) -> list[dict[str, Any]]:
