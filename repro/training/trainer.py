@@ -28,17 +28,14 @@ from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
 from repro.models.config import GPTConfig
 from repro.models.embedding import check_token_ids
-from repro.optional import require_torch
 from repro.pipeline.engine import StepResult, run_1f1b
 from repro.pipeline.p2p import P2PChannel
-from repro.pipeline.partition import check_micro_batches, layers_per_stage
 from repro.pipeline.stage import GPTStage
 from repro.pipeline.tied import allreduce_tied_embedding_grad
-from repro.tensor_parallel import RNGTracker
-from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.data import SyntheticSamples, local_micro_batches
-from repro.training.optim import build_optimizer
-from repro.training.recompute import CompiledCheckpointed, Checkpointed
+from repro.training.parallelize import (
+    apply_activation_checkpointing, apply_compile, apply_data_parallel, build_stage, check_layout, seed_ranks,
+)
 from repro.training.settings import PRECISIONS, TrainSettings
 
 class _StageLoss(torch.nn.Module):
@@ -68,57 +65,22 @@ class PipelineTrainer:
         initial_state: Mapping[str, torch.Tensor] | None = None,
         on_action: Callable[[str, int], None] | None = None,
     ) -> None:
-        layers_per_stage(config.num_layers, groups.pp_size)  # raises when pp does not divide the layers
-        check_micro_batches(settings.micro_batches, groups.pp_size)
-        if settings.seq_len > config.max_position_embeddings:
-            raise ValueError(
-                f"seq_len={settings.seq_len} exceeds max_position_embeddings={config.max_position_embeddings}"
-            )
-        if settings.zero_stage >= 2 and groups.pp_size > 1:
-            raise ValueError(f"zero_stage={settings.zero_stage} with pp={groups.pp_size}: ZeRO stages 2 and 3 shard "
-                             "gradients as backward produces them, which pipeline parallelism's tied-embedding sum "
-                             "needs whole (DeepSpeed refuses the same); use zero_stage 0 or 1 with pp > 1")
+        check_layout(config, groups, settings)
         self.config, self.groups, self.settings, self.on_action = config, groups, settings, on_action
         self.schedule = settings.schedule()
         self.iteration = 0
         self.consumed_samples = 0
-        # Megatron's seeding: replicated dropout equal across tp, different per stage; tp regions per tp rank.
         self.device = torch.device(settings.device)
-        torch.manual_seed(settings.seed + 100 * groups.pp_rank)
-        if self.device.type == "cuda":
-            torch.cuda.manual_seed(settings.seed + 100 * groups.pp_rank)
-        self.rng_tracker = RNGTracker(seed=settings.seed + 100 * groups.pp_rank, tp_rank=groups.tp_rank,
-                                      device=self.device.type)
-        self.stage = GPTStage(config, pp_rank=groups.pp_rank, pp_size=groups.pp_size, tp_group=groups.tp,
-                              seed=settings.seed, rng_tracker=self.rng_tracker)
-        if self.stage.embedding is not None:
-            self.stage.embedding.check_ids = False  # _micro_batches checks the ids on the host batch instead
-        if initial_state is not None:
-            self.stage.load_consolidated(initial_state)
-        self.stage.to(self.device)
-        if settings.compile_layers:
-            # torch 2.4 compiles a layer only with graph breaks around the RNG swap, and not at all inside an
-            # activation checkpoint (AOTAutograd meets the generator state outside its fake mode)
-            require_torch(COMPILED_LAYERS_TORCH, "compiled transformer layers (compile_layers)")
-        for index, layer in enumerate(self.stage.layers):
-            if settings.compile_layers and settings.activation_checkpointing:
-                self.stage.layers[index] = CompiledCheckpointed(layer)  # recompute inside the compiled region
-                self.stage.layers[index].compile()
-            elif settings.compile_layers:
-                layer.compile()
-            elif settings.activation_checkpointing:
-                self.stage.layers[index] = Checkpointed(layer, self.rng_tracker)
+        self.rng_tracker = seed_ranks(settings, groups, self.device)
+        self.stage = build_stage(config, groups, settings, self.rng_tracker, self.device, initial_state)
+        if settings.activation_checkpointing:
+            apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers)
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
-        #: the last stage's output layer and cross-entropy: a compiled region of its own with compiled layers (the
-        #: embedding likewise), so the glue between the layers fuses too; evaluation runs them eagerly
-        self._loss = self.stage.loss
-        if settings.compile_layers and self.stage_loss is None:
-            if self.stage.is_last:
-                self._loss = torch.compile(self.stage.loss, fullgraph=True)
-            if self.stage.is_first:
-                self.stage.embedding.compile(fullgraph=True)
+        #: the loss the steps call: the stage's own, or its compiled region (evaluation runs the eager one)
+        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None) if settings.compile_layers
+                      else self.stage.loss)
         self.autocast_dtype = PRECISIONS[settings.precision]
-        self.optimizer = build_optimizer(self.stage, settings, groups, module=self.stage_loss)
+        self.optimizer = apply_data_parallel(self.stage, settings, groups, loss_module=self.stage_loss)
         self.last_result: StepResult | None = None
 
     @property
