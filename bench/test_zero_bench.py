@@ -8,7 +8,7 @@ repro / DeepSpeed (goal <= 1.0), peak RSS (goal <= DeepSpeed's),
 communication per step counted the same way for both (ring-algorithm wire bytes of every torch.distributed
 collective, in units of psi elements), and DeepSpeed's measurements in the memory-report schema (written to
 ``$ZERO_BENCH_OUT``, default ``.benchmarks/zero_bench_measurements.json``, with repro's beside them) for
-``python -m repro.zero.report --no-measure --rows .benchmarks/zero_bench_measurements.json``.
+``python -m repro.harness.zero_report --no-measure --rows .benchmarks/zero_bench_measurements.json``.
 A separate case measures the NVMe tier's bandwidth against the raw drive's in the same run (goal >= 0.7).
 
 DeepSpeed settings that make it comparable: ``torch_adam`` (the same torch AdamW, no FusedAdam build),

@@ -335,7 +335,7 @@ FORWARDED = {
     "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
                   "model.safetensors)"),
     "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
-    "zero-report": ("repro.zero.report", "where a ZeRO rank's memory goes (same as python -m repro.zero.report)"),
+    "zero-report": ("repro.harness.zero_report", "where a ZeRO rank's memory goes (same as python -m repro.harness.zero_report)"),
 }
 
 

@@ -29,7 +29,7 @@ from repro.perfmodel.mtnlg import (
     memory_per_gpu_530b, mixed_precision_adam_bytes_per_param, predict_iteration, predict_tflops_per_gpu,
     tflops_from_iteration_time, tokens_per_parameter, tokens_per_step, total_gpus,
 )
-from repro.zero.memory_model import K_ADAM
+from repro.perfmodel.zero_memory import K_ADAM
 
 PAPER = "mt_nlg_2022"
 NODES = (280, 350, 420)

@@ -23,7 +23,7 @@ from repro.models import GPTConfig, GPTModel
 from repro.training.data import synthetic_tokens
 from repro.zero.build import build_zero_optimizer
 from repro.zero.config import ZeroConfig
-from repro.zero.memory_model import model_state_bytes
+from repro.perfmodel.zero_memory import model_state_bytes
 from repro.zero.offload.nvme import NvmeTier
 
 

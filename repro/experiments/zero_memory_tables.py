@@ -1,5 +1,5 @@
 """ZeRO Tables 1 and 2 (model-state memory per device, max model size) and sec 5/7 closed forms, computed by
-``repro.zero.memory_model`` and printed with the paper's own rounding rule.
+``repro.perfmodel.zero_memory`` and printed with the paper's own rounding rule.
 
 Table 1: all 54 cells (+3 baselines) equal the formulas once the paper's printing is applied: below 10 GB two
 decimals, below 100 GB one decimal, from 100 GB truncated to an integer. The 8 truncated cells (exact value
@@ -37,7 +37,7 @@ from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.paper import PaperNumber, evidence_from, half_last_digit, paper_text, paper_value, printed
 from repro.perfmodel import zero_residual as zr
-from repro.zero.memory_model import (
+from repro.perfmodel.zero_memory import (
     STAGE_NAMES, bytes_per_param, max_params, memory_reduction, model_state_bytes, paper_table1_display,
     paper_table2_theoretical,
 )
@@ -156,7 +156,7 @@ MP_DGX2 = printed(16, PAPER, "act_ckpt_100B_mp16")
 
 def residual_rows() -> list[dict]:
     """ZeRO-R (sec 3.2, 4.2.1, 6, 8), sec 1's N_d x N_m, sec 5.4's 1T at N_d = 1024 and sec 9's 1T vs
-    BERT-Large, all from ``repro.perfmodel.zero_residual`` / ``memory_model`` on the configurations above."""
+    BERT-Large, all from ``repro.perfmodel.zero_residual`` / ``zero_memory`` on the configurations above."""
     k, coeff = _k_adam(), paper_value(PAPER, "act_formula_coeff")  # sec 3.1's K, sec 3.2's 12 x h x b x s x l
     small = dict(num_layers=GPT2_1P5B["layers"], hidden_size=GPT2_1P5B["hidden"], batch_size=GPT2_1P5B["batch"],
                  seq_length=GPT2_1P5B["seq"])
@@ -271,7 +271,7 @@ def _bound_check(claim_id: str, row) -> ClaimCheck:
 
 
 def _formula_check(claim_id: str, stage: int) -> ClaimCheck:
-    """Evaluate the paper's formula string (e.g. ``4*psi + K*psi/Nd``) against ``zero.memory_model`` at several
+    """Evaluate the paper's formula string (e.g. ``4*psi + K*psi/Nd``) against ``perfmodel.zero_memory`` at several
     (psi, Nd): the suite's transcription of sec 5's table against the paper's formula, the paper's arithmetic."""
     text = paper_text(PAPER, claim_id)
     k = _k_adam()
@@ -281,7 +281,7 @@ def _formula_check(claim_id: str, stage: int) -> ClaimCheck:
                 for at in points)
     return check_condition(PAPER, claim_id, text, holds=agree, tolerance="same formula",
                            evidence=evidence_from(*(tuple(at.values()) for at in points), k),
-                           note="zero.memory_model evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}")
+                           note="perfmodel.zero_memory evaluated at psi in {1, 7.5e9}, Nd in {1, 4, 64}")
 
 
 #: Claims that state a quantity another claim states (sec 1, 5 and Fig. 1 restate Table 1 and Table 2 cells):

@@ -1,7 +1,7 @@
 """Memory per GPU of tp x pp x dp GPT training: model states (ZeRO sec 3.1/5) plus activations.
 
 Model states: the ``num_params / (tp * pp)`` parameters of one rank at ``bytes_per_param`` bytes each, or, with
-ZeRO, partitioned over the data-parallel group by ``repro.zero.memory_model``. MT-NLG sec 2.1 counts 20 bytes
+ZeRO, partitioned over the data-parallel group by ``repro.perfmodel.zero_memory``. MT-NLG sec 2.1 counts 20 bytes
 per parameter ("Adam, mixed precision": 16 for the ZeRO accounting plus 4 for fp32 gradients).
 
 Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation", eq. 2 with tensor parallelism and no
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from repro.zero.memory_model import model_state_bytes
+from repro.perfmodel.zero_memory import model_state_bytes
 
 from .step_time import GPTConfig, Layout
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from repro.zero.memory_model import K_ADAM
+from repro.perfmodel.zero_memory import K_ADAM
 
 from .flops import gpt_flops_per_iteration
 from .hardware import DGX_A100, Cluster, Efficiency

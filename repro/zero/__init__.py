@@ -3,8 +3,10 @@ optimizer: ``build_zero_optimizer(model, ZeroConfig(stage=2), dp_group=groups.dp
 
 Files: partition.py (shard arithmetic), stage0-3.py (one idea each), param_units.py (stage-3 gathering),
 inner.py (the wrapped optimizer over tiers), offload/ (tiers), precision.py, grad_norm.py, ledger.py (measured
-memory), checkpoint.py (sharded, atomic), reshard.py (a checkpoint to another dp size), memory_model.py (the
-papers' formulas), report.py (memory report).
+memory), checkpoint.py (sharded, atomic), reshard.py (a checkpoint to another dp size). ZeRO works on any
+``nn.Module`` and imports no model: the papers' closed forms are in ``repro/perfmodel/zero_memory.py`` and
+``zero_residual.py``, the harness that measures ZeRO in ``repro/experiments/zero_measure.py``, and ``repro
+zero-report`` in ``repro/harness/zero_report.py``.
 """
 
 from repro.zero.build import STAGE_CLASSES, build_zero_optimizer

@@ -44,7 +44,7 @@ def test_every_option_has_help_and_shows_its_default(name):
 
 
 def test_zero_report_help_shows_defaults(capsys):
-    from repro.zero.report import main
+    from repro.harness.zero_report import main
 
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -32,12 +32,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing"),        # entry points
 )
 
-#: the arrows that point up today, module to module, and why (each is a debt, not a design)
-UP: dict[tuple[str, str], str] = {
-    **{("repro.zero.report", name): "`repro zero-report` (python -m repro.zero.report) runs ZeRO's measuring "
-       "harness on a GPT; as a command it belongs with the commands, which would change its python -m name"
-       for name in ("repro.experiments.zero_measure", "repro.models")},
-}
+#: arrows that point up, module to module, each with its reason (a debt, not a design): none today
+UP: dict[tuple[str, str], str] = {}
 
 
 def _graph_with_packages() -> dict[str, set[str]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from repro.zero.memory_model import (
+from repro.perfmodel.zero_memory import (
     STAGE_NAMES, bytes_per_param, max_params, model_state_bytes, paper_table1_display, paper_table2_theoretical,
 )
 

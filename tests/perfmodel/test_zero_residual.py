@@ -5,7 +5,7 @@ import math
 import pytest
 
 from repro.perfmodel import zero_residual as zr
-from repro.zero.memory_model import memory_reduction
+from repro.perfmodel.zero_memory import memory_reduction
 
 SMALL = dict(num_layers=2, hidden_size=10, batch_size=3, seq_length=5)
 

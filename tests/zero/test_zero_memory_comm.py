@@ -8,7 +8,7 @@ import torch
 from repro.dist import init_parallel, spawn
 from repro.models import GPTConfig, GPTModel
 from repro.zero import OffloadConfig, ZeroConfig, build_zero_optimizer
-from repro.zero.memory_model import model_state_bytes
+from repro.perfmodel.zero_memory import model_state_bytes
 
 CONFIG = GPTConfig(vocab_size=1000, hidden_size=132, num_layers=5, num_attention_heads=4,
                    max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0)

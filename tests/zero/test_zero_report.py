@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from repro.zero.memory_model import model_state_bytes
+from repro.perfmodel.zero_memory import model_state_bytes
 from repro.testing import needs
-from repro.zero.report import COLUMNS, attribute, formula_bytes, main, render_markdown, report_frame
+from repro.harness.zero_report import COLUMNS, attribute, formula_bytes, main, render_markdown, report_frame
 
 
 def test_formula_bytes_for_each_precision():

@@ -19,8 +19,8 @@ the excess as ``overlap`` (how much of the transient peaks did not coincide), ne
 for this implementation (measured by :func:`repro.experiments.zero_measure.measure_run`) and, when the bench has produced
 them, for DeepSpeed on the same model (rows in the same schema; the library never imports DeepSpeed).
 
-    python -m repro.zero.report --world-size 2 --stages 0 1 2 3 --out report
-    python -m repro.zero.report --no-measure --rows .benchmarks/zero_bench_measurements.json --out report
+    python -m repro.harness.zero_report --world-size 2 --stages 0 1 2 3 --out report
+    python -m repro.harness.zero_report --no-measure --rows .benchmarks/zero_bench_measurements.json --out report
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pandas as pd
 
 from repro.cliargs import OneLineParser, positive_int
 from repro.optional import MissingPackage, require
-from repro.zero.memory_model import K_ADAM, model_state_bytes
+from repro.perfmodel.zero_memory import K_ADAM, model_state_bytes
 
 COLUMNS = ("runtime", "model_states", "comm_buffers", "gathered_params", "io_buffers", "activations", "rest")
 MEMORY_TIERS = ("device", "cpu")  # tiers in the process's host memory on a CPU machine (nvme is on disk)
