@@ -85,36 +85,36 @@ def bert_config(hf: Mapping) -> BertConfig:
     )
 
 
+def _renamed(config: BertConfig) -> list[tuple[str, str]]:
+    """(repro name, Hugging Face name) of every tensor that is only renamed, both ways: the embeddings, the
+    placement's LayerNorms, and each layer's attention output and MLP. The fused QKV and the heads are apart."""
+    names = [("embedding.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"),
+             ("embedding.position_embeddings.weight", "bert.embeddings.position_embeddings.weight"),
+             ("embedding.tokentype_embeddings.weight", "bert.embeddings.token_type_embeddings.weight")]
+    outer = ("embedding_layernorm", "bert.embeddings.LayerNorm") if config.layernorm_placement == "original" else (
+        "final_layernorm", "bert.encoder.ln")
+    names += [(f"{outer[0]}.{part}", f"{outer[1]}.{part}") for part in ("weight", "bias")]
+    for i in range(config.num_layers):
+        p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+        pairs = {"attention.dense": "attention.output.dense", "mlp.fc1": "intermediate.dense",
+                 "mlp.fc2": "output.dense", **_layernorm_names(config.layernorm_placement, i)}
+        names += [(f"{q}{ours}.{part}", f"{p}{theirs}.{part}") for ours, theirs in pairs.items()
+                  for part in ("weight", "bias")]
+    return names
+
+
 def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
     """HF ``Bert*``/``MegatronBert*`` state dict (with or without heads) -> repro BERT state dict. Heads absent
     from the source (pooler, MLM, NSP) are left out (the caller's model keeps its initialisation); a
     ``*ForMultipleChoice`` classifier becomes ``head.*`` and the encoder ``bert.*`` (:class:`MultipleChoiceModel`)."""
     src = {k if k.startswith(("bert.", "cls.", "classifier.")) else f"bert.{k}": v for k, v in hf_state.items()}
-    out = {
-        "embedding.word_embeddings.weight": src["bert.embeddings.word_embeddings.weight"],
-        "embedding.position_embeddings.weight": src["bert.embeddings.position_embeddings.weight"],
-        "embedding.tokentype_embeddings.weight": src["bert.embeddings.token_type_embeddings.weight"],
-    }
-    if config.layernorm_placement == "original":
-        out["embedding_layernorm.weight"] = src["bert.embeddings.LayerNorm.weight"]
-        out["embedding_layernorm.bias"] = src["bert.embeddings.LayerNorm.bias"]
-    else:
-        out["final_layernorm.weight"] = src["bert.encoder.ln.weight"]
-        out["final_layernorm.bias"] = src["bert.encoder.ln.bias"]
-    heads = config.num_attention_heads
+    out = {ours: src[theirs] for ours, theirs in _renamed(config)}
     for i in range(config.num_layers):
-        p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+        p = f"bert.encoder.layer.{i}.attention.self."
         for part in ("weight", "bias"):
-            out[q + f"attention.qkv.{part}"] = _fuse_heads(
-                *(src[p + f"attention.self.{n}.{part}"] for n in ("query", "key", "value")), heads)
-            out[q + f"attention.dense.{part}"] = src[p + f"attention.output.dense.{part}"]
-            out[q + f"mlp.fc1.{part}"] = src[p + f"intermediate.dense.{part}"]
-            out[q + f"mlp.fc2.{part}"] = src[p + f"output.dense.{part}"]
-            for ours, theirs in _layernorm_names(config.layernorm_placement, i).items():
-                out[q + f"{ours}.{part}"] = src[p + f"{theirs}.{part}"]
-    for ours, theirs in _HEADS:
-        if theirs in src:
-            out[ours] = src[theirs]
+            out[f"layers.{i}.attention.qkv.{part}"] = _fuse_heads(
+                *(src[f"{p}{n}.{part}"] for n in ("query", "key", "value")), config.num_attention_heads)
+    out.update({ours: src[theirs] for ours, theirs in _HEADS if theirs in src})
     if "cls.predictions.bias" in src:
         out["lm_head.bias"] = src["cls.predictions.bias"]
     out = {k: v.clone() for k, v in out.items()}
@@ -130,29 +130,14 @@ def bert_hf_state(state: Mapping[str, torch.Tensor], config: BertConfig) -> dict
     float32, vocabulary rows beyond ``config.vocab_size`` (the tensor-parallel padding) dropped."""
     multiple_choice = "head.weight" in state
     enc = {k.removeprefix("bert."): v for k, v in state.items()} if multiple_choice else dict(state)
+    out = {theirs: enc[ours] for ours, theirs in _renamed(config)}
     vocab = config.vocab_size
-    out = {
-        "bert.embeddings.word_embeddings.weight": enc["embedding.word_embeddings.weight"][:vocab],
-        "bert.embeddings.position_embeddings.weight": enc["embedding.position_embeddings.weight"],
-        "bert.embeddings.token_type_embeddings.weight": enc["embedding.tokentype_embeddings.weight"],
-    }
-    if config.layernorm_placement == "original":
-        out["bert.embeddings.LayerNorm.weight"] = enc["embedding_layernorm.weight"]
-        out["bert.embeddings.LayerNorm.bias"] = enc["embedding_layernorm.bias"]
-    else:
-        out["bert.encoder.ln.weight"] = enc["final_layernorm.weight"]
-        out["bert.encoder.ln.bias"] = enc["final_layernorm.bias"]
-    heads = config.num_attention_heads
+    out["bert.embeddings.word_embeddings.weight"] = out["bert.embeddings.word_embeddings.weight"][:vocab]
     for i in range(config.num_layers):
-        p, q = f"bert.encoder.layer.{i}.", f"layers.{i}."
+        p = f"bert.encoder.layer.{i}.attention.self."
         for part in ("weight", "bias"):
-            for name, tensor in zip(("query", "key", "value"), _split_heads(enc[q + f"attention.qkv.{part}"], heads)):
-                out[p + f"attention.self.{name}.{part}"] = tensor
-            out[p + f"attention.output.dense.{part}"] = enc[q + f"attention.dense.{part}"]
-            out[p + f"intermediate.dense.{part}"] = enc[q + f"mlp.fc1.{part}"]
-            out[p + f"output.dense.{part}"] = enc[q + f"mlp.fc2.{part}"]
-            for ours, theirs in _layernorm_names(config.layernorm_placement, i).items():
-                out[p + f"{theirs}.{part}"] = enc[q + f"{ours}.{part}"]
+            split = _split_heads(enc[f"layers.{i}.attention.qkv.{part}"], config.num_attention_heads)
+            out.update({f"{p}{name}.{part}": tensor for name, tensor in zip(("query", "key", "value"), split)})
     architecture = bert_architecture(state, config)
     for ours, theirs in _HEADS:
         if ours in enc and (theirs.startswith("bert.") or architecture.endswith("ForPreTraining")):
