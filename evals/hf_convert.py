@@ -111,30 +111,30 @@ def gpt2_config(hf: Mapping) -> GPTConfig:
     )
 
 
+def gpt2_names(config: GPTConfig) -> list[tuple[str, str, bool]]:
+    """(repro name, ``GPT2LMHeadModel`` name, transposed) of every tensor both ways; ``transposed``: GPT-2's
+    ``Conv1D`` stores the weight ``[in, out]``. The fused QKV's rows are also reordered (:func:`_qkv_to_repro`)."""
+    names = [("embedding.word_embeddings.weight", "transformer.wte.weight", False),
+             ("embedding.position_embeddings.weight", "transformer.wpe.weight", False),
+             ("final_layernorm.weight", "transformer.ln_f.weight", False),
+             ("final_layernorm.bias", "transformer.ln_f.bias", False)]
+    pairs = (("input_layernorm", "ln_1"), ("attention.qkv", "attn.c_attn"), ("attention.dense", "attn.c_proj"),
+             ("post_attention_layernorm", "ln_2"), ("mlp.fc1", "mlp.c_fc"), ("mlp.fc2", "mlp.c_proj"))
+    for i in range(config.num_layers):
+        names += [(f"layers.{i}.{ours}.{part}", f"transformer.h.{i}.{theirs}.{part}",
+                   part == "weight" and not ours.endswith("layernorm"))
+                  for ours, theirs in pairs for part in ("weight", "bias")]
+    return names
+
+
 def convert_gpt2(hf_state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
     """HF ``GPT2LMHeadModel`` / ``GPT2Model`` state dict -> repro GPT consolidated state dict."""
-    src = {k.removeprefix("transformer."): v for k, v in hf_state.items()}
-    out = {
-        "embedding.word_embeddings.weight": src["wte.weight"],
-        "embedding.position_embeddings.weight": src["wpe.weight"],
-        "final_layernorm.weight": src["ln_f.weight"],
-        "final_layernorm.bias": src["ln_f.bias"],
-    }
-    heads = config.num_attention_heads
-    for i in range(config.num_layers):
-        p, q = f"h.{i}.", f"layers.{i}."
-        out[q + "input_layernorm.weight"], out[q + "input_layernorm.bias"] = src[p + "ln_1.weight"], src[p + "ln_1.bias"]
-        out[q + "attention.qkv.weight"] = _qkv_to_repro(src[p + "attn.c_attn.weight"].t(), heads)
-        out[q + "attention.qkv.bias"] = _qkv_to_repro(src[p + "attn.c_attn.bias"], heads)
-        out[q + "attention.dense.weight"] = src[p + "attn.c_proj.weight"].t().contiguous()
-        out[q + "attention.dense.bias"] = src[p + "attn.c_proj.bias"]
-        out[q + "post_attention_layernorm.weight"] = src[p + "ln_2.weight"]
-        out[q + "post_attention_layernorm.bias"] = src[p + "ln_2.bias"]
-        out[q + "mlp.fc1.weight"] = src[p + "mlp.c_fc.weight"].t().contiguous()
-        out[q + "mlp.fc1.bias"] = src[p + "mlp.c_fc.bias"]
-        out[q + "mlp.fc2.weight"] = src[p + "mlp.c_proj.weight"].t().contiguous()
-        out[q + "mlp.fc2.bias"] = src[p + "mlp.c_proj.bias"]
-    return {k: v.clone() for k, v in out.items()}
+    src = {k if k.startswith("transformer.") else f"transformer.{k}": v for k, v in hf_state.items()}
+    out = {}
+    for ours, theirs, transposed in gpt2_names(config):
+        tensor = src[theirs].t() if transposed else src[theirs]
+        out[ours] = _qkv_to_repro(tensor, config.num_attention_heads) if ".attention.qkv." in ours else tensor
+    return {k: v.contiguous().clone() for k, v in out.items()}
 
 
 def load_hf(directory: str | Path, *, expect: str) -> LoadedState:

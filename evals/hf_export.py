@@ -40,28 +40,17 @@ def _qkv_to_hf(fused: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def gpt2_state(state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
-    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (lm_head tied to wte)."""
-    out = {
-        "transformer.wte.weight": state["embedding.word_embeddings.weight"][: config.vocab_size],
-        "transformer.wpe.weight": state["embedding.position_embeddings.weight"],
-        "transformer.ln_f.weight": state["final_layernorm.weight"],
-        "transformer.ln_f.bias": state["final_layernorm.bias"],
-    }
-    heads = config.num_attention_heads
-    for i in range(config.num_layers):
-        p, q = f"transformer.h.{i}.", f"layers.{i}."
-        out[p + "ln_1.weight"] = state[q + "input_layernorm.weight"]
-        out[p + "ln_1.bias"] = state[q + "input_layernorm.bias"]
-        out[p + "attn.c_attn.weight"] = _qkv_to_hf(state[q + "attention.qkv.weight"], heads).t()
-        out[p + "attn.c_attn.bias"] = _qkv_to_hf(state[q + "attention.qkv.bias"], heads)
-        out[p + "attn.c_proj.weight"] = state[q + "attention.dense.weight"].t()
-        out[p + "attn.c_proj.bias"] = state[q + "attention.dense.bias"]
-        out[p + "ln_2.weight"] = state[q + "post_attention_layernorm.weight"]
-        out[p + "ln_2.bias"] = state[q + "post_attention_layernorm.bias"]
-        out[p + "mlp.c_fc.weight"] = state[q + "mlp.fc1.weight"].t()
-        out[p + "mlp.c_fc.bias"] = state[q + "mlp.fc1.bias"]
-        out[p + "mlp.c_proj.weight"] = state[q + "mlp.fc2.weight"].t()
-        out[p + "mlp.c_proj.bias"] = state[q + "mlp.fc2.bias"]
+    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (lm_head tied to wte): the inverse of
+    :func:`evals.hf_convert.convert_gpt2`, by the same name table."""
+    from evals.hf_convert import gpt2_names
+
+    out = {}
+    for ours, theirs, transposed in gpt2_names(config):
+        tensor = state[ours]
+        if ".attention.qkv." in ours:
+            tensor = _qkv_to_hf(tensor, config.num_attention_heads)
+        out[theirs] = tensor.t() if transposed else tensor
+    out["transformer.wte.weight"] = out["transformer.wte.weight"][: config.vocab_size]
     out["lm_head.weight"] = out["transformer.wte.weight"]
     return {k: v.detach().to(torch.float32).contiguous() for k, v in out.items()}
 
