@@ -125,6 +125,10 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
 
         if world_size > 1:
             init_distributed(backend, timeout_s=timeout_s)
+            # every rank through the rendezvous before any may leave: a rank whose fn returns at once (no
+            # collective) would close its connections while a slower rank still builds gloo's full mesh
+            # ("Connection closed by peer" there)
+            torch.distributed.barrier()
         value = fn(rank, world_size, *args, **kwargs)
         # Plain pickle (not the queue's ForkingPickler, which shares tensors through file descriptors that die
         # with this process before the parent reads them).
