@@ -50,6 +50,26 @@ def test_configuration_and_fitted_values_are_never_counted(evidence):
     assert V.check_value("zero_2019", "K_adam", 13.0, evidence="consistency").verdict == "inconsistent"
 
 
+def test_claims_decided_by_a_condition_follow_the_same_rules():
+    """check_condition (a bound, a formula at several points) decides as check_value does: the evidence class, not
+    the experiment, says whether an outcome counts."""
+    check = lambda holds, evidence, **kw: V.check_condition(  # noqa: E731
+        "zero_2019", "K_adam", 12.0, holds=holds, tolerance=">= 10", evidence=evidence, **kw)
+    for counted in COUNTED_EVIDENCE:
+        assert (check(True, counted).verdict, check(False, counted).verdict) == ("reproduced", "differs")
+    assert (check(True, "consistency").verdict, check(False, "consistency").verdict) == ("consistent", "inconsistent")
+    for evidence in NOT_COUNTED_EVIDENCE:  # a setting that meets the condition is still not reproduced
+        assert check(True, evidence).verdict == check(False, evidence).verdict == "not counted"
+    given = check(True, "configuration", setting="the optimizer's", says=("equals 12", "differs from 12"))
+    assert given.note.startswith("a setting the suite was given (the optimizer's); equals 12")
+    elsewhere = check(False, "measured", same_as="formula_posgp")
+    assert elsewhere.verdict == "same quantity" and "does not meet the paper's condition" in elsewhere.note
+    assert V.check_condition("zero_2019", "K_adam", None, holds=True, tolerance="", evidence="measured").verdict \
+        == "not run"
+    with pytest.raises(ValueError, match="evidence='guess'"):
+        check(True, "guess")
+
+
 def test_range_claims_are_checked_against_their_bounds():
     from repro.paper import parse_range
 
