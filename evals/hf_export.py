@@ -101,6 +101,9 @@ def _load_any(checkpoint: str | Path):
         architecture = read_header(checkpoint)["architecture"]
     elif kind == "huggingface":
         hf = json.loads((Path(checkpoint) / "config.json").read_text())
+        if hf.get("model_type") not in ("gpt2", "bert", "megatron-bert"):
+            raise ValueError(f"{checkpoint}/config.json has model_type {hf.get('model_type')!r}: the models repro "
+                             "has are GPT-2 ('gpt2'), BERT ('bert') and Megatron-BERT ('megatron-bert')")
         architecture = "gpt" if hf.get("model_type") == "gpt2" else (
             "bert_multiple_choice" if any(a.endswith("ForMultipleChoice") for a in hf.get("architectures") or [])
             else "bert")
@@ -180,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.paths import writable_dir_problem
 
     args = build_parser().parse_args(argv)
-    problem = writable_dir_problem(args.out)
+    problem = writable_dir_problem(args.out, create=False)  # made by the export, once the checkpoint has loaded
     if problem is not None:
         print(f"repro export-hf: error: {args.out} {problem}", file=sys.stderr)
         return 2

@@ -142,3 +142,13 @@ def test_a_model_finetuned_on_race_predicts_the_same_through_transformers(tmp_pa
     torch.testing.assert_close(scores_hf, scores_ours, atol=1e-5, rtol=0)
     assert accuracy_by_level(predict(Exported(), data, progress=False), data.labels, data.levels) == \
         accuracy_by_level(predict(model, data, progress=False), data.labels, data.levels)
+
+
+def test_a_model_repro_does_not_have_is_one_line(tmp_path):
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    done = subprocess.run([*EXPORT, str(tmp_path / "llama"), str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert "model_type 'llama'" in done.stderr and "GPT-2 ('gpt2'), BERT ('bert')" in done.stderr
+    assert not (tmp_path / "out").exists()  # a refused export writes nothing
