@@ -15,7 +15,8 @@
 
 Experiments build their :class:`ClaimCheck` rows with :mod:`repro.verdicts` (``check_value``, ``check_range``,
 ``check_condition``, ``not_run``, ``needs_gpu``), never by hand, so that one function decides every verdict; the
-evidence class of a computed value comes from its inputs (:func:`repro.paper.evidence_from`). The summaries and the markdown are :mod:`repro.claims_render`.
+evidence class of a computed value comes from its inputs (:func:`repro.paper.evidence_from`). The summaries and the
+markdown are :mod:`repro.claims_render`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pandas as pd
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
 from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, VERDICTS, ClaimCheck
 from repro.paper import load_claims
+from repro.verdicts import is_missing
 
 COUNTED = ("measured", "simulated", "predicted", "derived")
 
@@ -186,8 +188,8 @@ def _most_decisive(exp, candidates: list[str], rows: pd.DataFrame,
             where = came_from.get(check.claim_id, used)
             if not isinstance(check, ClaimCheck):
                 picked.setdefault(repr(check), (check, where))
-            elif check.claim_id not in picked or (_missing(picked[check.claim_id][0].reproduced_value)
-                                                  and not _missing(check.reproduced_value)):
+            elif check.claim_id not in picked or (is_missing(picked[check.claim_id][0].reproduced_value)
+                                                  and not is_missing(check.reproduced_value)):
                 picked[check.claim_id] = (check, where)
     return list(picked.values())
 
@@ -233,13 +235,9 @@ def speaking_row(mapped: list[dict]) -> dict:
     configuration, fitted: a measurement outranks the paper's arithmetic); at the same class a disagreement
     ("differs", "inconsistent") before an agreement, so that no check that failed is hidden behind one that passed;
     then the experiment's name. The others are named in the note with their verdicts."""
-    return min(mapped, key=lambda r: (_missing(r["reproduced_value"]), _CLASS_RANK.get(r["evidence"], len(EVIDENCE)),
+    return min(mapped, key=lambda r: (is_missing(r["reproduced_value"]),
+                                      _CLASS_RANK.get(r["evidence"], len(EVIDENCE)),
                                       r["verdict"] not in _DISAGREES, r["experiment"]))
-
-
-def _missing(value: object) -> bool:
-    """No value: None, or the NaN a data frame turns None into."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -274,7 +272,7 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
         note = best["note"] or ""
         if others:
             note = (note + "; " if note else "") + "also checked by " + ", ".join(f"{e} ({v})" for e, v in others)
-        pending = _missing(best["reproduced_value"])
+        pending = is_missing(best["reproduced_value"])
         out.append({**base, "reproduced_value": best["reproduced_value"], "tolerance": best["tolerance"],
                     "verdict": best["verdict"], "evidence": PENDING if pending else best["evidence"],
                     "evidence_when_run": best["evidence"] if pending else "", "same_as": best.get("same_as") or "",

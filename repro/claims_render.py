@@ -10,7 +10,6 @@ than the paper's (``on other hardware``, :mod:`repro.cross_hardware`).
 
 from __future__ import annotations
 
-import math
 import re
 
 import pandas as pd
@@ -18,6 +17,7 @@ import pandas as pd
 from repro.claims import PENDING, CheckSet
 from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, VERDICTS
 from repro.paper import PAPER_TITLES
+from repro.verdicts import is_missing
 
 #: Evidence label of rows no experiment maps.
 UNMAPPED = "unmapped"
@@ -104,7 +104,7 @@ def headline_sentence(report: pd.DataFrame) -> str:
 
 
 def _fmt(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"

@@ -20,6 +20,11 @@ from repro.paper import paper_range, paper_value
 from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck
 
 
+def is_missing(value: object) -> bool:
+    """No value: None, or the NaN a data frame turns None into."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _check_evidence(evidence: str) -> None:
     if evidence not in EVIDENCE:
         raise ValueError(f"evidence={evidence!r} must be one of {EVIDENCE}")
@@ -43,7 +48,7 @@ def check_value(
     target = paper_value(paper, claim_id, claims)
     parts = ([f"±{rel * 100:g}%"] if rel else []) + ([f"±{abs:g}"] if abs else [])
     tolerance = " or ".join(parts) if parts else "exact"
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     allowed = max(abs or 0.0, (rel or 0.0) * builtin_abs(target))
     close = builtin_abs(float(value) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
@@ -85,7 +90,7 @@ def check_range(
         raise ValueError(f"tolerances must be >= 0, got abs={abs!r}")
     low, high = paper_range(paper, claim_id, claims)
     tolerance = f"in [{low:g}, {high:g}]" + (f" ±{abs:g}" if abs else "")
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     close = low - abs <= float(value) <= high + abs
     agree = "within the paper's range" if close else "outside the paper's range"
@@ -105,7 +110,7 @@ def check_condition(
     how the outcome reads in the note of a row that is not counted or counted elsewhere; ``setting``: which setting
     a configuration value is."""
     _check_evidence(evidence)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence)
     agree = says[0] if holds else says[1]  # in the note of a row that is not counted or counted elsewhere
     return _decided(paper, claim_id, value, tolerance, holds, agree, note, evidence, same_as, setting)

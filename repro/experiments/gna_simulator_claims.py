@@ -32,10 +32,9 @@ def _paper_condition_check(rows) -> ClaimCheck:
 
 def _decimals(claim_id: str) -> int:
     """How many decimals the paper prints for a claim (from the CSV's value text)."""
-    from repro.paper import load_claims
+    from repro.paper import paper_text
 
-    claims = load_claims()
-    text = str(claims[(claims["paper"] == PAPER) & (claims["claim_id"] == claim_id)]["value"].iloc[0])
+    text = paper_text(PAPER, claim_id)
     return len(text.split(".")[1]) if "." in text else 0
 
 
