@@ -107,13 +107,11 @@ def _load_any(checkpoint: str | Path):
         architecture = "gpt" if hf.get("model_type") == "gpt2" else (
             "bert_multiple_choice" if any(a.endswith("ForMultipleChoice") for a in hf.get("architectures") or [])
             else "bert")
-    elif kind == "megatron":
-        try:
-            return "gpt", load_checkpoint(checkpoint, expect="gpt")
-        except ValueError as err:
-            if "holds a BERT model" not in str(err):
-                raise
-            architecture = "bert"
+    elif kind == "megatron":  # the checkpoint says which model it holds, read once
+        from evals.megatron_checkpoint import read_megatron
+
+        loaded = read_megatron(checkpoint, expect=None)
+        return loaded.architecture, loaded
     else:
         architecture = "gpt"  # repro train trains GPTs
     return architecture, load_checkpoint(checkpoint, expect=architecture)

@@ -235,14 +235,15 @@ def _vocab_size(args, padded_rows: int, tp: int, overrides: Mapping[str, Any], w
     )
 
 
-def read_megatron(path: str | Path, *, expect: str = "gpt",
+def read_megatron(path: str | Path, *, expect: str | None = "gpt",
                   overrides: Mapping[str, Any] | None = None) -> LoadedState:
     """A Megatron-LM checkpoint directory as one consolidated repro state dict (unpadded vocabulary).
 
-    ``expect``: "gpt" or "bert" (the model the caller builds); ``overrides``: config values the checkpoint does
-    not record (``num_attention_heads`` without ``args``, ``vocab_size`` for an unknown tokenizer).
+    ``expect``: "gpt" or "bert" (the model the caller builds; the other is refused), or None for whichever the
+    tensors hold (a BERT has a pooler or an LM head); ``overrides``: config values the checkpoint does not record
+    (``num_attention_heads`` without ``args``, ``vocab_size`` for an unknown tokenizer).
     """
-    if expect not in ("gpt", "bert"):
+    if expect not in ("gpt", "bert", None):
         raise MegatronCheckpointError(f"Megatron checkpoints convert to 'gpt' or 'bert' models, not {expect!r}")
     overrides = dict(overrides or {})
     directory = iteration_dir(path)
@@ -291,6 +292,8 @@ def read_megatron(path: str | Path, *, expect: str = "gpt",
                     merged[f"layers.{offset + local}.{name}"] = tensor
             offset += len(layers)
         shards.append(merged)
+    if expect is None:
+        expect = "bert" if "lm_head.bias" in shards[0] or "pooler.weight" in shards[0] else "gpt"
     config = _config(expect, args, shards[0], tp, heads, overrides, directory)
     names = set(shards[0])
     for t, shard in enumerate(shards[1:], start=1):

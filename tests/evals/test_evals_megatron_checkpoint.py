@@ -365,3 +365,9 @@ def test_megatron_bert_tp2_same_outputs(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(expected, got))
     with pytest.raises(ValueError, match="holds a BERT model"):
         load_checkpoint(tmp_path, expect="gpt")
+    # repro export-hf tells a Megatron BERT from a GPT by its tensors: MegatronBertForPreTraining, the same weights
+    from evals.hf_export import export_hf
+
+    assert export_hf(tmp_path, tmp_path / "hf") == ("MegatronBertForPreTraining", None)
+    back = load_checkpoint(tmp_path / "hf", expect="bert")
+    assert all(torch.equal(back.state_dict[k][: v.shape[0]].double(), v) for k, v in full.items())
