@@ -1,7 +1,7 @@
 """What predicts the 1-GPU step's speed, proved on the CPU: host syncs, aten operations, recomputed GEMMs, saved bytes.
 
-On one H200 the trainer's 1.2B step took 0.2496 s against 0.1940 s for a plain GPT compiled whole (2026-11-27). The
-mechanisms behind the gap are all visible on a CPU (:mod:`repro.training.census`):
+On one H200 the trainer's 1.2B step took 0.2496 s against 0.1940 s for a plain GPT compiled whole (2026-11-27), and
+0.1877 s against 0.1849 s in one run once these held (2026-11-28). The mechanisms behind the gap are all visible on a CPU (:mod:`repro.training.census`):
 
 * host syncs: one per step (reading the loss), none when the loss is left on the device (``step_lazy``); the
   gradient norm and clipping stay on the device;
