@@ -14,7 +14,8 @@ and :func:`~repro.harness.resources.jobs_for` groups the points into jobs:
 Every job gets ``--nodes``, ``--ntasks-per-node`` (= world size / nodes), ``--gpus-per-node`` (omitted when 0),
 ``--cpus-per-task``, ``--mem=<N>G`` (per node) and ``--time=HH:MM:SS``. Overrides (``--nodes``,
 ``--gpus-per-node``, ``--cpus-per-task``, ``--mem``, ``--time``, ``--partition``, ``--cpu``) are validated
-before anything is written (:func:`~repro.harness.resources.parse_overrides`); ``--dry-run`` prints the
+before anything is written (:func:`~repro.harness.resources.parse_overrides`, bounded by :data:`LIMITS`, the
+fields Slurm keeps them in); ``--dry-run`` prints the
 sbatch command lines and needs no Slurm. Over-large requests are refused by sbatch at submit time (the local Slurm
 sets EnforcePartLimits=ALL) instead of waiting forever.
 
@@ -40,7 +41,7 @@ from repro.experiments.base import Experiment
 from repro.harness.resources import Job, Overrides, jobs_for, parse_overrides
 from repro.harness.sbatch import SLURM_DIR, log_name, sbatch_path, write
 from repro.assets import project_root
-from repro.results import results_dir
+from repro.results import RESULTS_ENV, results_dir
 
 
 class SlurmMissing(RuntimeError):
@@ -74,18 +75,34 @@ OWN_OPTIONS = {
     "--output": "--results-dir (logs go to <results>/slurm-logs/repro-EXP-<job id>[_<task>].out)",
     "-o": "the log name repro submit gives", "--parsable": "nothing (repro submit always passes it)",
     "--wait": "repro submit --wait", "-W": "repro submit --wait",
+    "--mem-per-cpu": "--mem (GiB per node)", "--mem-per-gpu": "--mem (GiB per node)",
+    "--gpus": "--gpus-per-node", "-G": "--gpus-per-node", "--gpus-per-task": "--gpus-per-node",
+    "--gpus-per-socket": "--gpus-per-node", "--cpus-per-gpu": "--cpus-per-task",
+    "--wrap": "nothing (the job runs slurm/EXP.sbatch; repro run EXP runs the points here)",
+    "--chdir": "nothing (the job runs in the checkout, REPRO_ROOT; --results-dir says where results go)",
+    "-D": "nothing (the job runs in the checkout, REPRO_ROOT; --results-dir says where results go)",
 }
+#: ``--export`` must keep the caller's environment (``ALL``): the job reads REPRO_ROOT, REPRO_RESULTS_DIR and
+#: REPRO_DEVICE from it.
+EXPORT_RULE = ("--export must keep the environment, the job reads REPRO_ROOT and REPRO_RESULTS_DIR from it: write "
+               "--sbatch-arg=--export=ALL,NAME=value")
 
 
-def check_sbatch_arg(text: str) -> str:
-    """One extra sbatch option as ``--name=value`` or ``--flag``; ValueError naming it and the rule otherwise."""
+def check_sbatch_arg(text: str | list[str]) -> str:
+    """One extra sbatch option as ``--name=value`` or ``--flag``; ValueError naming it and the rule otherwise.
+
+    argparse hands over ``--sbatch-arg=--`` as an empty list (it drops a lone ``--``): that is refused as ``--``."""
+    if not isinstance(text, str):
+        text = " ".join(map(str, text)) or "--"
     rule = "one sbatch option per --sbatch-arg, written --name=value or --flag (e.g. --sbatch-arg=--account=abc)"
     if not text.startswith("-") or text.strip("-") == "" or any(ch.isspace() for ch in text):
         raise ValueError(f"--sbatch-arg {text!r} is not valid: it must be {rule}")
-    name = text.split("=", 1)[0] if text.startswith("--") else text[:2]
+    name, _, value = text.partition("=") if text.startswith("--") else (text[:2], "", text[2:])
     if name in OWN_OPTIONS:
         raise ValueError(f"--sbatch-arg {text!r} is not valid: repro submit sets {name} itself; use "
                          f"{OWN_OPTIONS[name]} instead")
+    if name == "--export" and "ALL" not in value.upper().split(","):
+        raise ValueError(f"--sbatch-arg {text!r} is not valid: {EXPORT_RULE}")
     return text
 
 
@@ -121,14 +138,19 @@ def plans(
     """
     overrides = parse_overrides(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem_gb,
                                 time=time_limit, partition=partition, cpu=cpu)
+    _check_limits({"--time": (time_limit, overrides.time_min), "--mem": (mem_gb, overrides.mem_gib),
+                   "--cpus-per-task": (cpus_per_task, overrides.cpus_per_task),
+                   "--gpus-per-node": (gpus_per_node, overrides.gpus_per_node)})
     throttle = _max_parallel(max_parallel)
     if throttle is not None and array is False:
         raise ValueError(f"--max-parallel {throttle} limits the tasks of an array running at once; --no-array runs "
                          "the points one after the other in one job: drop one of them")
     jobs = jobs_for(experiment, scale, points, overrides=overrides, array=array)
+    _check_gpus(experiment, scale, jobs, overrides)
     if throttle is not None:
         jobs = [dataclasses.replace(job, max_parallel=throttle) for job in jobs]
-    log_dir = log_dir or (results_dir() / "slurm-logs")
+    # absolute: sbatch runs in the checkout, so a relative --output would name a folder under it
+    log_dir = Path(log_dir or (results_dir() / "slurm-logs")).absolute()
     slurm_dir = slurm_dir or SLURM_DIR
     if write_files:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -138,14 +160,44 @@ def plans(
     return [_plan(experiment, job, overrides, log_dir, path, extra) for job in jobs]
 
 
+#: Upper bounds of the overrides, from the fields Slurm keeps them in: option -> (largest value, its unit and why).
+LIMITS = {
+    "--time": (2**31 - 1, "minutes: sbatch reads a time limit as a signed 32-bit count of minutes"),
+    "--cpus-per-task": (65533, "CPUs: Slurm keeps CPUs per task in 16 bits (65534 and 65535 mean unset/unlimited)"),
+    "--gpus-per-node": (65533, "GPUs: repro runs one rank per GPU, and Slurm keeps tasks per node in 16 bits"),
+    "--mem": (2**20, "GiB (1 PiB): more memory than any node Slurm manages; such a job would never start"),
+    "--max-parallel": (4000001, "tasks: Slurm's MaxArraySize is at most 4000001, so no array has more tasks"),
+}
+
+
+def _check_limits(values: dict[str, tuple[object, int | None]]) -> None:
+    """ValueError naming the first override (option -> (as typed, parsed)) above its :data:`LIMITS` bound."""
+    for option, (typed, parsed) in values.items():
+        limit, why = LIMITS[option]
+        if parsed is not None and parsed > limit:
+            raise ValueError(f"{option} {typed!r} is not valid: it must be at most {limit} {why}")
+
+
+def _check_gpus(experiment: Experiment, scale: str, jobs: Sequence[Job], overrides: Overrides) -> None:
+    """``--gpus-per-node 0`` without ``--cpu`` for points that need GPUs: ValueError (launch.sh would stop them)."""
+    if overrides.gpus_per_node != 0 or overrides.cpu:
+        return
+    needy = [name for job in jobs for name in job.points if experiment.point_named(scale, name).needs_gpu]
+    if needy:
+        shown = ", ".join(needy[:4]) + (f" and {len(needy) - 4} more" if len(needy) > 4 else "")
+        raise ValueError(f"--gpus-per-node 0 asks for no GPUs, but point(s) {shown} of {experiment.name} at scale "
+                         f"{scale!r} need a GPU: give --gpus-per-node >= 1, or --cpu to run them on CPU")
+
+
 def _max_parallel(value: object) -> int | None:
-    """``--max-parallel``: a whole number >= 1 (Slurm's array throttle, ``--array=0-7%N``), or None."""
+    """``--max-parallel``: a whole number in [1, 4000001] (Slurm's array throttle, ``--array=0-7%N``), or None."""
     if value is None:
         return None
     text = str(value).strip()
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"--max-parallel {value!r} is not valid: it must be a whole number >= 1 (array tasks that "
                          "may run at once)")
+    _check_limits({"--max-parallel": (value, int(text))})
     return int(text)
 
 
@@ -176,6 +228,8 @@ def submit(job: Plan, *, env: dict[str, str] | None = None) -> str:
     require("sbatch")
     root = project_root()
     full_env = {**os.environ, "REPRO_ROOT": str(root), **(env or {})}
+    if full_env.get(RESULTS_ENV):  # sbatch runs in the checkout: a relative folder would be read from there
+        full_env[RESULTS_ENV] = str(Path(full_env[RESULTS_ENV]).absolute())
     proc = subprocess.run(list(job.argv), capture_output=True, text=True, env=full_env, cwd=root, timeout=60)
     if proc.returncode != 0:
         raise SubmitError(f"sbatch refused the job ({' '.join(job.argv)}): {proc.stderr.strip()}")

@@ -26,6 +26,8 @@ them, for DeepSpeed on the same model (rows in the same schema; the library neve
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -174,8 +176,8 @@ def measure_stages(
 
 
 def _read_rows(path: Path) -> list[dict]:
-    """The measurements of a --rows file: a JSON list of objects, each with a 'framework' key (a ValueError names
-    the file and the rule)."""
+    """The measurements of a --rows file: a JSON list of objects, each as :func:`_row_problem` wants it (a ValueError
+    names the file and the rule)."""
     try:
         rows = json.loads(path.read_text())
     except OSError as err:
@@ -184,19 +186,104 @@ def _read_rows(path: Path) -> list[dict]:
         raise ValueError(f"--rows {path} is not valid JSON ({err})") from None
     if not isinstance(rows, list) or not all(isinstance(row, dict) and "framework" in row for row in rows):
         raise ValueError(f"--rows {path} must hold a JSON list of objects, each with a 'framework' key")
+    for number, row in enumerate(rows, start=1):
+        problem = _row_problem(row)
+        if problem is not None:
+            raise ValueError(f"--rows {path}: row {number} {problem}")
     return rows
 
 
-def _check_out(prefix: Path) -> None:
-    """The folder of ``--out`` exists (or is created) and accepts files; else a ValueError naming it."""
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_bytes(value: object) -> bool:
+    """A count of bytes: a finite number >= 0 (JSON has no other numbers than int and float)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0)
+
+
+#: what :func:`attribute` reads from every row: key -> (check, rule)
+ROW_KEYS = {
+    "framework": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
+    "stage": (lambda v: _is_whole(v) and 0 <= v <= 3, "a ZeRO stage: 0, 1, 2 or 3"),
+    "dp_size": (lambda v: _is_whole(v) and v >= 1, "a whole number >= 1 (data-parallel ranks)"),
+    "psi": (lambda v: _is_whole(v) and v >= 1, "a whole number >= 1 (parameters of the model)"),
+}
+#: byte counts a row may carry (null: not measured); rss_peak and rss_start are required without a device_peak,
+#: device_start with one
+BYTE_KEYS = ("rss_peak", "rss_start", "device_peak", "device_start", "model_states_in_memory",
+             "model_states_on_disk", "formula_bytes", "comm_buffer_bytes", "gathered_param_bytes", "io_buffer_bytes",
+             "activation_bytes")
+
+
+def _bad(key: str, value: object, rule: str) -> str:
+    shown = repr(value)
+    return f"has {key} {shown[:60] + '...' if len(shown) > 60 else shown}; it must be {rule}"
+
+
+def _row_problem(row: dict[str, Any]) -> str | None:
+    """Why one --rows measurement cannot be reported (``has stage 7; it must be ...``), or None."""
+    needed = [*ROW_KEYS, *(("device_start",) if row.get("device_peak") else ("rss_peak", "rss_start"))]
+    missing = [key for key in needed if row.get(key) is None]
+    if missing:
+        return f"lacks {', '.join(map(repr, missing))}: every row needs {', '.join(needed)}"
+    for key, (check, rule) in ROW_KEYS.items():
+        if not check(row[key]):
+            return _bad(key, row[key], rule)
+    for key in BYTE_KEYS:
+        if row.get(key) is not None and not _is_bytes(row[key]):
+            return _bad(key, row[key], "a number of bytes >= 0")
+    for key, nested in (("ledger", True), ("transient_peak", False)):
+        table = row.get(key, {})
+        if not isinstance(table, dict) or not all(_is_bytes(v) and (not nested or str(k).count("/") == 1)
+                                                  for k, v in table.items()):
+            rule = "an object of 'kind/tier': bytes" if nested else "an object of name: bytes"
+            return _bad(key, table, rule)
+    zero = row.get("spec", {}).get("zero", {}) if isinstance(row.get("spec", {}), dict) else None
+    if not isinstance(zero, dict) or zero.get("dtype", "fp32") not in ("fp32", "bf16", "fp16") or not all(
+            isinstance(zero.get(tier, {}), dict) and isinstance(zero.get(tier, {}).get("device", "none"), str)
+            for tier in ("offload_optimizer", "offload_param")):
+        return _bad("spec", row.get("spec"), "an object whose 'zero' has a dtype (fp32, bf16, fp16) and "
+                    "offload_optimizer/offload_param objects with a 'device' string")
+    return None
+
+
+def _check_out(text: str) -> Path:
+    """``--out``: a file name prefix whose folder exists (or can be created) and accepts files; else a ValueError
+    naming it."""
     from repro.paths import name_problem, writable_dir_problem
 
+    empty = name_problem(text)
+    if empty is not None:
+        raise ValueError(f"--out {text!r} {empty}")
+    if text.endswith(("/", os.sep)) or Path(text).name in ("", ".", ".."):
+        raise ValueError(f"--out {text!r} must be a file name prefix such as reports/zero (it writes PREFIX.md, "
+                         "PREFIX.json and PREFIX.png), not a directory")
+    prefix = Path(text)
     name = name_problem(f"{prefix}.json")
     if name is not None:
         raise ValueError(f"--out {prefix} {name}")
-    folder = writable_dir_problem(prefix.parent)
+    folder = writable_dir_problem(prefix.parent, create=False)  # probed, made only once the report is written
     if folder is not None:
         raise ValueError(f"--out {prefix}: its folder {prefix.parent} {folder}")
+    return prefix
+
+
+def _check_rows(text: str | None, no_measure: bool) -> list[dict]:
+    """``--rows``: the measurements it holds ([] without one); a ValueError names an empty path, a file that
+    cannot be read or a row that cannot be reported, and an empty list with ``--no-measure``."""
+    from repro.paths import name_problem
+
+    if text is None:
+        return []
+    empty = name_problem(text)
+    if empty is not None:
+        raise ValueError(f"--rows {text!r} {empty}")
+    rows = _read_rows(Path(text))
+    if not rows and no_measure:
+        raise ValueError(f"--rows {text} holds no rows (an empty list): with --no-measure there is nothing to report")
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -217,13 +304,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=positive_int, default=64, help="tokens per sequence")
     parser.add_argument("--micro-batch", type=positive_int, default=2, help="sequences per rank per step")
     parser.add_argument("--steps", type=positive_int, default=3, help="training steps measured")
-    parser.add_argument("--rows", type=Path, default=None,
+    parser.add_argument("--rows", default=None,
                         help="JSON list of measurements to add, each with a 'framework' key (bench/test_zero_bench.py "
                              "writes repro's and DeepSpeed's on the bench model)")
     parser.add_argument("--no-measure", action="store_true", help="only render --rows, measure nothing here")
-    parser.add_argument("--out", type=Path, default=Path("zero_memory_report"),
+    parser.add_argument("--out", default="zero_memory_report",
                         help="output prefix: writes <out>.md, <out>.json and <out>.png")
     args = parser.parse_args(argv)
+    if args.nvme_path is not None and args.offload != "nvme":
+        parser.error(f"--nvme-path {args.nvme_path!r} is only used with --offload nvme (where its swap files go); "
+                     "add --offload nvme or drop --nvme-path")
     if args.offload == "nvme" and not args.nvme_path:
         parser.error("--offload nvme needs --nvme-path DIR (where the swap files go)")
     if args.no_measure and args.rows is None:
@@ -235,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from repro.zero.offload.nvme import check_nvme_path
 
             check_nvme_path(args.nvme_path)
-        rows = _read_rows(args.rows) if args.rows is not None else []
-        _check_out(args.out)
+        out = _check_out(args.out)
+        rows = _check_rows(args.rows, args.no_measure)
     except ValueError as err:
         parser.error(str(err))
     try:  # before measuring: the report always draws <out>.png
@@ -251,11 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "num_attention_heads": args.num_heads, "max_position_embeddings": args.seq_len})]
     measurements += rows
     frame = report_frame(measurements)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     text = render_markdown(frame)
-    Path(f"{args.out}.md").write_text(text)
-    Path(f"{args.out}.json").write_text(frame.to_json(orient="records", indent=1))
-    figure(frame, Path(f"{args.out}.png"))
+    Path(f"{out}.md").write_text(text)
+    Path(f"{out}.json").write_text(frame.to_json(orient="records", indent=1))
+    figure(frame, Path(f"{out}.png"))
     print(text)
     return 0
 
