@@ -13,8 +13,9 @@ it has some, else ci, else smoke); ``reproduce`` defaults to ``ci``, which runs 
 otherwise. Every ``--help`` says the same.
 
 Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit, an optional
-package such as datasets or matplotlib missing where a command needs it) print one line and exit with status 2; a
-failed point or job exits with 1.
+package such as datasets or matplotlib missing where a command needs it, a $REPRO_RESULTS_DIR or
+$REPRO_EXTRA_EXPERIMENTS that cannot be used) print one line and exit with status 2; a failed point or job exits
+with 1.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from pathlib import Path
 
 from repro import results as R
 from repro.cliargs import OneLineParser, positive_float
-from repro.experiments import SCALES, Registry, registry
+from repro.experiments import EXTRA_ENV, SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.harness.machine_fit import DEVICES, NeedsGPU
 from repro.harness.resources import cpu_scale_of, format_time, resources_of
-from repro.harness.runner import budget_for
+from repro.harness.runner import budget_for, plan_run
 from repro.harness.submit import SlurmMissing, SubmitError, check_sbatch_arg
 from repro.optional import MissingPackage
 from repro.paths import writable_dir_problem
@@ -46,9 +47,16 @@ def _scale(value: str, *, allow_any: bool = False) -> str:
 
 
 def _registry(args: argparse.Namespace) -> Registry:
+    """The registry; a shipped module that failed to load is a warning, one that ``$REPRO_EXTRA_EXPERIMENTS``
+    names is bad input (ValueError: one line, exit 2, before any work)."""
     reg = registry()
+    extra = {spec.strip() for spec in os.environ.get(EXTRA_ENV, "").split(",")}  # as the registry reads it
     for module, error in reg.errors.items():
-        print(f"repro: warning: {module} was not loaded: {error.strip().splitlines()[-1]}", file=sys.stderr)
+        reason = error.strip().splitlines()[-1]
+        if module in extra:  # the loader's own words when it names the variable, without the exception's type
+            raise ValueError(reason.split(": ", 1)[-1] if EXTRA_ENV in reason
+                             else f"{EXTRA_ENV} names {module!r}, which was not loaded: {reason}")
+        print(f"repro: warning: {module} was not loaded: {reason}", file=sys.stderr)
     return reg
 
 
@@ -78,8 +86,8 @@ def _describe_point(exp: Experiment, scale: str, point: Point) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.scale:
-        _scale(args.scale)  # before the table, so a bad scale prints one line
+    if args.scale is not None:
+        _scale(args.scale)  # before the table, so a bad scale (an empty one too) prints one line
     reg = _registry(args)
     rows = R.load_rows(args.results_dir)
     header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs per node", "GPU points",
@@ -94,7 +102,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                               *_scale_summary(exp, scale), f"{budget:.0f} s" + ("" if declared else "*"),
                               max(mine["run_id"]) if len(mine) else "not run"))
         print(f"  {' '.join(exp.title.split())}")
-    if args.scale:
+    if args.scale is not None:
         scale = _scale(args.scale)
         for exp in reg:
             for point in exp.points.get(scale, ()):
@@ -112,16 +120,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     experiments = [reg.get(name) for name in args.experiments]  # all names checked before anything runs
-    for exp in experiments:
-        scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
-        declared = [p.name for p in exp.points.get(scale, ())]
-        for name in args.point or ():
-            if name not in declared:
-                raise ValueError(f"experiment {exp.name!r} has no point {name!r} at scale {scale!r}; it declares "
-                                 f"{declared}")
+    scales = {exp.name: _scale(args.scale) if args.scale is not None else cpu_scale_of(exp) for exp in experiments}
+    for exp in experiments:  # every experiment's scale, points, devices and memory, before the first one runs
+        plan_run(exp, scales[exp.name], points=args.point, device=args.device)
     status = 0
     for exp in experiments:
-        scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
+        scale = scales[exp.name]
         print(f"{exp.name} at scale {scale}:")
         report = run_experiment(exp, scale, points=args.point, results=args.results_dir, force=args.force,
                                 device=args.device, progress=print)
@@ -146,7 +150,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     exp = reg.get(args.experiment)
-    scale = _scale(args.scale) if args.scale else cpu_scale_of(exp)
+    scale = _scale(args.scale) if args.scale is not None else cpu_scale_of(exp)
     if args.wait and args.dry_run:
         raise ValueError("--wait with --dry-run: a dry run submits nothing, so there is no job to wait for")
     extra = [check_sbatch_arg(arg) for arg in args.sbatch_arg or ()]
@@ -351,6 +355,25 @@ def _joined_sbatch_args(argv: list[str]) -> list[str]:
     return out
 
 
+def _results_dir_refusal(args: argparse.Namespace) -> str | None:
+    """Why the results directory cannot be used (None when it can): ``$REPRO_RESULTS_DIR``, when no
+    --results-dir overrides it, gets --results-dir's checks for every command (an empty value is unset, as
+    :func:`repro.results.results_dir` reads it); a command that writes results also needs it writable."""
+    env = os.environ.get(R.RESULTS_ENV)
+    if args.results_dir is None and env:
+        problem = ("is blank: give a path, or unset it" if not env.strip()
+                   else writable_dir_problem(env, write=False))
+        if problem is not None:
+            return f"environment variable {R.RESULTS_ENV}: {env!r} {problem}"
+    if args.command in WRITES_RESULTS:
+        root = R.results_dir(args.results_dir)
+        problem = writable_dir_problem(root, create=False)
+        if problem is not None:  # before a point runs, not after (created by the command itself)
+            option = "--results-dir" if args.results_dir else f"the results directory ({R.RESULTS_ENV} or results/)"
+            return f"{option} {root} {problem}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
@@ -358,13 +381,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(importlib.import_module(FORWARDED[argv[0]][0]).main(argv[1:]) or 0)
     args = build_parser().parse_args(_joined_sbatch_args(argv))
-    if args.command in WRITES_RESULTS:
-        root = R.results_dir(args.results_dir)
-        problem = writable_dir_problem(root, create=False)
-        if problem is not None:  # before a point runs, not after (created by the command itself)
-            option = "--results-dir" if args.results_dir else f"the results directory ({R.RESULTS_ENV} or results/)"
-            print(f"repro: error: {option} {root} {problem}", file=sys.stderr)
-            return 2
+    refusal = _results_dir_refusal(args)
+    if refusal is not None:
+        print(f"repro: error: {refusal}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except (ValueError, NeedsGPU, FileNotFoundError, SlurmMissing, SubmitError, MissingPackage) as err:

@@ -15,6 +15,9 @@ from typing import NoReturn
 #: would wrap onto another seed (two runs told different seeds would draw the same data)
 SEED_LIMIT = 2**63
 
+#: 128 + SIGPIPE, as a shell reports a Unix tool whose reader left (``repro list | head -1``)
+EXIT_BROKEN_PIPE = 141
+
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions kept as written; every option's help ends with its default, unless the help already says it or
@@ -104,7 +107,10 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
     interpreter end by SIGINT even after it was caught (exit -2 instead of 130). Nothing has been done yet, so
     leaving at once loses nothing. A SIGINT that was ignored (``nohup``, a background job) stays ignored; once the
     module is loaded the previous handler is back, and the command's own handling of Ctrl-C applies; a
-    KeyboardInterrupt the command lets through is the line ``PROG: interrupted (SIGINT)`` and 130."""
+    KeyboardInterrupt the command lets through is the line ``PROG: interrupted (SIGINT)`` and 130.
+
+    A reader of standard output that left early (``repro list | head -1``) ends the command quietly, as it ends a
+    Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`."""
     import importlib
     import os
     import signal
@@ -125,11 +131,30 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
             signal.signal(signal.SIGINT, previous)
     try:
         code = main()
+        sys.stdout.flush()  # here, where a reader that left is caught, not in the interpreter's exit
     except KeyboardInterrupt:  # one the command did not handle itself (e.g. while it parses its options)
         print(f"{prog}: interrupted (SIGINT)", file=sys.stderr, flush=True)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_left()
         os._exit(130)  # not sys.exit: see above (a KeyboardInterrupt raised in C code would end the process by SIGINT)
+    except BrokenPipeError:
+        _reader_left()
     sys.exit(code)
+
+
+def _reader_left() -> NoReturn:
+    """Exit 141 without a word: standard output's reader is gone. What is still buffered for it is dropped by
+    pointing the descriptor at /dev/null, or the interpreter's own flush at exit would print a traceback-like
+    "Exception ignored" message."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(EXIT_BROKEN_PIPE)
 
 
 def repro_command() -> NoReturn:

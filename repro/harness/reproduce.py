@@ -25,7 +25,7 @@ from repro.claims_render import render_markdown
 from repro.experiments import Registry
 from repro.experiments.base import Experiment
 from repro.harness.machine_fit import NeedsGPU
-from repro.harness.runner import RunReport, budget_for, run_experiment
+from repro.harness.runner import RunReport, budget_for, plan_run, run_experiment
 from repro.optional import MissingPackage
 from repro.paper import load_claims
 
@@ -134,12 +134,16 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
               only: list[str] | None = None, figures: list[str] | None = None,
               say: Callable[[str], None] = print) -> Reproduction:
     """Run ``only`` (default: every experiment) at ``scale``, then the ``figures`` (default: all) and the claims
-    report; report what changed."""
+    report; report what changed. An experiment named in ``only`` that cannot run at ``scale`` here (no such scale,
+    too little memory, no GPU with ``device="cuda"``) is a ValueError before anything runs, as ``repro run`` says
+    it; the others are skipped with the reason."""
+    names = only or reg.names()
+    experiments = [reg.get(n) for n in names]
+    for exp in experiments if only else ():  # asked for by name: refused before any work, not skipped
+        plan_run(exp, scale_to_run(exp, scale), device=device, skip_needs_gpu=True)
     import repro.figures  # noqa: F401 - before the runs: a missing matplotlib or seaborn stops here, not after them
 
     root = R.results_dir(root)
-    names = only or reg.names()
-    experiments = [reg.get(n) for n in names]
     before_rows = _rows(root, scale)
     old_claims_path = root / "claims.csv"
     before_claims = pd.read_csv(old_claims_path) if old_claims_path.exists() else pd.DataFrame()

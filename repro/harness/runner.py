@@ -171,6 +171,43 @@ def select_points(experiment: Experiment, scale: str, names: Iterable[str] | Non
     return [p for p in points if p.name in names]
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do with each chosen point, decided before anything runs: its device (None: not run), and
+    for the points that need more GPUs than this machine has, why they are skipped."""
+
+    points: tuple[Point, ...]
+    devices: dict[str, str | None]
+    too_few: dict[str, str]
+
+
+def plan_run(experiment: Experiment, scale: str, *, points: Sequence[str] | None = None, device: str = "auto",
+             skip_needs_gpu: bool = False) -> RunPlan:
+    """Every check of a run, for every point, before anything runs: the scale and the point names exist, each point
+    has the device it needs (a point that needs a GPU raises :class:`NeedsGPU`, or is set aside with
+    ``skip_needs_gpu``; with ``--device cuda`` one needing more GPUs than this machine has is set aside as skipped),
+    and each point that will run fits in memory. A point set aside does not run, so its memory is not checked."""
+    chosen = select_points(experiment, scale, points)
+    devices: dict[str, str | None] = {}
+    too_few: dict[str, str] = {}
+    for point in chosen:
+        try:
+            devices[point.name] = resolve_device(device, point, experiment=experiment.name)
+        except TooFewGPUs as err:  # --device cuda: the points that fit run, this one is reported as skipped
+            devices[point.name], too_few[point.name] = None, str(err)
+            continue
+        except NeedsGPU:
+            if not skip_needs_gpu:
+                check_memory(experiment.name, scale, point)  # too little memory is the first thing to say
+                raise
+            devices[point.name] = None
+            continue
+        check_memory(experiment.name, scale, point)
+    if too_few and len(too_few) == len(chosen):
+        raise ValueError(next(iter(too_few.values())) + "; no chosen point fits this machine's GPUs")
+    return RunPlan(tuple(chosen), devices, too_few)
+
+
 def run_experiment(
     experiment: Experiment,
     scale: str,
@@ -186,28 +223,14 @@ def run_experiment(
 ) -> RunReport:
     """Run the chosen points of ``experiment`` at ``scale`` locally and append their rows to a new run file.
 
-    Checks come first, for every point, before anything runs: the scale exists, each point fits in memory, and
-    each has the device it needs (a point that needs a GPU raises :class:`NeedsGPU`, or is skipped with
-    ``skip_needs_gpu``). A point that raises is recorded as failed and the others still run, except for a point
-    that needs an optional package that is not installed: its :class:`~repro.optional.MissingPackage` stops the run.
+    Checks come first, for every point, before anything runs (:func:`plan_run`). A point that raises is recorded
+    as failed and the others still run, except for a point that needs an optional package that is not installed:
+    its :class:`~repro.optional.MissingPackage` stops the run.
     """
     say = progress or (lambda message: None)
     root = R.results_dir(results)
-    chosen = select_points(experiment, scale, points)
-    devices: dict[str, str | None] = {}
-    too_few: dict[str, str] = {}
-    for point in chosen:
-        check_memory(experiment.name, scale, point)
-        try:
-            devices[point.name] = resolve_device(device, point, experiment=experiment.name)
-        except TooFewGPUs as err:  # --device cuda: the points that fit run, this one is reported as skipped
-            devices[point.name], too_few[point.name] = None, str(err)
-        except NeedsGPU:
-            if not skip_needs_gpu:
-                raise
-            devices[point.name] = None
-    if too_few and len(too_few) == len(chosen):
-        raise ValueError(next(iter(too_few.values())) + "; no chosen point fits this machine's GPUs")
+    plan = plan_run(experiment, scale, points=points, device=device, skip_needs_gpu=skip_needs_gpu)
+    chosen, devices, too_few = plan.points, plan.devices, plan.too_few
     earlier = R.earlier_runs(root, experiment.name, scale, [p.name for p in chosen])
     run_id = run_id or R.new_run_id()
     outcomes: list[PointOutcome] = []
