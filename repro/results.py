@@ -70,11 +70,18 @@ RUN_ID_PATTERN = re.compile(r"(\d{8}T\d{6})(\.\d{6})?Z-[0-9a-f]{6}")
 
 
 def check_run_id(run_id: str) -> str:
-    """``run_id`` when it is a timestamp run id; else one line (ValueError): the newest run of a point is the one
-    reported, and runs are ordered by the time their id carries."""
-    if not RUN_ID_PATTERN.fullmatch(run_id):
+    """``run_id`` when it is a timestamp run id of a real time; else one line (ValueError): the newest run of a
+    point is the one reported, and runs are ordered by the time their id carries."""
+    match = RUN_ID_PATTERN.fullmatch(run_id)
+    if not match:
         raise ValueError(f"run id {run_id!r} is not a timestamp run id like {new_run_id()!r} (a UTC time, Z, a "
                          f"dash, 6 hex digits): runs are ordered by it")
+    try:
+        _dt.datetime.strptime(match.group(1), "%Y%m%dT%H%M%S")
+    except ValueError:
+        raise ValueError(f"run id {run_id!r}: {match.group(1)} is not a real UTC time (YYYYMMDDTHHMMSS: month "
+                         f"01-12, a day of that month, hour 00-23, minutes and seconds 00-59): runs are ordered by "
+                         f"it") from None
     return run_id
 
 
@@ -126,11 +133,14 @@ def device_description(device: str) -> str:
 
 
 def slurm_provenance(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Job id (``<array job>_<task>`` for array tasks), array task id and node list when run under Slurm."""
+    """Job id (``<array job>_<task>`` for array tasks), array task id and node list when run under Slurm; a
+    ValueError naming ``SLURM_ARRAY_TASK_ID`` when it is not a whole number."""
     env = os.environ if env is None else env
     if "SLURM_JOB_ID" not in env:
         return {"job_id": None, "array_task_id": None, "nodelist": None}
     task = env.get("SLURM_ARRAY_TASK_ID")
+    if task is not None and not (task.isascii() and task.isdigit()):
+        raise ValueError(f"launch variable SLURM_ARRAY_TASK_ID={task!r} must be an integer >= 0 (an array task id)")
     job = f"{env['SLURM_ARRAY_JOB_ID']}_{task}" if task is not None and "SLURM_ARRAY_JOB_ID" in env else env[
         "SLURM_JOB_ID"
     ]
@@ -174,7 +184,8 @@ def _plain(value: Any) -> Any:
 
 
 def check_row(row: Mapping[str, Any], *, metrics: Iterable[str] = (), where: str = "") -> None:
-    """A row needs ``metric`` (str), ``value`` and ``unit`` (str), and none of the keys the runner adds."""
+    """A row needs ``metric`` (str), ``value`` (a number, or None for no value; a numpy or torch scalar counts) and
+    ``unit`` (str), and none of the keys the runner adds: what :func:`read_run` reads back."""
     prefix = f"{where}: " if where else ""
     if not isinstance(row, Mapping):
         raise ValueError(f"{prefix}a row must be a dict, got {type(row).__name__}")
@@ -183,6 +194,8 @@ def check_row(row: Mapping[str, Any], *, metrics: Iterable[str] = (), where: str
         raise ValueError(f"{prefix}row {dict(row)!r} lacks {missing}; every row has metric, value and unit")
     if not isinstance(row["metric"], str) or not isinstance(row["unit"], str):
         raise ValueError(f"{prefix}row {dict(row)!r}: metric and unit must be strings")
+    if not _is_value(row["value"]):
+        raise ValueError(f"{prefix}row {dict(row)!r}: {VALUE_RULE}, got {row['value']!r}")
     clash = [key for key in RESERVED_ROW_KEYS if key in row]
     if clash:
         raise ValueError(f"{prefix}row {dict(row)!r} uses keys {clash} that the runner reserves")
@@ -213,18 +226,75 @@ def append_rows(
     return path
 
 
+#: what a row's value may be, in the words of the errors: what :func:`append_rows` writes for it
+VALUE_RULE = "value must be a number (or null: no value)"
+#: the columns of a row that are text; ``value`` is the one other column every row has
+TEXT_COLUMNS = tuple(key for key in KEY_COLUMNS if key != "value")
+
+
+def _is_value(value: Any) -> bool:
+    """A number (not a bool), None, or a 0-d numpy/torch number (:func:`_plain` writes it as one)."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON type of a parsed value, and the value (shortened)."""
+    kinds = ((bool, "true/false"), (dict, "an object"), (list, "an array"), (str, "a string"), (object, "a number"))
+    text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return "null" if value is None else next(f"{name} {text}" for kind, name in kinds if isinstance(value, kind))
+
+
+def row_problem(record: Any) -> str | None:
+    """Why ``record`` (one parsed line of a run file) is not a row, in words; None for a row: a JSON object with
+    :data:`KEY_COLUMNS` (text, except a number or null ``value``) and, when present, a ``provenance`` object."""
+    if not isinstance(record, dict):
+        return f"a row must be a JSON object, got {_json_kind(record)}"
+    missing = [key for key in KEY_COLUMNS if key not in record]
+    if missing:
+        return f"the row lacks {', '.join(missing)}; every row has {', '.join(KEY_COLUMNS)}"
+    not_text = [key for key in TEXT_COLUMNS if not isinstance(record[key], str)]
+    if not_text:
+        return f"{not_text[0]} must be a string, got {_json_kind(record[not_text[0]])}"
+    if not _is_value(record["value"]):
+        return f"{VALUE_RULE}, got {_json_kind(record['value'])}"
+    if not isinstance(record.get("provenance", {}), dict):
+        return f"provenance must be a JSON object, got {_json_kind(record['provenance'])}"
+    return None
+
+
 def read_run(path: Path) -> list[dict[str, Any]]:
-    """The records of one run file (blank lines skipped; a corrupt line raises with its position)."""
+    """The rows of one run file (blank lines skipped), each checked by :func:`row_problem`. A file that cannot be
+    read, a line that is not UTF-8 or JSON, and a record that is not a row raise one line (ValueError) that names
+    ``path:line``: a corrupt run file is refused before anything is computed from it."""
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not a JSON row ({err})") from err
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                records.extend(_parse_line(path, number, raw))
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read as a run file ({err.strerror or err})") from None
     return records
+
+
+def _parse_line(path: Path, number: int, raw: bytes) -> list[dict[str, Any]]:
+    """The row on one line of a run file ([] for a blank line)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column "
+                         f"{err.start + 1}); a run file is JSON lines") from None
+    if not line.strip():
+        return []
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{path}:{number}: not a JSON row ({err})") from None
+    problem = row_problem(record)
+    if problem is not None:
+        raise ValueError(f"{path}:{number}: {problem}")
+    return [record]
 
 
 def run_files(root: Path, experiment: str | None = None) -> list[Path]:

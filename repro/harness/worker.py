@@ -8,8 +8,10 @@
   with :func:`repro.dist.init_distributed`, runs the point as the rank it is, and rank 0 appends the rows.
 * Otherwise it runs the point(s) on this machine exactly like ``repro run`` (local processes when needed).
 
-Exit status: 0 when every point succeeded, 1 when one failed, 2 for bad arguments (unknown experiment, scale or
-point, too little memory, no GPU for a GPU point).
+Exit status: 0 when every point succeeded, 1 when one failed, 2 for bad input, one line before any point runs
+(unknown experiment, scale or point, a results directory that cannot be written, a launch variable that is not a
+count, a run id that is not a real time, a corrupt run file for ``--skip-done``, too little memory, no GPU for a
+GPU point).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import time
 from pathlib import Path
 
 from repro import results as R
+from repro.cliargs import OneLineParser, non_negative_int
 from repro.experiments import get_experiment
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.harness.machine_fit import DEVICES, NeedsGPU, check_memory, resolve_device
 from repro.harness.runner import RowWriter, run_experiment, run_rank
+from repro.paths import name_problem, writable_dir_problem
 
 
 def _points(experiment: Experiment, scale: str, name: str | None, index: int | None) -> list[Point]:
@@ -53,18 +57,55 @@ def written_by_this_job(results: Path, experiment: str, scale: str, run_id: str)
             if record.get("scale") == scale and str((record.get("provenance") or {}).get("job_id")) == str(job)}
 
 
+def _count_variable(name: str, default: str = "1") -> int:
+    """Launch variable ``name`` (``default`` when unset) as a whole number >= 1; else one line (ValueError)."""
+    text = os.environ.get(name, default)
+    if not (text.strip().isascii() and text.strip().isdigit() and int(text) >= 1):
+        raise ValueError(f"launch variable {name}={text!r} must be an integer >= 1 (a count of ranks)")
+    return int(text)
+
+
 def _launched_world_size() -> int:
-    """Ranks the launcher started: torchrun's WORLD_SIZE, or an srun step's task count; 1 otherwise.
+    """Ranks the launcher started: torchrun's WORLD_SIZE, or an srun step's task count; 1 otherwise. A variable
+    that is not a whole number >= 1 is one line (ValueError) naming it.
 
     The batch step of an sbatch job also sets SLURM_PROCID/SLURM_NTASKS, but it is one process: only a step
     started by srun (SLURM_STEP_ID set, not the batch step) counts as distributed.
     """
     if "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
+        return _count_variable("WORLD_SIZE")
     step = os.environ.get("SLURM_STEP_ID")
     if step is not None and step != "batch" and "SLURM_PROCID" in os.environ:
-        return int(os.environ.get("SLURM_STEP_NUM_TASKS", os.environ.get("SLURM_NTASKS", "1")))
+        if "SLURM_STEP_NUM_TASKS" in os.environ:
+            return _count_variable("SLURM_STEP_NUM_TASKS")
+        return _count_variable("SLURM_NTASKS")
     return 1
+
+
+def _ranks_per_node() -> int:
+    """Ranks on this node: LOCAL_WORLD_SIZE (torchrun), else SLURM_NTASKS_PER_NODE, else 1."""
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        return _count_variable("LOCAL_WORLD_SIZE")
+    return _count_variable("SLURM_NTASKS_PER_NODE")
+
+
+def _results_dir_option(text: str) -> Path:
+    """--results-dir: a path that names something (an empty one would be the current directory)."""
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+    return Path(text)
+
+
+def _checked_results(option: Path | None, *, write: bool, ranks: int) -> Path:
+    """The results root, checked before any point runs: a directory that can be (created and) written, or only
+    read for ``--skip-done``. Launched ranks create it (idempotent) rather than probe it: their probes would race."""
+    root = R.results_dir(option)
+    problem = writable_dir_problem(root, create=ranks > 1, write=write)
+    if problem is not None:
+        name = "--results-dir" if option is not None else f"the results directory ({R.RESULTS_ENV} or results/)"
+        raise ValueError(f"{name} {root} {problem}")
+    return root
 
 
 def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id: str, results: Path,
@@ -79,7 +120,7 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
             f"{world}; launch it with exactly {point.world_size} (slurm/launch.sh does)"
         )
     launch = init_distributed("nccl" if device == "cuda" else "gloo")
-    ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", "1")))
+    ranks_per_node = _ranks_per_node()
     if launch.local_rank == 0:
         check_memory(experiment.name, scale, point, ranks_here=ranks_per_node)
     scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-r{launch.rank}-"))
@@ -108,33 +149,41 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.harness.worker", description=__doc__.split("\n")[0])
-    parser.add_argument("experiment")
-    parser.add_argument("--scale", default="ci")
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m repro.harness.worker", description=__doc__.split("\n")[0])
+    parser.add_argument("experiment", help="experiment name, as `repro list` shows it")
+    parser.add_argument("--scale", default="ci", help="ci, smoke, node or paper")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--point", help="point name (default: every point of the scale)")
-    which.add_argument("--point-index", type=int, help="point by position (a Slurm array task id)")
+    which.add_argument("--point-index", type=non_negative_int,
+                       help="point by position, from 0 (a Slurm array task id)")
     parser.add_argument("--run-id", help="append to this run, a timestamp run id such as 20261127T222905.210778Z-4c66fb "
                                           "(default: a new run id)")
-    parser.add_argument("--results-dir", type=Path, help="results root (default: $REPRO_RESULTS_DIR or results/)")
-    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--results-dir", type=_results_dir_option,
+                        help="results root (default: $REPRO_RESULTS_DIR or results/)")
+    parser.add_argument("--device", default="auto", choices=DEVICES, help="auto, cpu or cuda")
     parser.add_argument("--plan", action="store_true", help="print the points to run and exit")
     parser.add_argument("--skip-done", action="store_true",
                         help="with --plan and --run-id: leave out the points this Slurm job already wrote to the run "
                              "(an earlier attempt of a requeued job)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.skip_done and not (args.plan and args.run_id):
             raise ValueError("--skip-done needs --plan and --run-id (the run whose written points are left out)")
         if args.run_id is not None:
             R.check_run_id(args.run_id)
+        ranks = _launched_world_size()  # the launch variables, checked before any work
+        R.slurm_provenance()
         experiment = get_experiment(args.experiment)
         points = _points(experiment, args.scale, args.point, args.point_index)
         if args.plan:
             if args.skip_done:
-                done = written_by_this_job(R.results_dir(args.results_dir), experiment.name, args.scale,
-                                           args.run_id)
+                results = _checked_results(args.results_dir, write=False, ranks=ranks)
+                done = written_by_this_job(results, experiment.name, args.scale, args.run_id)
                 for point in points:
                     if point.name in done:
                         print(f"repro worker: point {point.name} is already in run {args.run_id} (an earlier "
@@ -143,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
             for point in points:
                 print(f"{point.name}\t{point.world_size}\t{int(point.needs_gpu)}\t{point.memory_gib:g}")
             return 0
-        results = R.results_dir(args.results_dir)
+        results = _checked_results(args.results_dir, write=True, ranks=ranks)
         run_id = args.run_id or R.new_run_id()
-        if _launched_world_size() > 1:
+        if ranks > 1:
             if len(points) != 1:
                 raise ValueError("under srun/torchrun the worker runs one point: pass --point or --point-index")
+            _ranks_per_node()
             # Under a launcher each rank takes one GPU (its local rank), so one visible GPU is enough.
             device = resolve_device(args.device, points[0], experiment=experiment.name,
                                     cuda_devices=points[0].world_size if _has_cuda() else 0)
