@@ -39,9 +39,9 @@ def test_rerun_keeps_earlier_rows_and_force_replaces_them(fake_registry: Registr
     assert first.path != second.path and first.path.exists() and second.path.exists()
     assert second.earlier == (first.path,)
     newest = R.load_rows(fake_env)
-    assert list(newest.loc[newest.metric == "marker", "value"]) == ["second"]
+    assert list(newest.loc[newest.metric == "marker", "text"]) == ["second"]
     everything = R.load_rows(fake_env, latest_only=False)
-    assert sorted(everything.loc[everything.metric == "marker", "value"]) == ["first", "second"]
+    assert sorted(everything.loc[everything.metric == "marker", "text"]) == ["first", "second"]
     monkeypatch.setenv("REPRO_FAKE_MARKER", "third")
     third = run_experiment(exp, "ci", points=["n3"], force=True)
     assert set(third.replaced) == {first.path, second.path}
