@@ -30,11 +30,16 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, NoReturn
 
+from repro.cliargs import OneLineParser, positive_float
 from repro.gpu_plans import (DEFAULT_DEADLINE_S, PLANS, REHEARSAL_DEADLINE_S, REHEARSAL_SLACK, REPO, Part,
                              parts as plan_parts)
-from repro.paths import writable_dir_problem
+from repro.paths import appendable_file_problem, writable_dir_problem
+
+PREFIX = "repro.gpu_session: error:"
+#: the folder used when neither --out nor $OUT names one
+DEFAULT_OUT = "/tmp/repro-gpu-session"
 
 
 @dataclass
@@ -149,7 +154,7 @@ def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str
     if parts:
         unknown = sorted(set(parts) - {p.name for p in chosen})
         if unknown:
-            raise ValueError(f"unknown part(s) {', '.join(unknown)}; the parts are "
+            raise ValueError(f"unknown part(s) {', '.join(map(repr, unknown))}; the parts are "
                              f"{', '.join(p.name for p in chosen)}")
         chosen = [p for p in chosen if p.name in parts]
     env, start, outcomes = session_env(out), time.monotonic(), []
@@ -209,13 +214,20 @@ def write_provenance(path: Path) -> dict:
     return info
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.gpu_session", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.split("\n")[2:]))
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for results, logs and the summary (default: $OUT, else /tmp/repro-gpu-session)")
-    parser.add_argument("--deadline-s", type=float, default=None,
+class _Parser(OneLineParser):
+    """:class:`~repro.cliargs.OneLineParser` with this command's prefix: its errors are one line, as the others'."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PREFIX} {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m repro.gpu_session", description=__doc__.split("\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog="\n".join(__doc__.split("\n")[2:]))
+    parser.add_argument("--out", default=None,
+                        help=f"folder for results, logs and the summary (default: $OUT, else {DEFAULT_OUT})")
+    parser.add_argument("--deadline-s", type=positive_float, default=None,
                         help=f"hard deadline for all parts in seconds (default {DEFAULT_DEADLINE_S:.0f}; "
                              f"{REHEARSAL_DEADLINE_S:.0f} with --rehearse)")
     parser.add_argument("--rehearse", action="store_true",
@@ -225,27 +237,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", action="append", default=None,
                         help="run only this part of the plan (repeatable; headline's: provenance, megatron_1gpu, gna, "
                              "cuda_tests, plain_gpt)")
-    parser.add_argument("--provenance", type=Path, default=None, metavar="FILE", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--provenance", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    return parser
+
+
+def shown(text: str) -> str:
+    """A path as a message names it: quoted when it is blank, so that the empty value is seen."""
+    return text if text.strip() else repr(text)
+
+
+def out_problem(given: str | None, environ: Mapping[str, str]) -> tuple[Path, str | None]:
+    """The session's folder (``--out``, else ``$OUT``, else :data:`DEFAULT_OUT`) and, when it cannot be used, the
+    one line that says so, naming where it came from."""
+    if given is not None:
+        text, label = given, f"--out {shown(given)}"
+    elif environ.get("OUT"):
+        text = environ["OUT"]
+        label = f"OUT={shown(text)} (the folder when --out is not given)"
+    else:
+        text, label = DEFAULT_OUT, f"the default folder {DEFAULT_OUT} (give --out)"
+    problem = writable_dir_problem(text)
+    return Path(text), (None if problem is None else f"{label} {problem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.provenance is not None:
-        write_provenance(args.provenance)
+        problem = appendable_file_problem(args.provenance)
+        if problem is not None:
+            print(f"{PREFIX} --provenance {shown(args.provenance)} {problem}", file=sys.stderr)
+            return 2
+        write_provenance(Path(args.provenance))
         return 0
-    out = args.out or Path(os.environ.get("OUT") or "/tmp/repro-gpu-session")
+    out, problem = out_problem(args.out, os.environ)
+    if problem is not None:
+        print(f"{PREFIX} {problem}", file=sys.stderr)
+        return 2
     deadline = args.deadline_s if args.deadline_s is not None else (
         REHEARSAL_DEADLINE_S if args.rehearse else DEFAULT_DEADLINE_S)
-    if not deadline > 0:
-        print(f"repro.gpu_session: error: --deadline-s {args.deadline_s!r} must be a positive number of seconds",
-              file=sys.stderr)
-        return 2
-    problem = writable_dir_problem(out)
-    if problem is not None:
-        print(f"repro.gpu_session: error: --out {out} {problem}", file=sys.stderr)
-        return 2
     try:
         outcomes = run_session(out.resolve(), deadline_s=deadline, rehearse=args.rehearse, parts=args.part,
                                plan_name=args.plan)
     except ValueError as err:
-        print(f"repro.gpu_session: error: {err}", file=sys.stderr)
+        print(f"{PREFIX} {err}", file=sys.stderr)
         return 2
     print((out / "summary.txt").read_text(), end="")
     return 0 if all(o.status in ("ok", "skipped") for o in outcomes) else 1

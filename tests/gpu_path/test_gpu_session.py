@@ -109,7 +109,7 @@ def test_too_little_time_left_skips_a_part_saying_so(tmp_path):
 
 
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
-    for args, expected in ((["--part", "warp"], "unknown part(s) warp"), (["--deadline-s", "-1"], "positive")):
+    for args, expected in ((["--part", "warp"], "unknown part(s) 'warp'"), (["--deadline-s", "-1"], "positive")):
         proc = subprocess.run([sys.executable, "-m", "repro.gpu_session", "--rehearse", "--out", str(tmp_path),
                                *args], cwd=G.REPO, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
