@@ -33,6 +33,9 @@
 #   REPRO_DEVICE (auto | cpu | cuda; cpu runs GPU points on CPU), REPRO_LAUNCHER (torchrun | srun),
 #   REPRO_RESULTS_DIR, REPRO_RUN_ID (append to this run), REPRO_MASTER_PORT, REPRO_MAX_REQUEUES (default 5: a job
 #   requeued that many times ends with 75 instead, so one that runs past its --time every attempt stops).
+#   Each is checked before anything runs (and SLURM_JOB_ID, SLURM_ARRAY_TASK_ID, SLURM_ARRAY_JOB_ID,
+#   SLURM_RESTART_COUNT): a bad one is one line `repro launch: error: NAME=value ...` and exit code 2, as is an
+#   experiment, scale or array index the planning worker refuses (its one line after `cannot plan EXP at scale S:`).
 # Every srun step passes --cpus-per-task (srun no longer inherits it from the allocation since Slurm 22.05) and, on a
 # GPU allocation, its GPUs (--gpus-per-node with --gpu-bind=none: every rank picks cuda:LOCAL_RANK of all of them).
 set -euo pipefail
@@ -57,16 +60,65 @@ if [ -z "${SLURM_JOB_ID:-}" ]; then
   die "not inside a Slurm allocation; submit with: sbatch slurm/${EXP}.sbatch ${SCALE}"
 fi
 
-ROOT="${REPRO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}"
-PY="${REPRO_PYTHON:-python3}"
-# a checkout, or (repro installed from a wheel) the folder that holds slurm/ and results/
-[ -d "$ROOT/repro" ] || "$PY" -c "import repro" 2>/dev/null \
-  || die "REPRO_ROOT=$ROOT is not a repro checkout (no repro/ there) and $PY cannot import repro; submit from the checkout, set REPRO_ROOT, or install repro"
-cd "$ROOT"
+# --- the environment, checked before anything runs: one line naming the variable, exit code 2 -----------------------
+# quoted VALUE: VALUE as a message names it, quoted when it is empty or holds a blank (which would not be seen)
+quoted() {
+  if [ -z "$1" ] || [[ "$1" == *[[:space:]]* ]]; then echo "'$1'"; else echo "$1"; fi
+}
+# shown NAME: NAME=value, the value quoted as above
+shown() { echo "$1=$(quoted "${!1-}")"; }
+# whole NAME [EMPTY_OK]: NAME, when set, must be a whole number (Slurm's ids and counts: bash arithmetic and the
+# worker's provenance would misread anything else); with EMPTY_OK an empty NAME counts as unset
+whole() {
+  [ -z "${!1+set}" ] || { [ -n "${2:-}" ] && [ -z "${!1}" ]; } || [[ "${!1}" =~ ^[0-9]+$ ]] \
+    || die "$(shown "$1") must be a whole number >= 0"
+}
+# writable_dir LABEL DIR: DIR is a directory (created when missing) that takes a new file
+writable_dir() {
+  local dir="$2" up
+  [ -n "${dir//[[:space:]]/}" ] || die "$1 is empty: give a path (or leave it unset)"
+  [ ! -e "$dir" ] || [ -d "$dir" ] || die "$1 is a file; it must be a directory (created when missing)"
+  up="$(dirname -- "$dir")"
+  while [ ! -e "$up" ] && [ "$up" != "$(dirname -- "$up")" ]; do up="$(dirname -- "$up")"; done
+  [ -d "$up" ] || die "$1 is under $up, which is a file"
+  mkdir -p -- "$dir" 2>/dev/null && [ -w "$dir" ] && [ -x "$dir" ] || die "$1 is not a writable directory"
+}
+whole SLURM_JOB_ID empty-ok
+whole SLURM_ARRAY_TASK_ID
+whole SLURM_ARRAY_JOB_ID
+whole SLURM_RESTART_COUNT empty-ok
+if [ -n "${REPRO_MASTER_PORT:-}" ]; then
+  [[ "$REPRO_MASTER_PORT" =~ ^[0-9]{1,5}$ ]] && [ $(( 10#$REPRO_MASTER_PORT )) -ge 1 ] \
+    && [ $(( 10#$REPRO_MASTER_PORT )) -le 65535 ] || die "$(shown REPRO_MASTER_PORT) must be a port number 1-65535"
+fi
+# a run id as repro.results.RUN_ID_PATTERN has it: a UTC time (microseconds optional), Z, a dash, 6 hex digits
+if [ -n "${REPRO_RUN_ID:-}" ] && ! [[ "$REPRO_RUN_ID" =~ ^[0-9]{8}T[0-9]{6}(\.[0-9]{6})?Z-[0-9a-f]{6}$ ]]; then
+  die "$(shown REPRO_RUN_ID) is not a timestamp run id like 20261127T222905.210778Z-4c66fb (a UTC time, Z, a dash, \
+6 hex digits): leave it unset for a new run, or name a run to append to"
+fi
 DEVICE_REQ="${REPRO_DEVICE:-auto}"
 LAUNCHER="${REPRO_LAUNCHER:-torchrun}"
 case "$DEVICE_REQ" in auto|cpu|cuda) ;; *) die "REPRO_DEVICE=$DEVICE_REQ must be auto, cpu or cuda" ;; esac
 case "$LAUNCHER" in torchrun|srun) ;; *) die "REPRO_LAUNCHER=$LAUNCHER must be torchrun or srun" ;; esac
+# A job that is preempted or runs past its --time every attempt would be requeued forever: at most this many times
+MAX_REQUEUES="${REPRO_MAX_REQUEUES:-5}"
+case "$MAX_REQUEUES" in ''|*[!0-9]*) die "REPRO_MAX_REQUEUES=$MAX_REQUEUES must be a whole number >= 0" ;; esac
+
+ROOT="${REPRO_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}"
+PY="${REPRO_PYTHON:-python3}"
+command -v -- "$PY" >/dev/null 2>&1 || die "REPRO_PYTHON=$(quoted "$PY") is not a command here (not on PATH, or not an \
+executable file); set it to the Python that has repro's requirements (default python3)"
+[ -d "$ROOT" ] || die "REPRO_ROOT=$ROOT is not a directory; submit from the checkout or set REPRO_ROOT"
+# a checkout, or (repro installed from a wheel) the folder that holds slurm/ and results/
+[ -d "$ROOT/repro" ] || "$PY" -c "import repro" 2>/dev/null \
+  || die "REPRO_ROOT=$ROOT is not a repro checkout (no repro/ there) and $PY cannot import repro; submit from the checkout, set REPRO_ROOT, or install repro"
+cd "$ROOT"
+RESULTS="${REPRO_RESULTS_DIR:-$ROOT/results}"
+if [ -n "${REPRO_RESULTS_DIR:-}" ]; then
+  writable_dir "REPRO_RESULTS_DIR=$RESULTS" "$RESULTS"
+else
+  writable_dir "$RESULTS (the results folder when REPRO_RESULTS_DIR is not set)" "$RESULTS"
+fi
 
 JOB="${SLURM_JOB_ID}"
 TASK="${SLURM_ARRAY_TASK_ID:-}"
@@ -74,18 +126,14 @@ TASK="${SLURM_ARRAY_TASK_ID:-}"
 # array's, and `scontrol requeue <array job id>` requeues every task of the array
 JOB_REF="$JOB"
 [ -n "$TASK" ] && [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && JOB_REF="${SLURM_ARRAY_JOB_ID}_${TASK}"
-RESTART="${SLURM_RESTART_COUNT:-0}"
+RESTART="$(( 10#${SLURM_RESTART_COUNT:-0} ))"
 ATTEMPT=$(( RESTART + 1 ))
-# A job that is preempted or runs past its --time every attempt would be requeued forever: at most this many times
-MAX_REQUEUES="${REPRO_MAX_REQUEUES:-5}"
-case "$MAX_REQUEUES" in ''|*[!0-9]*) die "REPRO_MAX_REQUEUES=$MAX_REQUEUES must be a whole number >= 0" ;; esac
-RESULTS="${REPRO_RESULTS_DIR:-$ROOT/results}"
 
 NODES="${SLURM_JOB_NUM_NODES:-1}"
 HEAD="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null | head -n1)"
 HEAD="${HEAD:-$(hostname -s)}"
 # Another port on each attempt: the previous attempt's store may still hold its port for a moment.
-BASE_PORT="${REPRO_MASTER_PORT:-$(( 20000 + (JOB * 7 + RESTART * 101) % 20000 ))}"
+BASE_PORT="$(( 10#${REPRO_MASTER_PORT:-$(( 20000 + (10#$JOB * 7 + RESTART * 101) % 20000 ))} ))"
 
 leading_int() { echo "${1%%[^0-9]*}"; }
 CPUS_NODE="$(leading_int "${SLURM_CPUS_ON_NODE:-1}")"
@@ -247,9 +295,32 @@ SKIP=()
 [ "$RESTART" -gt 0 ] && SKIP=(--run-id "$RUN_ID" --skip-done)
 
 # The plan validates the experiment, scale and array index before anything is launched; a requeued attempt leaves
-# out the points that an earlier attempt of this job wrote.
-PLAN="$("$PY" -m repro.harness.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} --plan)" \
-  || die "cannot plan $EXP at scale $SCALE (see the message above)"
+# out the points that an earlier attempt of this job wrote. The worker's messages go to stderr as they came when
+# it plans; a refusal (exit code 2) is one line, its own, after this script's prefix; a crash keeps its whole output.
+mkdir -p "$RESULTS/slurm-logs"
+WHAT="$(quoted "$EXP") at scale $(quoted "$SCALE")"
+PLAN_ERR="$(mktemp "$RESULTS/slurm-logs/$JOB.plan.XXXXXX")"
+plan_rc=0
+PLAN="$("$PY" -m repro.harness.worker "$EXP" --scale "$SCALE" ${SELECT[@]+"${SELECT[@]}"} ${SKIP[@]+"${SKIP[@]}"} \
+  --plan 2>"$PLAN_ERR")" || plan_rc=$?
+plan_said="$(cat "$PLAN_ERR")"
+rm -f -- "$PLAN_ERR"
+if [ "$plan_rc" -ne 0 ]; then
+  last="$(printf '%s\n' "$plan_said" | sed '/^[[:space:]]*$/d' | tail -n1)"
+  [ -n "$last" ] || die "cannot plan $WHAT: $PY exited with code $plan_rc and said nothing"
+  if [ "$plan_rc" -eq 2 ]; then
+    die "cannot plan $WHAT: ${last#*: error: }"
+  fi
+  printf '%s\n' "$plan_said" >&2
+  die "cannot plan $WHAT: $PY exited with code $plan_rc (see the message above)"
+fi
+[ -z "$plan_said" ] || printf '%s\n' "$plan_said" >&2
+# each point takes the next port after REPRO_MASTER_PORT: the last one must still be a port
+points="$(printf '%s\n' "$PLAN" | grep -c . || true)"
+if [ "$points" -gt 0 ] && [ $(( BASE_PORT + points - 1 )) -gt 65535 ]; then
+  die "$(shown REPRO_MASTER_PORT) leaves no port for the last of the $points point(s) (each takes the next port): \
+give one <= $(( 65536 - points ))"
+fi
 
 if [ "$GPUS" -gt 0 ]; then
   PER_NODE="$GPUS"
