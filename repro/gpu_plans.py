@@ -39,7 +39,8 @@ PLANS = ("headline", "zero_offload", "node", "perf")
 @dataclass(frozen=True)
 class Part:
     """One bounded step: ``argv`` runs in its own process group, stopped at ``limit_s``; skipped when less than
-    ``min_s`` of the deadline is left, or when this torch is older than ``needs_torch`` (``(version, feature)``).
+    ``min_s`` of the deadline is left, when this torch is older than ``needs_torch`` (``(version, feature)``), or
+    when the machine has fewer GPUs than ``needs_gpus``.
     ``env`` is added to the session's environment."""
 
     name: str
@@ -49,6 +50,7 @@ class Part:
     env: dict[str, str] = field(default_factory=dict)
     what: str = ""
     needs_torch: tuple[tuple[int, int], str] | None = None
+    needs_gpus: int = 0
 
 
 #: GNA on a GPU compiles FlexAttention, which torch has from 2.5
@@ -97,12 +99,12 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
         if rehearse:
             return [first, toy_repro,
                     Part("multi_gpu", 50, 10, megatron + ("--scale", "smoke", "--point", "toy_tp2"),
-                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs"), toy_plain]
+                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs", needs_gpus=2), toy_plain]
         return [first,
                 Part("megatron_no_ckpt", 150, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt"),
                      what="1.2B GPT on 1 GPU without activation checkpointing: compiled layers, then eager"),
                 Part("multi_gpu", 250, 60, run + ("megatron_weak_scaling_gpu", "--scale", "node", "--device", "cuda")
-                     + _points(*MULTI_GPU_POINTS), what="the 2-8 GPU points that fit this machine"),
+                     + _points(*MULTI_GPU_POINTS), what="the 2-8 GPU points that fit this machine", needs_gpus=2),
                 Part("plain_gpt", 125, 45,
                      megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt_plain"),
                      what="1.2B plain GPT compiled whole, no checkpointing, same run as megatron_no_ckpt")]

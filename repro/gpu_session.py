@@ -127,11 +127,17 @@ def session_env(out: Path) -> dict[str, str]:
 
 
 def _lacking(part: Part) -> str:
-    """Why this torch cannot run ``part`` (one line), or ``""``."""
+    """Why this machine or torch cannot run ``part`` (one line), or ``""``: fewer GPUs than it needs (a stand-in
+    count in the part's own environment counts), or an older torch."""
     import torch
 
+    from repro.harness.machine_fit import STANDIN_ENV, gpu_count
     from repro.optional import torch_version
 
+    if part.needs_gpus:
+        gpus = int(part.env[STANDIN_ENV]) if STANDIN_ENV in part.env else gpu_count()[0]
+        if gpus < part.needs_gpus:
+            return f"needs {part.needs_gpus} GPUs or more; this machine has {gpus}"
     if part.needs_torch is None or torch_version() >= part.needs_torch[0]:
         return ""
     (major, minor), feature = part.needs_torch
