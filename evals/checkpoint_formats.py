@@ -10,17 +10,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from evals.checkpoints import HEADER, LoadedState, load_repro
+from evals.checkpoints import HEADER, LoadedState, check_state, load_repro
 from evals.hf_convert import load_hf
 from evals.megatron_checkpoint import TRACKER, is_megatron_checkpoint, read_megatron
 from repro.models import shard_state_dict
 from repro.training.consolidate import is_training_checkpoint, load_trained_gpt
-from repro.zero.checkpoint import CheckpointError
 
 
 def checkpoint_format(path: str | Path) -> str:
     """"repro", "repro-train", "huggingface" or "megatron" for a checkpoint directory; ValueError naming what was
     looked for. ``repro train``'s saves come before Megatron-LM's, whose newest-pointer has the same name."""
+    if not str(path).strip():
+        raise ValueError(f"checkpoint {str(path)!r} is empty: give a checkpoint directory")
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a directory")
@@ -44,10 +45,8 @@ def _load_trained(path: Path, *, expect: str) -> LoadedState:
     if expect != "gpt":
         raise ValueError(f"checkpoint {str(path)!r} is a GPT trained by repro train, but a {expect!r} model was "
                          "requested; evaluate it with a GPT task (lambada, wikitext)")
-    try:
-        trained = load_trained_gpt(path)
-    except CheckpointError as err:
-        raise ValueError(str(err)) from None
+    trained = load_trained_gpt(path)  # CheckpointError (a ValueError) naming what is wrong
+    check_state(trained.state_dict, trained.config, "gpt", f"corrupt checkpoint {trained.path}")
     return LoadedState(architecture="gpt", config=trained.config, state_dict=trained.state_dict,
                        sha256=trained.sha256, source="repro-train",
                        meta={"checkpoint": str(trained.path), **trained.meta})

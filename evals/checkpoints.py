@@ -12,6 +12,12 @@ Loading at any tp size works from either form: shards of another size are merged
 A Hugging Face directory (``config.json`` + weights) is recognised and converted by :mod:`evals.hf_convert`, a
 Megatron-LM checkpoint (``latest_checkpointed_iteration.txt``, ``mp_rank_XX/model_optim_rng.pt`` shards) by
 :mod:`evals.megatron_checkpoint`; :func:`checkpoint_format` tells the three apart.
+
+Every checkpoint is untrusted input: weights load with ``torch.load(weights_only=True)`` only, the header is checked
+(a JSON object; format, architecture, config, tp_size and files with their types; unknown config keys refused), the
+files it names must stay inside the directory, and the tensors must be the ones the config's model has, finite.
+Any refusal is one :class:`CheckpointError` sentence ``'<file>': <what is wrong>`` (a ValueError, so the CLIs print
+it as one line).
 """
 
 from __future__ import annotations
@@ -20,16 +26,21 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 import torch
 
-from repro.models import BertConfig, GPTConfig, merge_state_dicts, shard_state_dict
+from repro.models import BertConfig, BertModel, GPTConfig, GPTModel, merge_state_dicts, shard_state_dict
+from repro.models.sharding import split_rule
+from repro.training.consolidate import config_from_dict, load_state_file
+from repro.zero.checkpoint import CheckpointError
 
 FORMAT = "repro-checkpoint/1"
 HEADER = "repro_checkpoint.json"
 CONFIG_CLASSES = {"gpt": GPTConfig, "bert": BertConfig, "bert_multiple_choice": BertConfig}
+#: Heads a BERT checkpoint may lack (e.g. an encoder-only export); the model keeps their fresh initialisation.
+OPTIONAL_BERT_HEADS = ("pooler.", "lm_head.", "binary_head.")
 
 
 @dataclass(frozen=True)
@@ -82,16 +93,116 @@ def save_shard(directory: str | Path, shard: Mapping[str, torch.Tensor], *, arch
     return directory
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file of a checkpoint; one :class:`CheckpointError` naming it when it is not UTF-8 text or not JSON."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except json.JSONDecodeError as err:
+        what = "is empty, not JSON" if not err.doc.strip() else f"is not valid JSON ({err})"
+        raise CheckpointError(f"{str(path)!r} {what}") from None
+    except OSError as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read: {err.strerror or err}") from None
+
+
+def inside_name_problem(name: Any) -> str | None:
+    """Why ``name``, a file name from a header or an index, is not a relative path inside its directory; or None."""
+    if not isinstance(name, str) or not name.strip():
+        return f"file name {name!r} must be a non-empty string"
+    pure = PurePosixPath(name.replace("\\", "/"))
+    if pure.is_absolute() or ".." in pure.parts or Path(name).is_absolute():
+        return f"file name {name!r} leaves the checkpoint directory (only names inside it are allowed)"
+    return None
+
+
+def _header_problem(header: Any) -> str | None:
+    """What is wrong with a parsed header (its shape and types), or None."""
+    if not isinstance(header, dict):
+        return f"holds a JSON {type(header).__name__}, not an object"
+    if header.get("format") != FORMAT:
+        return f"has format {header.get('format')!r}, expected {FORMAT!r}"
+    kinds = {"architecture": (str, "a string"), "config": (dict, "a JSON object"), "tp_size": (int, "an integer"),
+             "files": (list, "a non-empty list of file names")}
+    for key, (kind, words) in kinds.items():
+        if key not in header:
+            return f"lacks the key {key!r}"
+        if not isinstance(header[key], kind) or isinstance(header[key], bool):
+            return f"{key}={header[key]!r} must be {words}"
+    if header["architecture"] not in CONFIG_CLASSES:
+        return f"architecture {header['architecture']!r} is not one of {sorted(CONFIG_CLASSES)}"
+    if header["tp_size"] < 1:
+        return f"tp_size={header['tp_size']} must be >= 1"
+    if not header["files"]:
+        return "files=[] must be a non-empty list of file names"
+    if len(header["files"]) not in (1, header["tp_size"]):
+        return f"lists {len(header['files'])} files for tp_size={header['tp_size']} (one, or one per rank)"
+    for name in header["files"]:
+        problem = inside_name_problem(name)
+        if problem is not None:
+            return f"files: {problem}"
+    if not isinstance(header.get("meta", {}), dict):
+        return f"meta={header['meta']!r} must be a JSON object"
+    return None
+
+
 def read_header(directory: str | Path) -> dict[str, Any]:
+    """The checked header of a repro checkpoint (see :func:`_header_problem`); :class:`CheckpointError` naming it."""
     directory = Path(directory)
     path = directory / HEADER
     if not path.is_file():
-        raise ValueError(f"{str(directory)!r} is not a repro checkpoint: {HEADER} is missing")
-    header = json.loads(path.read_text())
-    if header.get("format") != FORMAT:
-        raise ValueError(f"{str(path)!r} has format {header.get('format')!r}, expected {FORMAT!r}")
-    _check_architecture(header["architecture"])
+        raise CheckpointError(f"{str(directory)!r} is not a repro checkpoint: {HEADER} is missing")
+    header = read_json(path)
+    problem = _header_problem(header)
+    if problem is not None:
+        raise CheckpointError(f"{str(path)!r} {problem}")
     return header
+
+
+def expected_shapes(config, architecture: str, tp_rank: int = 0,
+                    tp_size: int | None = None) -> dict[str, tuple[int, ...]]:
+    """The tensors (name -> shape) of ``architecture``'s model at ``config``: tensor-parallel rank ``tp_rank`` of
+    ``tp_size``, or the consolidated form (``tp_size`` None; vocabulary rows then checked apart). Built on the meta
+    device: nothing is allocated."""
+    with torch.device("meta"):
+        model = GPTModel(config) if architecture == "gpt" else BertModel(config)
+    full = model.state_dict()
+    if tp_size is not None:
+        full = shard_state_dict(full, config, tp_rank, tp_size)
+    shapes = {name: tuple(t.shape) for name, t in full.items()}
+    if architecture == "bert_multiple_choice":
+        shapes = {f"bert.{name}": shape for name, shape in shapes.items()}
+        shapes.update({"head.weight": (1, config.hidden_size), "head.bias": (1,)})
+    return shapes
+
+
+def check_state(state: Mapping[str, torch.Tensor], config, architecture: str, where: str, *, tp_rank: int = 0,
+                tp_size: int | None = None) -> None:
+    """The tensors of ``state`` are those of ``architecture``'s model at ``config`` (see :func:`expected_shapes`),
+    each finite; else a :class:`CheckpointError` starting with ``where`` and naming the first tensor that is
+    missing, unexpected, mis-shaped or not finite. A BERT may lack its heads (pooler, LM, NSP)."""
+    try:
+        expected = expected_shapes(config, architecture, tp_rank, tp_size)
+    except ValueError as err:  # the config does not split over the saved tp size
+        raise CheckpointError(f"{where}: {err}") from None
+    optional = tuple(f"{'bert.' if architecture == 'bert_multiple_choice' else ''}{p}" for p in OPTIONAL_BERT_HEADS)
+    prefix = f"{where}: the checkpoint does not match its config"
+    for name in expected:
+        if name not in state and not (architecture != "gpt" and name.startswith(optional)):
+            raise CheckpointError(f"{prefix}: tensor {name!r} is missing")
+    for name, tensor in state.items():
+        if name not in expected:
+            raise CheckpointError(f"{prefix}: tensor {name!r} is unexpected")
+        shape, want = tuple(tensor.shape), expected[name]
+        vocab_rows = tp_size is None and split_rule(name) == ("vocab", 0)
+        fits = (shape[1:] == want[1:] and shape[0] >= config.vocab_size) if vocab_rows and shape else shape == want
+        if not fits:
+            need = (f"({', '.join([f'{config.vocab_size} or more', *map(str, want[1:])])})" if vocab_rows
+                    else str(want))
+            raise CheckpointError(f"{prefix}: tensor {name!r} has shape {shape}, the config needs {need}")
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values (nan or inf)")
 
 
 def files_sha256(paths: list[Path]) -> str:
@@ -109,18 +220,20 @@ def load_repro(directory: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
     directory = Path(directory)
     header = read_header(directory)
     if header["architecture"] != expect:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {str(directory)!r} holds a {header['architecture']!r} model, but a {expect!r} model was "
             "requested; evaluate it with the matching task"
         )
-    config = CONFIG_CLASSES[expect](**header["config"])
+    config = config_from_dict(CONFIG_CLASSES[expect], header["config"], repr(str(directory / HEADER)))
     paths = [directory / f for f in header["files"]]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise ValueError(f"checkpoint {str(directory)!r} is missing files {missing}")
-    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
-    saved_tp = header["tp_size"]
-    if saved_tp == tp_size and len(states) > 1:
+        raise CheckpointError(f"checkpoint {str(directory)!r} is missing files {missing}")
+    states = [load_state_file(p) for p in paths]
+    saved_tp = header["tp_size"] if len(states) > 1 else None
+    for rank, (path, shard) in enumerate(zip(paths, states)):
+        check_state(shard, config, expect, f"{str(path)!r}", tp_rank=rank, tp_size=saved_tp)
+    if saved_tp == tp_size:
         state = states[tp_rank]
     else:
         full = states[0] if len(states) == 1 else merge_state_dicts(states, config)

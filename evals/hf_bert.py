@@ -21,11 +21,12 @@ repro                                         ``bert`` (post-LN)                
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
 from repro.models import BertConfig
+from repro.zero.checkpoint import CheckpointError
 
 #: Hugging Face's model_type for each of repro's LayerNorm placements
 MODEL_TYPES = {"original": "bert", "megatron": "megatron-bert"}
@@ -65,24 +66,61 @@ def _fuse_heads(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, hea
     return stacked.reshape(3, heads, -1, *rest).transpose(0, 1).reshape(3 * query.shape[0], *rest).contiguous()
 
 
-def bert_config(hf: Mapping) -> BertConfig:
-    """repro's BertConfig from a ``bert`` or ``megatron-bert`` config.json; ValueError for what repro lacks."""
+def hf_config_values(hf: Mapping, where: str, *, ints: tuple[str, ...],
+                     optional: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of a Hugging Face config.json that a repro config is built from: each of ``ints`` present and a
+    positive integer, each of ``optional`` (name -> default) a number or null when present; a CheckpointError
+    starting with ``where`` and naming the key otherwise."""
+    values = {}
+    for key in ints:
+        value = hf.get(key)
+        if key not in hf:
+            raise CheckpointError(f"{where} lacks the key {key!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(f"{where}: {key}={value!r} must be a positive integer")
+        values[key] = value
+    for key, default in optional.items():
+        value = hf.get(key, default)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise CheckpointError(f"{where}: {key}={value!r} must be a number")
+        values[key] = value
+    return values
+
+
+def source_tensor(src: Mapping[str, torch.Tensor], name: str, where: str) -> torch.Tensor:
+    """``src[name]``, or a CheckpointError naming the tensor the config needs and the weights lack."""
+    if name not in src:
+        raise CheckpointError(f"{where}: the checkpoint does not match its config: tensor {name!r} is missing")
+    return src[name]
+
+
+def bert_config(hf: Mapping, where: str = "config.json") -> BertConfig:
+    """repro's BertConfig from a ``bert`` or ``megatron-bert`` config.json; CheckpointError for what repro lacks."""
+    if not isinstance(hf, Mapping):
+        raise CheckpointError(f"{where} holds a JSON {type(hf).__name__}, not an object")
     model_type = hf.get("model_type")
     if model_type not in _PLACEMENTS:
-        raise ValueError(f"config.json has model_type {model_type!r}, expected 'bert' or 'megatron-bert' for a "
-                         "BERT model")
+        raise CheckpointError(f"{where} has model_type {model_type!r}, expected 'bert' or 'megatron-bert' for a "
+                              "BERT model")
     act = hf.get("hidden_act", "gelu")
     if act not in _GELUS:
-        raise ValueError(f"hidden_act={act!r}: repro's BERT has erf-GELU ('gelu') and tanh-GELU ('gelu_new') only")
+        raise CheckpointError(f"{where}: hidden_act={act!r}: repro's BERT has erf-GELU ('gelu') and tanh-GELU "
+                              "('gelu_new') only")
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError("only absolute position embeddings are supported")
-    return BertConfig(
-        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-        num_attention_heads=hf["num_attention_heads"], max_position_embeddings=hf["max_position_embeddings"],
-        ffn_hidden_size=hf["intermediate_size"], num_tokentypes=hf.get("type_vocab_size", 2),
-        layernorm_epsilon=hf.get("layer_norm_eps", 1e-12), layernorm_placement=_PLACEMENTS[model_type],
-        gelu_approximate=_GELUS[act], hidden_dropout=0.0, attention_dropout=0.0,
-    )
+        raise CheckpointError(f"{where}: only absolute position embeddings are supported")
+    v = hf_config_values(hf, where, ints=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                          "max_position_embeddings", "intermediate_size"),
+                         optional={"type_vocab_size": 2, "layer_norm_eps": 1e-12})
+    try:
+        return BertConfig(
+            vocab_size=v["vocab_size"], hidden_size=v["hidden_size"], num_layers=v["num_hidden_layers"],
+            num_attention_heads=v["num_attention_heads"], max_position_embeddings=v["max_position_embeddings"],
+            ffn_hidden_size=v["intermediate_size"], num_tokentypes=v["type_vocab_size"],
+            layernorm_epsilon=v["layer_norm_eps"], layernorm_placement=_PLACEMENTS[model_type],
+            gelu_approximate=_GELUS[act], hidden_dropout=0.0, attention_dropout=0.0,
+        )
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{where}: {err}") from None
 
 
 def _renamed(config: BertConfig) -> list[tuple[str, str]]:
@@ -103,22 +141,29 @@ def _renamed(config: BertConfig) -> list[tuple[str, str]]:
     return names
 
 
-def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig) -> dict[str, torch.Tensor]:
+def convert_bert(hf_state: Mapping[str, torch.Tensor], config: BertConfig,
+                 where: str = "the weights") -> dict[str, torch.Tensor]:
     """HF ``Bert*``/``MegatronBert*`` state dict (with or without heads) -> repro BERT state dict. Heads absent
     from the source (pooler, MLM, NSP) are left out (the caller's model keeps its initialisation); a
-    ``*ForMultipleChoice`` classifier becomes ``head.*`` and the encoder ``bert.*`` (:class:`MultipleChoiceModel`)."""
+    ``*ForMultipleChoice`` classifier becomes ``head.*`` and the encoder ``bert.*`` (:class:`MultipleChoiceModel`).
+    A tensor the config needs and the weights lack, or that does not fuse, is a CheckpointError naming it."""
     src = {k if k.startswith(("bert.", "cls.", "classifier.")) else f"bert.{k}": v for k, v in hf_state.items()}
-    out = {ours: src[theirs] for ours, theirs in _renamed(config)}
+    out = {ours: source_tensor(src, theirs, where) for ours, theirs in _renamed(config)}
     for i in range(config.num_layers):
         p = f"bert.encoder.layer.{i}.attention.self."
         for part in ("weight", "bias"):
-            out[f"layers.{i}.attention.qkv.{part}"] = _fuse_heads(
-                *(src[f"{p}{n}.{part}"] for n in ("query", "key", "value")), config.num_attention_heads)
+            parts = [source_tensor(src, f"{p}{n}.{part}", where) for n in ("query", "key", "value")]
+            try:
+                out[f"layers.{i}.attention.qkv.{part}"] = _fuse_heads(*parts, config.num_attention_heads)
+            except RuntimeError:
+                raise CheckpointError(f"{where}: the checkpoint does not match its config: {p}query/key/value.{part} "
+                                      f"of shapes {[tuple(t.shape) for t in parts]} do not fuse into "
+                                      f"{config.num_attention_heads} heads") from None
     out.update({ours: src[theirs] for ours, theirs in _HEADS if theirs in src})
     if "cls.predictions.bias" in src:
         out["lm_head.bias"] = src["cls.predictions.bias"]
     out = {k: v.clone() for k, v in out.items()}
-    if "classifier.weight" in src:  # the multiple-choice model: encoder under bert., its head as head.
+    if "classifier.weight" in src and "classifier.bias" in src:  # the multiple-choice model: encoder under bert., its head as head.
         out = {f"bert.{k}": v for k, v in out.items()}
         out["head.weight"], out["head.bias"] = src["classifier.weight"].clone(), src["classifier.bias"].clone()
     return out

@@ -20,9 +20,11 @@ from typing import Mapping
 
 import torch
 
-from evals.checkpoints import LoadedState, files_sha256
-from evals.hf_bert import bert_config, convert_bert
+from evals.checkpoints import LoadedState, check_state, files_sha256, inside_name_problem, read_json
+from evals.hf_bert import bert_config, convert_bert, hf_config_values, source_tensor
 from repro.models import GPTConfig
+from repro.training.consolidate import load_state_file
+from repro.zero.checkpoint import CheckpointError
 
 _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -36,19 +38,19 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     data = path.read_bytes()
     (header_size,) = struct.unpack("<Q", data[:8])
     if header_size > len(data) - 8:
-        raise ValueError(f"{str(path)!r} is not a safetensors file: its header claims {header_size} bytes, the file "
+        raise CheckpointError(f"{str(path)!r} is not a safetensors file: its header claims {header_size} bytes, the file "
                          f"has {len(data)}")
     try:
         header = json.loads(data[8: 8 + header_size])
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{str(path)!r} is not a safetensors file: its header is not JSON ({err})") from None
+        raise CheckpointError(f"{str(path)!r} is not a safetensors file: its header is not JSON ({err})") from None
     base = 8 + header_size
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         if info["dtype"] not in _SAFETENSORS_DTYPES:
-            raise ValueError(f"{str(path)!r}: tensor {name!r} has unsupported dtype {info['dtype']!r}")
+            raise CheckpointError(f"{str(path)!r}: tensor {name!r} has unsupported dtype {info['dtype']!r}")
         start, end = info["data_offsets"]
         buffer = bytearray(data[base + start: base + end])
         tensor = torch.frombuffer(buffer, dtype=_SAFETENSORS_DTYPES[info["dtype"]]) if buffer else torch.empty(0)
@@ -56,37 +58,50 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _index_names(index: Path) -> list[str]:
+    """The weight files a ``*.index.json`` names (its ``weight_map`` values), each inside its directory."""
+    content = read_json(index)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{str(index)!r} has no weight_map (a non-empty object of tensor name -> file name)")
+    for name in weight_map.values():
+        problem = inside_name_problem(name)
+        if problem is not None:
+            raise CheckpointError(f"{str(index)!r}: weight_map: {problem}")
+    return sorted(set(weight_map.values()))
+
+
 def weight_files(directory: Path) -> list[Path]:
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = directory / index_name
         if index.is_file():
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            return [directory / n for n in names]
+            paths = [directory / n for n in _index_names(index)]
+            missing = [str(p) for p in paths if not p.is_file()]
+            if missing:
+                raise CheckpointError(f"{str(index)!r} names weight files that are missing: {missing[:3]}")
+            return paths
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (directory / name).is_file():
             return [directory / name]
-    raise ValueError(f"{str(directory)!r} holds no model.safetensors or pytorch_model.bin")
+    raise CheckpointError(f"{str(directory)!r} holds no model.safetensors or pytorch_model.bin")
 
 
 def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every weight file of an HF directory, merged. A file that does not parse is a ValueError naming it (one
+    """Every weight file of an HF directory, merged. A file that does not parse is a CheckpointError naming it (one
     line), never the reader's own exception: the directory came from elsewhere."""
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
-        kind = "a safetensors file" if path.suffix == ".safetensors" else "a PyTorch weights file (weights_only)"
+        if path.suffix != ".safetensors":
+            state.update(load_state_file(path))
+            continue
         try:
-            part = (read_safetensors(path) if path.suffix == ".safetensors"
-                    else torch.load(path, map_location="cpu", weights_only=True))
-        except ValueError:
+            state.update(read_safetensors(path))
+        except CheckpointError:
             raise
-        except Exception as err:  # noqa: BLE001 - struct, json, pickle, zip and reshape errors alike
+        except Exception as err:  # noqa: BLE001 - struct, json, key, type and reshape errors alike
             reason = (str(err).strip().splitlines() or [""])[0][:160]
-            if "weights only load failed" in reason.lower():  # torch's paragraph on weights_only, not the cause
-                reason = "torch.load(weights_only=True) refuses it: garbage, or objects other than tensors"
-            raise ValueError(f"{str(path)!r} is not {kind} that can be read ({type(err).__name__}: {reason})") from None
-        if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
-            raise ValueError(f"{str(path)!r} holds {type(part).__name__}, not a dict of named tensors")
-        state.update(part)
+            raise CheckpointError(f"{str(path)!r} is not a safetensors file that can be read "
+                                  f"({type(err).__name__}: {reason})") from None
     return state
 
 
@@ -96,19 +111,31 @@ def _qkv_to_repro(fused: torch.Tensor, heads: int) -> torch.Tensor:
     return fused.reshape(3, heads, -1, *rest).transpose(0, 1).reshape(fused.shape[0], *rest).contiguous()
 
 
-def gpt2_config(hf: Mapping) -> GPTConfig:
+def gpt2_config(hf: Mapping, where: str = "config.json") -> GPTConfig:
+    """repro's GPTConfig from a ``gpt2`` config.json (``where``: the file, for refusals)."""
+    if not isinstance(hf, Mapping):
+        raise CheckpointError(f"{where} holds a JSON {type(hf).__name__}, not an object")
     if hf.get("model_type") != "gpt2":
-        raise ValueError(f"config.json has model_type {hf.get('model_type')!r}, expected 'gpt2' for a GPT model")
+        raise CheckpointError(f"{where} has model_type {hf.get('model_type')!r}, expected 'gpt2' for a GPT model")
     if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"activation_function={hf['activation_function']!r}: repro's GPT uses tanh-GELU only")
+        raise CheckpointError(f"{where}: activation_function={hf['activation_function']!r}: repro's GPT uses "
+                              "tanh-GELU only")
     if hf.get("scale_attn_by_inverse_layer_idx") or not hf.get("scale_attn_weights", True):
-        raise ValueError("GPT-2 attention-scaling variants other than 1/sqrt(head_dim) are not supported")
-    return GPTConfig(
-        vocab_size=hf["vocab_size"], hidden_size=hf["n_embd"], num_layers=hf["n_layer"],
-        num_attention_heads=hf["n_head"], max_position_embeddings=hf["n_positions"],
-        ffn_hidden_size=hf.get("n_inner") or None, layernorm_epsilon=hf.get("layer_norm_epsilon", 1e-5),
-        hidden_dropout=0.0, attention_dropout=0.0,
-    )
+        raise CheckpointError(f"{where}: GPT-2 attention-scaling variants other than 1/sqrt(head_dim) are not "
+                              "supported")
+    v = hf_config_values(hf, where, ints=("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
+                         optional={"n_inner": None, "layer_norm_epsilon": 1e-5})
+    return _config(GPTConfig, where, vocab_size=v["vocab_size"], hidden_size=v["n_embd"], num_layers=v["n_layer"],
+                   num_attention_heads=v["n_head"], max_position_embeddings=v["n_positions"],
+                   ffn_hidden_size=v["n_inner"] or None, layernorm_epsilon=v["layer_norm_epsilon"],
+                   hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _config(cls: type, where: str, **values) -> GPTConfig:
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{where}: {err}") from None
 
 
 def gpt2_names(config: GPTConfig) -> list[tuple[str, str, bool]]:
@@ -127,13 +154,20 @@ def gpt2_names(config: GPTConfig) -> list[tuple[str, str, bool]]:
     return names
 
 
-def convert_gpt2(hf_state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
-    """HF ``GPT2LMHeadModel`` / ``GPT2Model`` state dict -> repro GPT consolidated state dict."""
+def convert_gpt2(hf_state: Mapping[str, torch.Tensor], config: GPTConfig,
+                 where: str = "the weights") -> dict[str, torch.Tensor]:
+    """HF ``GPT2LMHeadModel`` / ``GPT2Model`` state dict -> repro GPT consolidated state dict; a tensor the config
+    needs and the weights lack, or one that cannot be reordered, is a CheckpointError naming it."""
     src = {k if k.startswith("transformer.") else f"transformer.{k}": v for k, v in hf_state.items()}
     out = {}
     for ours, theirs, transposed in gpt2_names(config):
-        tensor = src[theirs].t() if transposed else src[theirs]
-        out[ours] = _qkv_to_repro(tensor, config.num_attention_heads) if ".attention.qkv." in ours else tensor
+        tensor = source_tensor(src, theirs, where)
+        tensor = tensor.t() if transposed and tensor.dim() == 2 else tensor
+        try:
+            out[ours] = _qkv_to_repro(tensor, config.num_attention_heads) if ".attention.qkv." in ours else tensor
+        except RuntimeError:
+            raise CheckpointError(f"{where}: tensor {theirs!r} of shape {tuple(tensor.shape)} does not split into "
+                                  f"{config.num_attention_heads} heads as the config says") from None
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
@@ -141,22 +175,27 @@ def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
     """Read a local Hugging Face GPT-2 (``expect="gpt"``), BERT or Megatron-BERT directory (``"bert"``: the encoder
     and whatever heads it has; ``"bert_multiple_choice"``: a ``*ForMultipleChoice`` model, RACE's finetuned one)."""
     directory = Path(directory)
-    hf_config = json.loads((directory / "config.json").read_text())
+    where = repr(str(directory / "config.json"))
+    hf_config = read_json(directory / "config.json")
+    if not isinstance(hf_config, dict):
+        raise CheckpointError(f"{where} holds a JSON {type(hf_config).__name__}, not an object")
     state = read_hf_weights(directory)
+    weights = where  # the weights are checked against config.json
     if expect == "gpt":
-        config = gpt2_config(hf_config)
-        converted = convert_gpt2(state, config)
+        config = gpt2_config(hf_config, where)
+        converted = convert_gpt2(state, config, weights)
     elif expect in ("bert", "bert_multiple_choice"):
-        config = bert_config(hf_config)
-        converted = convert_bert(state, config)
+        config = bert_config(hf_config, where)
+        converted = convert_bert(state, config, weights)
         multiple_choice = "head.weight" in converted
         if expect == "bert" and multiple_choice:  # the encoder of a finetuned model (e.g. to finetune it again)
             converted = {k.removeprefix("bert."): v for k, v in converted.items() if k.startswith("bert.")}
         elif expect == "bert_multiple_choice" and not multiple_choice:
-            raise ValueError(f"{str(directory)!r} holds no multiple-choice head (classifier.weight): it is a "
-                             f"{(hf_config.get('architectures') or ['BERT'])[0]}, not a *ForMultipleChoice model")
+            raise CheckpointError(f"{str(directory)!r} holds no multiple-choice head (classifier.weight): it is a "
+                                  f"{(hf_config.get('architectures') or ['BERT'])[0]}, not a *ForMultipleChoice model")
     else:
         raise ValueError(f"Hugging Face conversion supports 'gpt' (GPT-2) and 'bert', not {expect!r}")
+    check_state(converted, config, expect, weights)
     return LoadedState(architecture=expect, config=config, state_dict=converted,
                        sha256=files_sha256(weight_files(directory)), source="huggingface",
                        meta={"hf_model_type": hf_config.get("model_type")})

@@ -91,16 +91,16 @@ def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata:
 
 def _load_any(checkpoint: str | Path):
     """(architecture, LoadedState) for any checkpoint the harness reads: "gpt", "bert" or "bert_multiple_choice"."""
-    import json
-
     from evals.checkpoint_formats import checkpoint_format, load_checkpoint
-    from evals.checkpoints import read_header
+    from evals.checkpoints import read_header, read_json
 
     kind = checkpoint_format(checkpoint)
     if kind == "repro":
         architecture = read_header(checkpoint)["architecture"]
     elif kind == "huggingface":
-        hf = json.loads((Path(checkpoint) / "config.json").read_text())
+        hf = read_json(Path(checkpoint) / "config.json")
+        if not isinstance(hf, dict):
+            raise ValueError(f"{checkpoint}/config.json holds a JSON {type(hf).__name__}, not an object")
         if hf.get("model_type") not in ("gpt2", "bert", "megatron-bert"):
             raise ValueError(f"{checkpoint}/config.json has model_type {hf.get('model_type')!r}: the models repro "
                              "has are GPT-2 ('gpt2'), BERT ('bert') and Megatron-BERT ('megatron-bert')")
@@ -120,7 +120,8 @@ def _load_any(checkpoint: str | Path):
 def _copy_tokenizer(out: Path, tokenizer_dir: Path, architecture: str, vocab_size: int,
                     max_length: int) -> str | None:
     """The tokenizer's files, when the model's vocabulary is the data directory's; the tokenizer's name, if so."""
-    if architecture == "gpt" and vocab_size == GPT2_VOCAB:
+    gpt2_files = all((tokenizer_dir / name).is_file() for name in ("gpt2-vocab.json", "gpt2-merges.txt"))
+    if architecture == "gpt" and vocab_size == GPT2_VOCAB and gpt2_files:
         shutil.copyfile(tokenizer_dir / "gpt2-vocab.json", out / "vocab.json")
         shutil.copyfile(tokenizer_dir / "gpt2-merges.txt", out / "merges.txt")
         name = "GPT-2"
@@ -143,8 +144,13 @@ def export_hf(checkpoint: str | Path, out: str | Path, *,
     """Write ``out`` (config.json, model.safetensors, and the tokenizer when given and it is the model's) from any
     GPT or BERT checkpoint the harness reads; returns (the Hugging Face class written, the tokenizer's name or
     None when none was written)."""
+    from evals.checkpoint_formats import checkpoint_format
     from evals.hf_bert import bert_architecture, bert_config_json, bert_hf_state
 
+    checkpoint_format(checkpoint)  # a known format, before OUT is compared with it
+    overlap = out_overlap_problem(checkpoint, out)
+    if overlap is not None:
+        raise ValueError(overlap)
     architecture, loaded = _load_any(checkpoint)
     config = loaded.config
     if architecture == "gpt":
@@ -161,6 +167,36 @@ def export_hf(checkpoint: str | Path, out: str | Path, *,
     tokenizer = None if tokenizer_dir is None else _copy_tokenizer(out, tokenizer_dir, architecture, config.vocab_size,
                                                               config.max_position_embeddings)
     return hf_class, tokenizer
+
+
+def out_overlap_problem(checkpoint: str | Path, out: str | Path) -> str | None:
+    """Why OUT cannot be written beside ``checkpoint`` (the same directory, one inside the other), or None: the
+    export would write its files into the checkpoint it reads, or put the checkpoint inside its output."""
+    ckpt, target = Path(checkpoint).resolve(), Path(out).resolve()
+    if target == ckpt:
+        return f"OUT {str(out)!r} is the checkpoint directory {str(checkpoint)!r}: give another directory"
+    if ckpt in target.parents:
+        return f"OUT {str(out)!r} is inside the checkpoint directory {str(checkpoint)!r}: give a directory outside it"
+    if target in ckpt.parents:
+        return f"OUT {str(out)!r} holds the checkpoint directory {str(checkpoint)!r}: give a directory outside it"
+    return None
+
+
+def _tokenizer_dir(data_dir: str | None) -> tuple[Path | None, str | None]:
+    """(the tokenizer directory or None, an error line or None): a data directory given by --data-dir or a set
+    $REPRO_DATA must exist; without either, a missing default only means no tokenizer is copied."""
+    import os
+
+    from repro.text.data_files import ENV_VAR, resolve_data_dir
+
+    try:
+        return resolve_data_dir(data_dir) / "tokenizers", None
+    except (ValueError, OSError) as err:
+        if data_dir is not None:
+            return None, f"--data-dir {data_dir}: {err}"
+        if os.environ.get(ENV_VAR):
+            return None, f"{ENV_VAR}={os.environ[ENV_VAR]}: {err}"
+        return None, None  # no data directory here: the weights and config alone
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,19 +217,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from repro.paths import writable_dir_problem
 
     args = build_parser().parse_args(argv)
+    for label, value in (("CHECKPOINT", args.checkpoint), ("OUT", args.out)):
+        if not value.strip():
+            print(f"repro export-hf: error: {label} {value!r} is empty: give a directory", file=sys.stderr)
+            return 2
     problem = writable_dir_problem(args.out, create=False)  # made by the export, once the checkpoint has loaded
     if problem is not None:
         print(f"repro export-hf: error: {args.out} {problem}", file=sys.stderr)
         return 2
-    from repro.text.data_files import resolve_data_dir
-
-    try:
-        tokenizers = resolve_data_dir(args.data_dir) / "tokenizers"
-    except (ValueError, OSError) as err:
-        if args.data_dir is not None:
-            print(f"repro export-hf: error: --data-dir {args.data_dir}: {err}", file=sys.stderr)
-            return 2
-        tokenizers = None  # no data directory here: the weights and config alone
+    tokenizers, error = _tokenizer_dir(args.data_dir)
+    if error is not None:
+        print(f"repro export-hf: error: {error}", file=sys.stderr)
+        return 2
     try:
         hf_class, tokenizer = export_hf(args.checkpoint, args.out, tokenizer_dir=tokenizers)
     except ValueError as err:

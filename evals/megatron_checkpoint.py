@@ -49,7 +49,7 @@ from typing import Any, Mapping
 
 import torch
 
-from evals.checkpoints import LoadedState, files_sha256
+from evals.checkpoints import LoadedState, check_state, files_sha256
 from evals.megatron_files import (  # noqa: F401 - re-exported: the format's files and errors
     RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, first_file, subdirs,
     is_megatron_checkpoint, iteration_dir,
@@ -303,6 +303,7 @@ def read_megatron(path: str | Path, *, expect: str | None = "gpt",
                                           f"{diff}")
     full = merge_state_dicts(shards, config)
     _check_shapes(full, config, directory)
+    check_state(full, config, expect, repr(str(directory)))
     meta = {"megatron_dir": str(directory), "checkpoint_version": version, "iteration": first.get("iteration"),
             "megatron_tp": tp, "megatron_pp": pp}
     return LoadedState(architecture=expect, config=config, state_dict=full,

@@ -19,6 +19,9 @@ from typing import Any, Iterator
 
 import torch
 
+from repro.training.consolidate import torch_load_reason
+from repro.zero.checkpoint import CheckpointError
+
 TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILE = "model_optim_rng.pt"
 #: Classes a Megatron checkpoint may construct beyond tensors and plain containers.
@@ -40,7 +43,7 @@ def _allowed(classes: tuple[type, ...]) -> Iterator[None]:
     yield
 
 
-class MegatronCheckpointError(ValueError):
+class MegatronCheckpointError(CheckpointError):
     """A Megatron checkpoint that cannot be read as a repro model (one clear sentence)."""
 
 
@@ -66,7 +69,7 @@ def iteration_dir(path: str | Path) -> Path:
             return path
         raise MegatronCheckpointError(f"{str(path)!r} is not a Megatron checkpoint: neither {TRACKER} nor "
                                       "mp_rank_XX folders are in it")
-    text = tracker.read_text().strip()
+    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
     if text == "release":
         name = "release"
     elif text.isdigit() and int(text) > 0:
@@ -90,25 +93,28 @@ def load_file(path: str | Path) -> dict[str, Any]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise MegatronCheckpointError(_refusal(path, err)) from None
-    except (RuntimeError, EOFError, OSError) as err:  # truncated or not a torch file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise MegatronCheckpointError(f"{str(path)!r} cannot be read as a torch checkpoint: {first}") from None
+    except (RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError, KeyError, IndexError,
+            ImportError) as err:  # truncated or not a torch file
+        raise MegatronCheckpointError(f"{str(path)!r} is not a PyTorch weights file (or holds objects other than "
+                                      f"tensors): {torch_load_reason(err)}") from None
     if not isinstance(state, dict):
         raise MegatronCheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not Megatron's checkpoint dict")
     return state
 
 
 def _refusal(path: Path, err: Exception) -> str:
+    """One short sentence for a file ``torch.load(weights_only=True)`` refused: the classes it would construct when
+    they can be listed, else torch's reason (garbage bytes)."""
     allowed = {f"{c.__module__}.{c.__qualname__}" for c in SAFE_GLOBALS}
     try:
         names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
     except Exception:  # noqa: BLE001 - fall back to the unpickler's own words
         names = re.findall(r"GLOBAL ([\w.]+)", str(err))
-    what = ", ".join(sorted(set(names))) if names else str(err).strip().splitlines()[0]
-    return (f"{str(path)!r} pickles {what}: only {', '.join(sorted(allowed))}, tensors and plain containers are "
-            "allowed (the allow-list; untrusted checkpoints load with torch.load(weights_only=True) only). "
-            "A training checkpoint's optimizer/RNG state is usually the cause: have it saved with Megatron's "
-            "--no-save-optim --no-save-rng, as the released checkpoints are")
+    head = f"{str(path)!r} is not a PyTorch weights file (or holds objects other than tensors)"
+    if not names:
+        return f"{head}: {torch_load_reason(err)}"
+    return (f"{head}: it pickles {', '.join(sorted(set(names)))}; the allow-list is {', '.join(sorted(allowed))}, "
+            "tensors and plain containers (save with Megatron's --no-save-optim --no-save-rng)")
 
 
 def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:

@@ -9,14 +9,20 @@ sharding the trainer loaded), the stage's local layer numbers become global agai
 stage_layers`), and the last stage's copy of the tied word embedding is dropped: the result has the names of a
 consolidated GPT (``ReferenceGPT``), which the evaluation harness and the Hugging Face export read. Nothing is
 unpickled beyond tensors (``torch.load(weights_only=True)``), and every file is checked against the manifest.
+
+A checkpoint is untrusted input: :func:`load_state_file` and :func:`config_from_dict` (shared with the evaluation
+harness's readers) turn a file that is not a weights file, or a config that is not one, into one
+:class:`CheckpointError` sentence naming the file, never the reader's own exception.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -29,6 +35,68 @@ from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, verif
 
 #: the last stage's copy of the word embedding (pp > 1): equal to the first stage's, kept once
 _OUTPUT_COPY = "output_word_embeddings."
+#: the lines of torch.load's errors that explain weights_only in general, not what is wrong with this file
+_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please file an issue")
+#: the JSON types a config field's annotation allows (bool is refused where an int or a float is meant)
+_FIELD_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
+                "float | None": (int, float, type(None))}
+
+
+def torch_load_reason(err: BaseException) -> str:
+    """What ``torch.load`` found wrong, in one short line: the first line of its error that is not its general
+    paragraph on ``weights_only`` (at most 160 characters)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)]
+    if not lines:
+        return f"{type(err).__name__} (the file is empty or cut short)"
+    text = (useful or lines)[0]
+    return (text.split(". ")[0] if len(text) > 120 else text)[:160]
+
+
+def load_weights(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``; anything it refuses or cannot read is one :class:`CheckpointError`
+    "'<path>' is not a PyTorch weights file (or holds objects other than tensors): <reason>"."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError, TypeError, AttributeError,
+            ImportError, KeyError, IndexError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{str(path)!r} is not a PyTorch weights file (or holds objects other than tensors): "
+                              f"{torch_load_reason(err)}") from None
+
+
+def load_state_file(path: Path) -> dict[str, torch.Tensor]:
+    """A file of named tensors (a state dict) read by :func:`load_weights`; another object is refused, named."""
+    state = load_weights(path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not a dict of named tensors")
+    for name, value in state.items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{str(path)!r}: entry {name!r} is a {type(value).__name__}, not a named tensor")
+    return state
+
+
+def config_from_dict(cls: type, values: Any, where: str) -> Any:
+    """``cls(**values)`` for a model config read from a file: ``values`` must be an object with every required
+    field, no unknown one, each of its annotated type; any refusal is a :class:`CheckpointError` starting with
+    ``where`` (the file) and naming the key."""
+    if not isinstance(values, Mapping):
+        raise CheckpointError(f"{where}: the model config is a {type(values).__name__}, not a JSON object")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in values if k not in fields)
+    if unknown:
+        raise CheckpointError(f"{where}: unknown model config key(s) {unknown}; a {cls.__name__} has no such field")
+    missing = [name for name, f in fields.items() if name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise CheckpointError(f"{where}: the model config lacks {missing}")
+    for name, value in values.items():
+        kinds = _FIELD_KINDS.get(str(fields[name].type))
+        if kinds and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+            raise CheckpointError(f"{where}: model config {name}={value!r} must be of type {fields[name].type}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{where}: model config: {err}") from None
 
 
 @dataclass
@@ -76,27 +144,52 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
                               "latest_checkpointed_iteration.txt, no manifest.json)")
     manifest = verify_checkpoint(path)  # every file against its size and sha256
     meta = read_trainer_meta(path)
-    config = GPTConfig(**meta["model"])
+    config = config_from_dict(GPTConfig, meta["model"], f"corrupt checkpoint {path}: trainer.json")
     tp, pp, dp = meta["tp"], meta["pp"], meta["dp"]
+    if min(tp, pp, dp) < 1 or meta["zero_stage"] < 0:
+        raise CheckpointError(f"corrupt checkpoint {path}: trainer.json has tp={tp}, pp={pp}, dp={dp}, zero_stage="
+                              f"{meta['zero_stage']}; each size must be >= 1 and the stage >= 0")
     grid = RankGrid(tp=tp, pp=pp, dp=dp)
-    if meta["zero_stage"] > 0:
-        by_mp = consolidate_checkpoint(path)  # fp32 masters, per model-parallel rank
-    else:
-        by_mp = {}
+    try:
+        by_mp = _model_parallel_states(path, manifest, meta["zero_stage"], grid)
+        full: dict[str, torch.Tensor] = {}
         for pp_rank in range(pp):
-            for tp_rank in range(tp):
-                name = f"rank{grid.rank(GridCoord(tp_rank, 0, pp_rank)):05d}.pt"
-                payload = torch.load(path / name, map_location="cpu", weights_only=True)
-                if not isinstance(payload, dict) or not isinstance(payload.get("extra", {}).get("model"), dict):
-                    raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no model state")
-                by_mp[pp_rank * tp + tp_rank] = payload["extra"]["model"]
-    full: dict[str, torch.Tensor] = {}
-    for pp_rank in range(pp):
-        shards = [by_mp[pp_rank * tp + tp_rank] for tp_rank in range(tp)]
-        merged = merge_state_dicts(shards, config) if tp > 1 else dict(shards[0])
-        full.update(_stage_names(merged, stage_layers(config.num_layers, pp, pp_rank)))
+            shards = [by_mp[pp_rank * tp + tp_rank] for tp_rank in range(tp)]
+            merged = merge_state_dicts(shards, config) if tp > 1 else dict(shards[0])
+            full.update(_stage_names(merged, stage_layers(config.num_layers, pp, pp_rank)))
+    except CheckpointError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError, AttributeError, EOFError,
+            pickle.UnpicklingError) as err:  # a shard that does not fit the others or trainer.json
+        raise CheckpointError(f"corrupt checkpoint {path}: its model shards do not fit trainer.json (tp={tp}, "
+                              f"pp={pp}): {type(err).__name__}: {torch_load_reason(err)}") from None
     digest = ",".join(f"{name}:{entry['sha256'][:16]}" for name, entry in sorted(manifest["files"].items()))
     return TrainedGPT(path=path, config=config, state_dict={k: v.float() for k, v in full.items()},
                       meta={"iteration": meta["iteration"], "tp": tp, "pp": pp, "dp": dp,
                             "zero_stage": meta["zero_stage"], "consumed_samples": meta.get("consumed_samples")},
                       sha256=digest)
+
+
+def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int,
+                           grid: RankGrid) -> dict[int, dict[str, torch.Tensor]]:
+    """Each model-parallel rank's (tp shard of a stage's) weights: the fp32 masters under ZeRO, else the dp-rank-0
+    file's ``extra["model"]``; a file the manifest does not list, or that holds no model state, is refused."""
+    if zero_stage > 0:
+        return consolidate_checkpoint(path)  # fp32 masters, per model-parallel rank
+    by_mp = {}
+    for pp_rank in range(grid.pp):
+        for tp_rank in range(grid.tp):
+            name = f"rank{grid.rank(GridCoord(tp_rank, 0, pp_rank)):05d}.pt"
+            if name not in manifest["files"]:
+                raise CheckpointError(f"corrupt checkpoint {path}: trainer.json says tp={grid.tp}, pp={grid.pp}, "
+                                      f"dp={grid.dp}, but the manifest lists no {name}")
+            try:
+                payload = load_weights(path / name)
+            except CheckpointError as err:
+                raise CheckpointError(f"corrupt checkpoint {path}: {err}") from None
+            extra = payload.get("extra") if isinstance(payload, dict) else None
+            model = extra.get("model") if isinstance(extra, dict) else None
+            if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
+                raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no model state")
+            by_mp[pp_rank * grid.tp + tp_rank] = model
+    return by_mp
