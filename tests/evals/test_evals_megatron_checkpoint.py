@@ -368,6 +368,7 @@ def test_megatron_bert_tp2_same_outputs(tmp_path):
     # repro export-hf tells a Megatron BERT from a GPT by its tensors: MegatronBertForPreTraining, the same weights
     from evals.hf_export import export_hf
 
-    assert export_hf(tmp_path, tmp_path / "hf") == ("MegatronBertForPreTraining", None)
-    back = load_checkpoint(tmp_path / "hf", expect="bert")
+    out = tmp_path.parent / f"{tmp_path.name}-hf"  # beside the checkpoint: OUT inside it is refused
+    assert export_hf(tmp_path, out) == ("MegatronBertForPreTraining", None)
+    back = load_checkpoint(out, expect="bert")
     assert all(torch.equal(back.state_dict[k][: v.shape[0]].double(), v) for k, v in full.items())
