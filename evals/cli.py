@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from repro.cliargs import OneLineParser, positive_float, positive_int
+from repro.cliargs import OneLineParser, non_negative_int, positive_float, positive_int, seed
 from repro.optional import MissingPackage
 
 EPILOG = """
@@ -162,17 +162,62 @@ def cmd_toy(args) -> list[dict]:
 
 
 def _results_dir(text: str) -> str:
-    """``--results-dir``: a directory, created when missing; a regular file on the way is refused before any work
-    (the rows are written at the end, after the evaluation)."""
+    """``--results-dir``: a directory, created when missing; a name too long, a file or a path under a file is
+    refused while parsing, a directory that cannot be written by :func:`check_paths` (both before any work: the
+    rows are written at the end, after the evaluation)."""
+    from repro.paths import writable_dir_problem
+
+    problem = writable_dir_problem(text, write=False)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+    return text
+
+
+def _hf_dir_problem(text: str) -> str | None:
+    """Why ``--hf-dir`` is not a Hugging Face model directory (None when it has a config.json)."""
     from pathlib import Path
 
-    path = Path(text)
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        where = "" if existing == path else f": {str(existing)!r}"
-        raise argparse.ArgumentTypeError(f"{text!r}{where} is a file; --results-dir must name a directory (created "
-                                         "when missing)")
-    return text
+    from repro.paths import name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        return problem
+    if not Path(text).exists():
+        return "does not exist"
+    if not Path(text).is_dir():
+        return "is a file; it must be a Hugging Face model directory (config.json + weights)"
+    if not (Path(text) / "config.json").is_file():
+        return "holds no config.json: it is not a Hugging Face model directory"
+    return None
+
+
+def check_paths(args: argparse.Namespace) -> str | None:
+    """The first path or device of the command line that cannot be used, as one line (None when all can), checked
+    before any work: the results root (unless --no-write), and each command's own directories and device."""
+    from repro.paths import writable_dir_problem
+    from repro.results import results_dir
+
+    if not args.no_write:
+        root = results_dir(args.results_dir)
+        problem = writable_dir_problem(root, create=False)
+        if problem is not None:
+            origin = "--results-dir" if args.results_dir is not None else "results directory"
+            return f"{origin} {str(root)!r} {problem}"
+    outputs = {"race-finetune": ("--save", "save"), "convert-hf": ("--out", "out"), "toy-e2e": ("--out", "out")}
+    flag, name = outputs.get(args.command, (None, None))
+    if flag is not None and getattr(args, name) is not None:
+        problem = writable_dir_problem(getattr(args, name), create=False)
+        if problem is not None:
+            return f"{flag} {getattr(args, name)!r} {problem}"
+    if args.command == "convert-hf":
+        problem = _hf_dir_problem(args.hf_dir)
+        if problem is not None:
+            return f"--hf-dir {args.hf_dir!r} {problem}"
+    if args.command == "race-finetune":
+        from evals.model_builders import check_device
+
+        check_device(args.device)  # a ValueError naming the device
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,14 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-layers", type=positive_int, default=2, help="BERT layers (random init only)")
     p.add_argument("--num-attention-heads", type=positive_int, default=4,
                    help="BERT attention heads (random init only)")
-    p.add_argument("--max-seq-length", type=int, default=256, help="Megatron uses 512")
-    p.add_argument("--train-limit", type=int, default=2000, help="random train questions (0 = all 87,866)")
-    p.add_argument("--eval-limit", type=int, default=300, help="first N questions per dev/test level (0 = all)")
+    p.add_argument("--max-seq-length", type=positive_int, default=256, help="Megatron uses 512")
+    p.add_argument("--train-limit", type=non_negative_int, default=2000,
+                   help="random train questions (0 = all 87,866)")
+    p.add_argument("--eval-limit", type=non_negative_int, default=300,
+                   help="first N questions per dev/test level (0 = all)")
     p.add_argument("--epochs", type=positive_float, default=1.0, help="passes over the train questions")
     p.add_argument("--batch-size", type=positive_int, default=16, help="questions per optimizer step")
     p.add_argument("--lr", type=positive_float, default=1e-4, help="Adam learning rate")
     p.add_argument("--max-steps", type=positive_int, default=None, help="stop after this many steps (default: the epochs)")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the init, shuffling and dropout")
+    p.add_argument("--seed", type=seed, default=1234, help="seed of the init, shuffling and dropout, in [0, 2**63)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--save", default=None, help="write the finetuned model as a repro checkpoint here")
 
@@ -233,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-dir", required=True, help="local Hugging Face model directory (config.json + weights)")
     p.add_argument("--out", required=True, help="directory for the repro checkpoint")
     p.add_argument("--arch", default="gpt", choices=["gpt", "bert"], help="model family in --hf-dir")
-    p.add_argument("--tp", type=int, default=1, help="write tp shards (1: consolidated)")
+    p.add_argument("--tp", type=positive_int, default=1, help="write tp shards (1: consolidated)")
 
     p = sub.add_parser("toy-e2e", help="train a small GPT on wiki.valid for a few CPU minutes, evaluate it on "
                                        "WikiText-103 and LAMBADA, finetune a small BERT on a RACE subset")
@@ -242,11 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--race-train-questions", type=positive_int, default=2000, help="RACE questions to finetune on")
     p.add_argument("--race-eval-questions", type=positive_int, default=300, help="RACE questions to evaluate")
     p.add_argument("--no-lm-eval", action="store_true", help="skip the lm-eval column of the reconciliation table")
-    p.add_argument("--tp-check", type=int, default=500, help="LAMBADA passages re-evaluated at tp=2 (0: skip)")
-    p.add_argument("--eval-limit", type=int, default=None,
-                   help="first N LAMBADA passages / WikiText articles (default: the full test sets)")
-    p.add_argument("--wikitext-max-tokens", type=int, default=None,
-                   help="BPE prefix of the WikiText stream for Megatron's windows (default: all)")
+    p.add_argument("--tp-check", type=non_negative_int, default=500,
+                   help="LAMBADA passages re-evaluated at tp=2 (0: skip)")
+    p.add_argument("--eval-limit", type=positive_int, default=None,
+                   help="first N LAMBADA passages / WikiText articles, N >= 1 (default: the full test sets)")
+    p.add_argument("--wikitext-max-tokens", type=positive_int, default=None,
+                   help="BPE prefix of the WikiText stream for Megatron's windows, N >= 1 (default: all)")
     return parser
 
 
@@ -267,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from evals.tasks import task_of_command
 
     try:
+        problem = check_paths(args)
+        if problem is not None:
+            raise ValueError(problem)
         rows = (cmd_eval if task_of_command(args.command) else COMMANDS[args.command])(args)
     except (ValueError, MissingPackage) as err:  # bad input or a missing optional package: one line, no traceback
         print(f"repro eval: error: {err}", file=sys.stderr)

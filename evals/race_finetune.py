@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from evals.multiple_choice import MultipleChoiceModel
 from evals.race_data import LEVELS, RaceTensors
+from repro.cliargs import SEED_LIMIT
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class FinetuneConfig:
             raise ValueError(f"epochs={self.epochs}, batch_size={self.batch_size}, lr={self.lr} must be positive")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1)")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed={self.seed} must be an integer in [0, 2**63)")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps={self.max_steps} must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,14 @@ class RaceFinetuneSpec:
     device: str = "cpu"
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("train_limit", "eval_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be >= 1 (None: all questions)")
+        if self.max_seq_length < 1:
+            raise ValueError(f"max_seq_length={self.max_seq_length} must be >= 1")
+
 
 def build_model(spec: RaceFinetuneSpec, vocab_size: int) -> tuple[MultipleChoiceModel, str, str | None]:
     if spec.init is None:

@@ -13,7 +13,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from repro.cliargs import positive_int
+
 if TYPE_CHECKING:
+    from repro.models import GPTConfig
     from repro.dist.comm import CommGroup
 
 # The scoring functions import the harness (torch, the data loaders) when they run: the records are read by
@@ -55,8 +58,10 @@ class EvalSpec:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is not one of {tuple(TASKS)}")
-        if self.tp < 1:
-            raise ValueError(f"tp={self.tp} must be >= 1")
+        for name in ("tp", "batch_size", "seq_len", "stride", "limit", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be >= 1")
 
 
 def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
@@ -137,9 +142,10 @@ def _race_zeroshot(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> 
 #: every zero-shot task, by name, in the order ``python -m evals --help`` lists their commands
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("wikitext", "wikitext", "WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb", _wikitext,
-         options=(("--stride", dict(type=int, default=32, help="new tokens scored per window (Megatron "
+         options=(("--stride", dict(type=positive_int, default=32, help="new tokens scored per window (Megatron "
                                     "--overlapping-eval; the paper's 32)")),
-                  ("--max-tokens", dict(type=int, default=None, help="keep a BPE prefix of the test stream")),
+                  ("--max-tokens", dict(type=positive_int, default=None,
+                                        help="keep a BPE prefix of the test stream, N >= 1")),
                   ("--split", dict(default="test", choices=["test", "valid"], help="WikiText-103 split to score")))),
     Task("lambada", "lambada", "LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity", _lambada),
     Task("race_zeroshot", "race-zeroshot", "RACE zero-shot accuracy, lm-eval's race task definition",
@@ -155,13 +161,58 @@ def task_of_command(command: str) -> Task | None:
     return next((task for task in TASKS.values() if task.command == command), None)
 
 
+def check_settings(spec: EvalSpec, config: GPTConfig) -> None:
+    """The settings of ``spec`` against the model's ``config`` (ValueError naming the value): ``seq_len`` within the
+    model's positions, whole heads per tp rank, WikiText's stride within the window."""
+    from evals.wikitext import WindowConfig
+
+    if spec.seq_len is not None and spec.seq_len > config.max_position_embeddings:
+        raise ValueError(f"seq_len={spec.seq_len} exceeds the model's max_length={config.max_position_embeddings}")
+    config.check_tensor_parallel(spec.tp)
+    if spec.task == "wikitext":
+        WindowConfig(seq_len=spec.seq_len or config.max_position_embeddings, stride=spec.stride)
+
+
+def gpt_config_of(checkpoint: str) -> GPTConfig:
+    """The GPT config of ``checkpoint``, refused as :func:`run_eval` would refuse it: a repro checkpoint's header is
+    read alone; any other format (or a repro header that a load would refuse) is loaded once."""
+    from pathlib import Path
+
+    from evals.checkpoint_formats import checkpoint_format, load_checkpoint
+    from evals.checkpoints import read_header
+    from repro.models import GPTConfig
+
+    if checkpoint_format(checkpoint) == "repro":
+        header = read_header(checkpoint)
+        if header["architecture"] == "gpt" and all((Path(checkpoint) / f).is_file() for f in header["files"]):
+            return GPTConfig(**header["config"])
+    return load_checkpoint(checkpoint, expect="gpt").config
+
+
+def check_spec(spec: EvalSpec) -> None:
+    """Every refusal a tp > 1 run's ranks would meet before scoring, met here once, in the calling process: the
+    tokenizer files, the checkpoint (format, architecture, vocabulary) and :func:`check_settings`."""
+    from repro.text.tokenization import check_vocab_compatible, gpt2_tokenizer
+
+    tokenizer = gpt2_tokenizer(spec.data_dir)
+    config = gpt_config_of(spec.checkpoint)
+    check_vocab_compatible(tokenizer, config.vocab_size)
+    check_settings(spec, config)
+
+
 def run_eval(spec: EvalSpec, *, tp_group: CommGroup | None = None) -> list[dict[str, Any]]:
-    """Build the model of ``spec.checkpoint`` on ``tp_group`` and run its task's :attr:`Task.evaluate`."""
+    """Build the model of ``spec.checkpoint`` on ``tp_group`` and run its task's :attr:`Task.evaluate`; the model
+    reads at most ``spec.seq_len`` tokens (default: its positions), LAMBADA's and RACE's contexts cut on the left
+    as lm-eval's ``max_length`` does."""
     from evals.model_builders import load_gpt_for_eval
+    from evals.repro_lm import ReproCausalLM
     from repro.text.tokenization import gpt2_tokenizer
 
     tokenizer = gpt2_tokenizer(spec.data_dir)
     model, loaded = load_gpt_for_eval(spec.checkpoint, tokenizer, tp_group=tp_group)
+    check_settings(spec, loaded.config)
+    if spec.seq_len is not None:
+        model = ReproCausalLM(model.model, max_length=spec.seq_len)
     common = {"model": f"{loaded.source}:{spec.checkpoint}", "checkpoint_sha256": loaded.sha256}
     return TASKS[spec.task].evaluate(spec, model, tokenizer, common)
 
@@ -177,6 +228,7 @@ def run_at_tp(spec: EvalSpec, *, timeout_s: float = 3600.0) -> list[dict[str, An
     """Run ``spec`` in-process at tp=1, or on ``spec.tp`` spawned processes (rank 0's rows are returned)."""
     if spec.tp == 1:
         return run_eval(spec)
+    check_spec(spec)  # one line here, not a rank's traceback after spawning tp processes
     from repro.dist import spawn
 
     return spawn(_rank_main, spec.tp, spec, timeout_s=timeout_s)[0]

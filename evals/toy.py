@@ -51,6 +51,13 @@ class ToySpec:
     wikitext_max_tokens: int | None = None  # BPE prefix for Megatron's windows (None: all 270,330)
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        """Counts checked before the minutes of training: whole numbers >= 1 (``tp_check`` >= 0, 0 skips it)."""
+        for name in ("race_train_questions", "race_eval_questions", "eval_limit", "wikitext_max_tokens", "tp_check"):
+            value, lowest = getattr(self, name), 0 if name == "tp_check" else 1
+            if value is not None and value < lowest:
+                raise ValueError(f"{name}={value} must be an integer >= {lowest}")
+
 
 def train_toy_gpt(spec: ToySpec) -> tuple[Path, dict[str, Any]]:
     tokenizer = gpt2_tokenizer(spec.data_dir)
