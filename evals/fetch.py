@@ -101,14 +101,22 @@ def _race(archive: Path, source: Source, root: Path, origin: str) -> None:
     """RACE's test and dev files, their manifest and the two train files, rebuilt and checked (module docstring
     of :mod:`evals.data_sources`). Only regular files under ``RACE/`` are read from the archive."""
     texts: dict[str, bytes] = {}
-    with tarfile.open(archive, "r:*") as tar:
-        for info in tar:
-            name = info.name.lstrip("./")
-            if not info.isfile() or not name.startswith("RACE/") or ".." in Path(name).parts:
-                continue
-            handle = tar.extractfile(info)
-            if handle is not None:
-                texts[name] = handle.read()
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for info in tar:
+                name = info.name.lstrip("./")
+                if not info.isfile() or not name.startswith("RACE/") or ".." in Path(name).parts:
+                    continue
+                handle = tar.extractfile(info)
+                if handle is not None:
+                    texts[name] = handle.read()
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise FetchError(f"{origin} is not a readable tar archive ({_first_line(err)})") from None
+    train = [n for n in texts if n.startswith(("RACE/train/high/", "RACE/train/middle/"))]
+    unnumbered = next((n for n in train if not Path(n).stem.isdigit() or Path(n).suffix != ".txt"), None)
+    if unnumbered is not None:  # before anything is installed
+        raise FetchError(f"{origin}: member {unnumbered!r} is not a numbered RACE train file "
+                         f"({str(Path(unnumbered).parent)}/N.txt)")
     evaluation = sorted(n for n in texts if n.split("/")[1] in ("test", "dev"))
     manifest = "".join(f"{_sha(texts[n])}  {n}\n" for n in evaluation).encode()
     targets = {m.member: m.target for m in source.members}
@@ -118,10 +126,10 @@ def _race(archive: Path, source: Source, root: Path, origin: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, [texts[name]])
     for prefix in ("RACE/train/high/", "RACE/train/middle/"):
-        names = sorted((n for n in texts if n.startswith(prefix)), key=lambda n: int(Path(n).stem))
+        names = [n for n in texts if n.startswith(prefix)]
         lines = []
-        for name in names:
-            record = json.loads(texts[name])
+        for name in sorted(names, key=lambda n: int(Path(n).stem)):
+            record = _race_record(texts[name], name, origin)
             record["source"] = name.removeprefix("RACE/")
             lines.append(json.dumps(record) + "\n")
         target = targets[prefix]
@@ -130,6 +138,36 @@ def _race(archive: Path, source: Source, root: Path, origin: str) -> None:
                            mtime=0, fileobj=buffer) as packed:
             packed.write("".join(lines).encode())
         install(buffer.getvalue(), target, root, origin)
+
+
+def _first_line(err: BaseException) -> str:
+    """An exception's message on one line (tarfile's lists each method it tried on a line of its own)."""
+    lines = [line.strip(" -") for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0].rstrip(':')}" if lines else type(err).__name__
+
+
+def _race_record(data: bytes, name: str, origin: str) -> dict:
+    """One RACE train file's JSON object; a FetchError naming the member otherwise."""
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError alike
+        raise FetchError(f"{origin}: member {name!r} is not a JSON object in UTF-8 ({_first_line(err)})") from None
+    if not isinstance(record, dict):
+        raise FetchError(f"{origin}: member {name!r} holds a JSON {type(record).__name__}, not an object")
+    return record
+
+
+def mirror_url(text: str | None) -> str | None:
+    """A ``--mirror`` as a URL: an http(s), ftp or file URL as given, an existing local folder as its file:// URL;
+    ValueError naming the value otherwise."""
+    if text is None:
+        return None
+    scheme = text.split(":", 1)[0].lower() if "://" in text else ""
+    if scheme in ("http", "https", "ftp", "file"):
+        return text
+    if text.strip() and Path(text).is_dir():
+        return Path(text).resolve().as_uri()
+    raise ValueError(f"{text!r} is neither a URL (http://, https://, ftp://, file://) nor an existing folder")
 
 
 def fetch_source(source: Source, root: Path, *, mirror: str | None, say: Callable[[str], None]) -> str:
@@ -142,13 +180,16 @@ def fetch_source(source: Source, root: Path, *, mirror: str | None, say: Callabl
     if source.name == "race":
         _race(part, source, root, url)
     elif source.is_archive:
-        with zipfile.ZipFile(part) as archive:
-            for member in source.members:
-                try:
-                    data = archive.read(member.member)
-                except KeyError:
-                    raise FetchError(f"{url} has no member {member.member}") from None
-                install(data, member.target, root, url)
+        try:
+            with zipfile.ZipFile(part) as archive:
+                for member in source.members:
+                    try:
+                        data = archive.read(member.member)
+                    except KeyError:
+                        raise FetchError(f"{url} has no member {member.member}") from None
+                    install(data, member.target, root, url)
+        except (zipfile.BadZipFile, EOFError, OSError) as err:
+            raise FetchError(f"{url} is not a readable zip archive ({_first_line(err)})") from None
     else:
         install(part.read_bytes(), source.members[0].target, root, url)
     part.unlink(missing_ok=True)
@@ -171,7 +212,7 @@ def fetch(names: Sequence[str] | None, root: Path, *, mirror: str | None = None,
                 (root / ".fetch" / f"{source.filename}.part").unlink(missing_ok=True)
             hand = (f"; by hand: download {source.url} (license: {source.license}) and put "
                     f"{files} under {root}" if "cannot reach" in str(err) else "")
-            raise FetchError(f"{source.name}: {err}{hand}") from None
+            raise FetchError(f"{source.name}: {' '.join(str(err).split())}{hand}") from None
         say(f"  {done}")
     if not any((root / ".fetch").glob("*.part")):
         shutil.rmtree(root / ".fetch", ignore_errors=True)
@@ -185,9 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"only these sources (repeatable: {', '.join(NAMES)}; default: all)")
     parser.add_argument("--data-dir", default=None, help=f"where to put them (default: ${ENV_VAR}, else "
                         "<repo>/../shared/data); created when missing")
-    parser.add_argument("--mirror", default=os.environ.get(MIRROR_ENV), metavar="URL",
-                        help=f"fetch every file from URL/<file name> instead of its source (default: ${MIRROR_ENV}, "
-                             "else the sources)")
+    parser.add_argument("--mirror", default=None, metavar="URL",
+                        help="fetch every file from URL/<file name> instead of its source; URL is http(s)://, "
+                             f"ftp:// or file://, or a local folder (default: ${MIRROR_ENV}, else the sources)")
     return parser
 
 
@@ -203,13 +244,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               "fetch --help)", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv[1:])
+    origin = "--mirror" if args.mirror is not None else f"${MIRROR_ENV}"
+    try:
+        mirror = mirror_url(args.mirror if args.mirror is not None else os.environ.get(MIRROR_ENV) or None)
+    except ValueError as err:
+        print(f"repro data fetch: error: {origin} {err}", file=sys.stderr)
+        return 2
     root = Path(args.data_dir or os.environ.get(ENV_VAR) or REPO_ROOT.parent / "shared" / "data")
     problem = writable_dir_problem(root)
     if problem is not None:
         print(f"repro data fetch: error: {root} {problem}", file=sys.stderr)
         return 2
     try:
-        fetch(args.only, root, mirror=args.mirror)
+        fetch(args.only, root, mirror=mirror)
     except FetchError as err:
         print(f"repro data fetch: error: {err}", file=sys.stderr)
         return 2
