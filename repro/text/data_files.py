@@ -89,10 +89,16 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """
     if data_dir is not None:
         path, origin = Path(data_dir), "--data-dir"
+        if not os.fspath(data_dir).strip():
+            raise DataError(f"data directory {os.fspath(data_dir)!r} (from --data-dir) is empty: give a path (or "
+                            f"leave the option out for ${ENV_VAR})")
     elif os.environ.get(ENV_VAR):
         path, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
     else:
         path, origin = REPO_ROOT.parent / "shared" / "data", "the default <repo>/../shared/data"
+    if path.exists() and not path.is_dir():
+        raise DataError(f"data directory {str(path)!r} (from {origin}) is a file, not a directory; pass the folder "
+                        f"that holds tokenizers/, lambada/, race/ and wikitext103/")
     if not path.is_dir():
         raise DataError(
             f"data directory {str(path)!r} (from {origin}) does not exist; it must hold "

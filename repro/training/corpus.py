@@ -84,6 +84,9 @@ def load_gpt2(vocab_dir: str | os.PathLike) -> TextTokenizer:
     The tokenizer is :func:`repro.text.tokenization.gpt2_tokenizer` (one definition for training and evaluation); it reads
     ``<data dir>/tokenizers/``, so a folder with another name is presented to it through a symlink.
     """
+    if Path(vocab_dir).exists() and not Path(vocab_dir).is_dir():
+        raise CorpusError(f"vocabulary folder {str(vocab_dir)!r} is a file; it must be the folder holding "
+                          "gpt2-vocab.json and gpt2-merges.txt")
     folder = Path(vocab_dir).resolve()
     for pinned in (GPT2_VOCAB, GPT2_MERGES):
         verify_sha256(folder / Path(pinned.relpath).name, pinned.sha256, pinned.description)
@@ -138,6 +141,9 @@ def _check_output(prefix: Path) -> None:
         raise CorpusError(f"output directory {str(parent)!r} cannot be created ({err.strerror})") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CorpusError(f"output directory {str(parent)!r} is not writable (the output prefix must be writable)")
+    for taken in (Path(f"{prefix}.bin"), Path(f"{prefix}.idx.json")):
+        if taken.is_dir():
+            raise CorpusError(f"output {str(taken)!r} is a directory; the output prefix must name two files")
 
 
 def tokenize_corpus(
@@ -165,6 +171,8 @@ def tokenize_corpus(
     for path, pin in zip(paths, pins):
         if not path.is_file():
             raise CorpusError(f"input file {str(path)!r} does not exist or is not a regular file")
+        if path.stat().st_size == 0:
+            raise CorpusError(f"input file {str(path)!r} is empty: it holds no text to tokenize")
         expected = pin or _pinned_sha256(path)
         if expected:
             verify_sha256(path, expected, "an input file")
@@ -182,6 +190,8 @@ def tokenize_corpus(
         with tempfile.TemporaryDirectory(prefix="repro-corpus-") as cache_dir:
             for path in paths:
                 docs = _read_documents(path, documents, cache_dir)
+                if not docs:
+                    raise CorpusError(f"input file {str(path)!r} holds no documents (--documents {documents})")
                 if detokenize == "wikitext":
                     docs = [wikitext_detokenize(doc) for doc in docs]
                 bar = tqdm(total=len(docs), desc=f"tokenize {path.name}", unit="doc", file=sys.stderr,

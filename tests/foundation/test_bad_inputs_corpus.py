@@ -35,9 +35,17 @@ CORPUS_CASES = {
     "corpus_sha256_mismatch": (["--input", "{text}", "--sha256", "0" * 64, *OUT], "0" * 64),
     "corpus_missing_vocab_dir": (["--input", "{text}", "--vocab-dir", "/nonexistent", *OUT], "/nonexistent"),
     "corpus_missing_data_dir": (["--wikitext103", "valid", "--data-dir", "/nonexistent", *OUT], "'/nonexistent'"),
+    "corpus_data_dir_a_file": (["--input", "{text}", "--data-dir", "{text}", *OUT],
+                               "{text}' (from --data-dir) is a file"),
+    "corpus_vocab_dir_a_file": (["--input", "{text}", "--vocab-dir", "{text}", *OUT], "{text}' is a file"),
+    "corpus_empty_input": (["--input", "{empty}", *OUT], "{empty}' is empty"),
+    "corpus_no_documents": (["--input", "{blank}", "--documents", "line", *OUT], "{blank}' holds no documents"),
+    "corpus_bin_a_directory": (["--input", "{text}", "--output-prefix", "{dir}/taken"], "taken.bin' is a directory"),
+    "corpus_index_a_directory": (["--input", "{text}", "--output-prefix", "{dir}/held"],
+                                 "held.idx.json' is a directory"),
 }
 #: cases that load the GPT-2 tokenizer before they meet the bad value (skipped where the data is absent)
-NEEDS_DATA = {"corpus_input_not_utf8"}
+NEEDS_DATA = {"corpus_input_not_utf8", "corpus_no_documents"}
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS_CASES))
@@ -47,7 +55,12 @@ def test_bad_corpus_input_exits_2_with_one_line(name, tmp_path, capsys, request)
     text_file, binary = tmp_path / "a.txt", tmp_path / "b.dat"
     text_file.write_text("some text\n")
     binary.write_bytes(b"\xff\xfe\x00bad")
-    values = {"dir": str(tmp_path), "text": str(text_file), "binary": str(binary)}
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n\n  \n")
+    (tmp_path / "taken.bin").mkdir()  # an output name taken by a directory
+    (tmp_path / "held.idx.json").mkdir()
+    values = {"dir": str(tmp_path), "text": str(text_file), "binary": str(binary),
+              "empty": str(tmp_path / "empty.txt"), "blank": str(tmp_path / "blank.txt")}
     argv, text = [arg.format(**values) for arg in CORPUS_CASES[name][0]], CORPUS_CASES[name][1].format(**values)
     assert_refused(argv, *run_in_process(main, [*argv, "--no-progress"], capsys), text)
-    assert not Path(f"{tmp_path}/out.bin").exists()
+    assert not Path(f"{tmp_path}/out.bin").exists() and not Path(f"{tmp_path}/held.bin").exists()
