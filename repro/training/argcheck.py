@@ -50,20 +50,83 @@ def read_deepspeed_config(path: str):
         raise UsageError(f"--deepspeed-config {path}: {err}") from None
 
 
+def checkpoint_dir_around(path: str | Path) -> Path | None:
+    """The checkpoint (iteration) directory ``path`` is or lies in: the nearest folder holding a manifest."""
+    from repro.zero.checkpoint import MANIFEST
+
+    resolved = Path(path).resolve()
+    for folder in (resolved, *resolved.parents):
+        if (folder / MANIFEST).is_file():
+            return folder
+    return None
+
+
+def _loads_from(load: str | None, save: Path) -> bool:
+    """Whether ``--load`` resumes the run of ``--save``: the directory itself, or one of its iteration directories."""
+    from repro.zero.checkpoint import MANIFEST
+
+    if load is None:
+        return False
+    loaded = Path(load).resolve()
+    return loaded == save.resolve() or (loaded.parent == save.resolve() and (loaded / MANIFEST).is_file())
+
+
 def _check_save_belongs_to_this_run(args: argparse.Namespace) -> None:
     """A checkpoint directory belongs to one run: saving into one that holds checkpoints this run does not load
     would move its newest pointer to another model, and its own run could not resume (a --load typo, a changed
-    --hidden). Refused unless --overwrite-checkpoints."""
+    --hidden). Refused unless --overwrite-checkpoints. A save inside an iteration directory is always refused."""
     from repro.training.checkpoint import LATEST
 
-    if args.save is None or args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
+    if args.save is None:
         return
-    if args.load is not None and Path(args.load).resolve() == Path(args.save).resolve():
+    inside = checkpoint_dir_around(args.save)
+    if inside is not None:
+        raise UsageError(f"--save {args.save} is inside the checkpoint (iteration) directory {inside}: save into the "
+                         f"directory that holds the iter_* directories, e.g. --save {inside.parent}")
+    if args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
+        return
+    if _loads_from(args.load, Path(args.save)):
         return  # resuming the run that wrote them
-    newest = (Path(args.save) / LATEST).read_text().strip()[:20]
+    newest = (Path(args.save) / LATEST).read_bytes().strip()[:20].decode("utf-8", "replace")
     raise UsageError(f"--save {args.save} holds another run's checkpoints (newest: iteration {newest}) and this run "
                      f"does not load them: resume it with --load {args.save}, save elsewhere, or pass "
                      f"--overwrite-checkpoints")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _check_logs_are_not_inputs(args: argparse.Namespace) -> None:
+    """--log-jsonl is appended to: it must not be a file the run reads (a corpus, the DeepSpeed config, a
+    checkpoint's file), and --tensorboard-dir must not lie in a checkpoint's iteration directory."""
+    if args.tensorboard_dir is not None and (inside := checkpoint_dir_around(args.tensorboard_dir)) is not None:
+        raise UsageError(f"--tensorboard-dir {args.tensorboard_dir} is inside the checkpoint directory {inside}: "
+                         "TensorBoard files must go elsewhere")
+    if args.log_jsonl is None:
+        return
+    target = Path(args.log_jsonl)
+    inputs = [("--deepspeed-config", Path(args.deepspeed_config))] if args.deepspeed_config else []
+    for option, prefix in (("--data", args.data), ("--valid-data", args.valid_data)):
+        if prefix not in (None, "synthetic"):
+            inputs += [(f"{option} {prefix}", Path(f"{prefix}.bin")), (f"{option} {prefix}", Path(f"{prefix}.idx.json"))]
+    for what, path in inputs:
+        if _same_file(target, path):
+            raise UsageError(f"--log-jsonl {args.log_jsonl} is the input file {path} of {what}: the log is appended "
+                             "to and would destroy it; log to another file")
+    for option, folder in (("--load", args.load), ("--save", args.save)):
+        if folder is None:
+            continue
+        root = Path(folder).resolve()
+        if target.resolve().is_relative_to(root) and target.resolve() != root / "log.jsonl":
+            raise UsageError(f"--log-jsonl {args.log_jsonl} lies in the checkpoint directory {option} {folder}, "
+                             f"whose files are checkpoints: the only log there is {root / 'log.jsonl'} (the default "
+                             "with --save); log elsewhere")
+    if (inside := checkpoint_dir_around(target)) is not None:
+        raise UsageError(f"--log-jsonl {args.log_jsonl} is inside the checkpoint directory {inside}: log elsewhere")
 
 
 def _agrees(args: argparse.Namespace, option: str, value, source: str) -> None:
@@ -148,6 +211,7 @@ def check_args(args: argparse.Namespace) -> None:
     if foreign is not None:
         raise UsageError(f"--load {args.load} {foreign}")
     _check_save_belongs_to_this_run(args)
+    _check_logs_are_not_inputs(args)
     launch, dp = startcheck.check_launch(args)
     if batch is not None:
         try:

@@ -214,24 +214,31 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             return groups, trainer, source, validation
 
         groups, trainer, source, validation = agree_on_setup(setup)
-        jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
         resolved = _resolved_arguments(args, groups)
-        log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
-                          tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
-                          wandb=_wandb_settings(args, resolved) if args.wandb_project else None)
-        log.print(arguments_block(resolved))
-        if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
-            from repro.atomic_files import atomic_write
+        if groups.rank == 0:
+            print(arguments_block(resolved), flush=True)
+        with _watchdog(args, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
+            trainer.on_action = _beating(watchdog, on_action)
+            resumed = None
+            if args.load:
+                watchdog.doing(f"loading checkpoint from {args.load}")
+                resumed = agree_on_setup(lambda: load_training_checkpoint(
+                    args.load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
+            if resumed is not None and trainer.iteration >= args.steps:  # a finished run is done: nothing written
+                if groups.rank == 0:
+                    print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
+                          f"train: at iteration {trainer.iteration} of --steps {args.steps}", flush=True)
+                return 0
+            # only now, with the load done, does anything go into --save or the logs
+            if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
+                from repro.atomic_files import atomic_write
 
-            atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
-        try:
-            with _watchdog(args, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
-                trainer.on_action = _beating(watchdog, on_action)
-                resumed = None
-                if args.load:
-                    watchdog.doing(f"loading checkpoint from {args.load}")
-                    resumed = agree_on_setup(lambda: load_training_checkpoint(
-                        args.load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
+                atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
+            jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
+            log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
+                              tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
+                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None)
+            try:
                 if resumed is not None:
                     log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
                               f"({trainer.consumed_samples} samples consumed)")
@@ -246,26 +253,26 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                                          save_interval=args.save_interval, validation=validation,
                                          preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan)
                 except CheckpointWriteError as err:  # every rank raises it, with the same reason
-                    log.print(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
+                    log.error(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
                               f"{EXIT_WRITE_FAILED})")
                     return EXIT_WRITE_FAILED
                 except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
                     last = f"; the last checkpoint in {args.save} is from before it" if args.save else ""
-                    log.print(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
+                    log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
                               f"trains on){last}")
                     return EXIT_NONFINITE
-            if outcome.preempted:
-                resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
-                log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
-                return EXIT_PREEMPTED
-            if not outcome.losses:
-                log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                if outcome.preempted:
+                    resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
+                    log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
+                    return EXIT_PREEMPTED
+                if not outcome.losses:
+                    log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                    return 0
+                log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
+                log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
                 return 0
-            log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
-            log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
-            return 0
-        finally:
-            log.close()
+            finally:
+                log.close()
 
 
 def _resolved_arguments(args: argparse.Namespace, groups) -> dict:

@@ -54,6 +54,12 @@ class TrainingLog:
         if self.enabled:
             print(line, file=self.stream, flush=True)
 
+    def error(self, line: str) -> None:
+        """A run's one error line (a non-finite loss, a failed save): on stderr, where a batch script looks."""
+        if self.enabled:
+            sys.stdout.flush()
+            print(line, file=sys.stderr, flush=True)
+
     def event(self, kind: str, **fields: Any) -> None:
         """A record of something other than a step (start, resume, save, validation, preemption, end)."""
         self._write({"event": kind, "time": time.time(), **fields})
