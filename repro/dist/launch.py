@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = 120.0
+#: launch variables (ranks, world sizes) must lie below this: torch's store and process groups count in int32
+MAX_LAUNCH_INT = 2**31
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,12 @@ def _int_var(env: Mapping[str, str], name: str) -> int:
     if value is None:
         raise ValueError(f"launch variable {name} is missing")
     try:
-        return int(value)
+        number = int(value)
     except ValueError as err:
         raise ValueError(f"launch variable {name}={value!r} is not an integer") from err
+    if not -MAX_LAUNCH_INT < number < MAX_LAUNCH_INT:
+        raise ValueError(f"launch variable {name}={value} is out of range: it must be below 2**31")
+    return number
 
 
 def _port_var(env: Mapping[str, str], name: str = "MASTER_PORT") -> int:
@@ -94,11 +99,13 @@ def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
     env = os.environ if env is None else env
     if "RANK" in env or "WORLD_SIZE" in env:
         rank, world = _int_var(env, "RANK"), _int_var(env, "WORLD_SIZE")
-        local = int(env.get("LOCAL_RANK", "0"))
+        local = _int_var(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
         addr = env.get("MASTER_ADDR")
         port = env.get("MASTER_PORT")
         if addr is None or port is None:
             raise ValueError("RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is missing")
+        if not addr.strip():
+            raise ValueError(f"launch variable MASTER_ADDR={addr!r} is empty: it must name rank 0's host")
         launcher = "torchrun"
         port_int = _port_var(env)
     elif "SLURM_PROCID" in env:
@@ -109,6 +116,9 @@ def read_launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
         launcher = "srun"
     else:
         port_int = _port_var(env) if "MASTER_PORT" in env else 0
+        if "MASTER_ADDR" in env and not env["MASTER_ADDR"].strip():
+            raise ValueError(f"launch variable MASTER_ADDR={env['MASTER_ADDR']!r} is empty: it must name a host "
+                             "(or leave it unset: 127.0.0.1)")
         return LaunchEnv(0, 1, 0, env.get("MASTER_ADDR") or "127.0.0.1", port_int, "single")
     if world < 1:
         raise ValueError(f"world size {world} must be >= 1")
@@ -147,6 +157,8 @@ def init_distributed(
         "init_method": f"tcp://{launch.master_addr}:{launch.master_port}"}
     if launch.master_port and launch.rank != 0:
         wait_for_rendezvous(launch, timeout_s=timeout_s)
+    elif launch.master_port:
+        wait_for_address(launch, timeout_s=timeout_s)
     try:
         dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size,
                                 timeout=_dt.timedelta(seconds=timeout_s), **rendezvous)
@@ -172,6 +184,27 @@ def init_distributed(
 class RendezvousFailed(RuntimeError):
     """The ranks did not meet at MASTER_ADDR:MASTER_PORT within the timeout (a host that does not resolve, nobody
     listening, a rank that never came): one line, and the exit code of a hang (124) in the trainer."""
+
+
+def wait_for_address(launch: LaunchEnv, *, timeout_s: float) -> None:
+    """Rank 0, before torch's store (whose client repeats a warning and a C++ stack per failed lookup): resolve
+    MASTER_ADDR, retrying for at most ``timeout_s`` (DNS at a job's start may lag); :class:`RendezvousFailed`
+    naming it otherwise."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.getaddrinfo(launch.master_addr, launch.master_port, type=socket.SOCK_STREAM)
+            return
+        except (socket.gaierror, UnicodeError) as err:
+            reason = getattr(err, "strerror", None) or str(err)
+        if time.monotonic() >= deadline:
+            raise RendezvousFailed(
+                f"rank {launch.rank}: MASTER_ADDR={launch.master_addr!r} did not resolve within --timeout-s "
+                f"{timeout_s:g} s ({reason}): it must name rank 0's host")
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def wait_for_rendezvous(launch: LaunchEnv, *, timeout_s: float) -> None:

@@ -6,6 +6,7 @@ memory and output paths (:mod:`repro.training.startcheck`).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -16,6 +17,8 @@ from repro.training.failfast import UsageError
 
 #: the longest --timeout-s / --watchdog-s: beyond it, a timedelta or a C++ timeout overflows
 MAX_WAIT_S = 30 * 24 * 3600.0
+#: the shortest: below a second no rendezvous, collective or heartbeat can complete, and every rank would report a hang
+MIN_WAIT_S = 1.0
 
 
 def read_deepspeed_config(path: str):
@@ -42,6 +45,12 @@ def read_deepspeed_config(path: str):
                          "DeepSpeed config is a JSON file") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"--deepspeed-config {path} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise UsageError(f"--deepspeed-config {path} nests its JSON too deeply to read (over "
+                         f"{sys.getrecursionlimit()} levels); a DeepSpeed config is a few levels deep") from None
+    except ValueError as err:  # an integer longer than Python converts (4300 digits)
+        raise UsageError(f"--deepspeed-config {path} holds a number that cannot be read ({err}); a DeepSpeed "
+                         "config's numbers are small") from None
     if not isinstance(data, dict):
         raise UsageError(f"--deepspeed-config {path} must hold a JSON object, holds {type(data).__name__}")
     try:
@@ -157,6 +166,9 @@ def check_args(args: argparse.Namespace) -> None:
     for option, value in (("--timeout-s", args.timeout_s), ("--watchdog-s", args.watchdog_s)):
         if value is not None and value > MAX_WAIT_S:
             raise UsageError(f"{option} {value:g} must be at most {MAX_WAIT_S:.0f} s (30 days)")
+        if value is not None and value < MIN_WAIT_S:
+            raise UsageError(f"{option} {value:g} must be at least {MIN_WAIT_S:g} s (a shorter wait reports a hang "
+                             "on every rank)")
     for option in ("--save", "--load", "--log-jsonl", "--tensorboard-dir", "--data", "--valid-data",
                    "--deepspeed-config"):
         value = getattr(args, option[2:].replace("-", "_"), None)

@@ -146,11 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "pp, dp, world; also the start-up rendezvous) before it exits with code 124 and one line "
                         "naming itself, what it was doing and the rank it waits for. A save or load waits at its "
                         "barriers for the slowest rank to write or read its own checkpoint file: set it above that "
-                        "time for big models")
+                        "time for big models. A MASTER_ADDR that does not resolve is looked up again until then (DNS "
+                        "may lag at a job's start), then exit code 124 with one line naming it. At least 1 s, at "
+                        "most 30 days")
     g.add_argument("--watchdog-s", type=positive_float, default=None,
                    help="exit with code 124 when this rank makes no progress for this long in a step (each pipeline "
                         "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
-                        "a hang that no collective times out; default: --timeout-s + 10")
+                        "a hang that no collective times out; at least 1 s, at most 30 days; default: --timeout-s + 10")
     return parser
 
 

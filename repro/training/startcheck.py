@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -51,9 +52,12 @@ def _env_int(name: str) -> int | None:
     if value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise LaunchError(f"launch variable {name}={value!r} is not an integer") from None
+    if not -2**31 < number < 2**31:
+        raise LaunchError(f"launch variable {name}={value} is out of range: it must be below 2**31")
+    return number
 
 
 def speaks(err: UsageError) -> bool:
@@ -178,12 +182,27 @@ def activation_bytes(args: argparse.Namespace, config) -> int:
     return (stored + tokens * config.padded_vocab_size(tp) // tp) * element
 
 
+def check_batch_memory(args: argparse.Namespace, *, launch: LaunchEnv, dp: int) -> None:
+    """Refuse a global batch whose int64 tokens alone (every rank builds the whole global batch, micro-batch size x
+    micro-batches x dp sequences of --seq-len + 1 tokens, in host memory) exceed this rank's share of host memory."""
+    sequences = args.micro_batch_size * args.micro_batches * dp
+    needs = sequences * (args.seq_len + 1) * 8
+    has, source = available_bytes("cpu", launch.local_rank)
+    if needs > has:
+        raise machine_error(launch, f"--micro-batch-size {args.micro_batch_size} x --micro-batches "
+                                    f"{args.micro_batches} x dp {dp} = {sequences:,} sequences of --seq-len "
+                                    f"{args.seq_len} + 1 tokens: the global batch's int64 tokens need "
+                                    f"{needs / GIB:,.1f} GiB of host memory per rank; it must fit the "
+                                    f"{has / GIB:,.1f} GiB this machine has ({source})")
+
+
 def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int) -> None:
     """Refuse a model whose states and one micro-batch's activations (a lower bound) exceed this rank's free
     memory."""
     from repro.dist.device import select_device
     from repro.models.params import count_parameters
 
+    check_batch_memory(args, launch=launch, dp=dp)
     try:
         device = select_device(args.device, local_rank=launch.local_rank).type
     except ValueError as err:
@@ -282,14 +301,29 @@ def check_corpus(option: str, prefix: str, *, seq_len: int, seed: int) -> tuple[
     """(the index's vocab_size, its largest token id, where that comes from) of a well-formed corpus holding at
     least one sample.
 
-    Reads the index and stats the .bin (its checksum is verified when the trainer opens it), never scans it."""
+    Reads the index, stats the .bin (its checksum is verified when the trainer opens it) and takes the largest
+    token id of the .bin in one read (about 0.3 s per GB), so an index that understates it is refused here, not at
+    the step that reads the token."""
     from repro.training.corpus import CorpusError, TokenCorpus, max_token_id
 
+    for path in (Path(f"{prefix}.idx.json"), Path(f"{prefix}.bin")):
+        if path.is_dir():
+            raise UsageError(f"{option} {prefix}: {str(path)!r} is a directory; the corpus is two files, "
+                             f"{prefix}.idx.json and {prefix}.bin")
     try:
         corpus = TokenCorpus(prefix, verify=False)
         corpus.samples(seq_len, seed=seed)
     except (CorpusError, ValueError) as err:
         raise UsageError(f"{option} {prefix}: {err}") from None
+    digest = corpus.index["bin_sha256"]
+    if not re.fullmatch("[0-9a-f]{64}", digest):
+        raise UsageError(f"{option} {prefix}: its index's bin_sha256 {digest[:80]!r} is not a sha256 (64 hex "
+                         f"digits); the index is damaged, tokenize the corpus again")
+    recorded_largest = max_token_id(corpus.index)
+    actual = int(corpus.tokens.max()) if len(corpus.tokens) else 0
+    if recorded_largest is not None and actual > recorded_largest:
+        raise UsageError(f"{option} {prefix}: {prefix}.bin holds token id {actual}, above the largest its index "
+                         f"records ({recorded_largest}); the index does not describe this .bin, tokenize it again")
     largest = max_token_id(corpus.index)
     if largest is None:
         raise UsageError(f"{option} {prefix}: its index records no max_token_id and no known tokenizer, so its token "
