@@ -23,6 +23,11 @@ does to a preemption:
   ``--timeout-s 5``. Each rank that gives up writes the file ``REPRO_HUNG_FILE`` names; the wrapper then SIGKILLs
   the stopped ranks at once and exits 124, so the job ends within ``--timeout-s`` + 15 s.
 
+* **torchrun turns a rank's 2, 3 or 74 into its own 1 and buries the rank's one line under ~45 lines** of its
+  failure report. The agent runs as :mod:`repro.dist.torchrun_agent`: when every failed rank exited with one of the
+  suite's codes (2 a bad input, 3 a non-finite loss, 74 a failed save, 75, 124) or was stopped by the agent after
+  it, the report is left out and the first failed rank's code is passed out.
+
 Other exit codes are torchrun's (128 + N when a signal N ended it). After forwarding a signal the agent gives its
 ranks ``--shutdown-timeout`` seconds (30 by default; torch 2.4 has no such option) before it kills them: raise it
 when a checkpoint takes longer to write.
@@ -246,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    or env.get("PET_SIGNALS_TO_HANDLE", "")) if handles_option else ""
         forwarder = Forwarder(agent_handles_usr1="SIGUSR1" in handled.replace(" ", "").upper().split(","))
         forwarder.install()
-        agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *argv], env=env)
+        agent = subprocess.Popen([sys.executable, "-m", "repro.dist.torchrun_agent", *argv], env=env)
         forwarder.started(agent)
         rc = wait_for_agent(agent, hung)
         reap_orphans()

@@ -22,9 +22,12 @@ previous checkpoint stays the newest.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -43,6 +46,9 @@ from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preem
 from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
+#: a rank that refuses a command without saying why (rank 0 says it) waits this long before it exits: a launcher
+#: such as torchrun stops every rank once one exits, which could cut rank 0 off before its line
+SILENT_RANK_GRACE_S = 2.0
 #: the longest --timeout-s / --watchdog-s: 30 days (longer is no bound, and overflows the process group's timedelta)
 #: where the synthetic held-out batches start: far beyond any training sample index
 SYNTHETIC_VALID_START = 2**40
@@ -337,16 +343,25 @@ def _beating(watchdog, on_action):
 
 
 def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], None] | None = None) -> int:
+    from repro.training.startcheck import speaks
+
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse: usage line + one error line, exit code 2
+    # argparse: one error line, exit code 2; printed by rank 0 alone (every rank finds the same)
+    try:
+        with contextlib.nullcontext() if speaks(UsageError(None)) else contextlib.redirect_stderr(io.StringIO()):
+            args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        if exit_.code and not speaks(UsageError(None)):
+            time.sleep(SILENT_RANK_GRACE_S)  # so that rank 0 says why before a launcher stops it
+        raise
     args.explicit = explicit_options(parser, argv)
     try:
         check_args(args)
     except UsageError as err:
-        from repro.training.startcheck import speaks
-
         if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad
             print(f"{PROG}: error: {err}", file=sys.stderr)
+        else:
+            time.sleep(SILENT_RANK_GRACE_S)
         return 2
     code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:

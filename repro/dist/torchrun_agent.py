@@ -1,0 +1,121 @@
+"""torchrun's agent as :mod:`repro.dist.torchrun` starts it: ``torch.distributed.run`` with its failure report held
+back when the ranks already said why they stopped.
+
+A rank of the suite that stops for a known reason prints one line and exits with its own code (2 a bad input, 3 a
+non-finite loss, 74 a failed save, 75 preempted, 124 a hang). torchrun's agent then SIGTERMs the other ranks, logs
+each failure and raises ``ChildFailedError``, whose traceback and report (~45 lines) bury that line, and exits 1.
+Here the agent's own stderr (its Python logging and tracebacks; the ranks write to the inherited file descriptor,
+untouched) passes through as it comes until its first warning or error record, and is held from there: when the
+first rank to fail exited with one of the suite's codes and every other failed rank with one of them too, or was
+stopped by the agent (SIGTERM, SIGKILL), the held lines are dropped and the agent exits with that code; otherwise
+they are written out and the failure is raised as torchrun would.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import sys
+from typing import Mapping, Sequence, TextIO
+
+#: the exit codes of a rank that stopped for a reason it printed in one line
+SUITE_CODES = (2, 3, 74, 75, 124)
+#: a rank's exit code when the agent stopped it after another rank failed (-SIGTERM, -SIGKILL)
+STOPPED_BY_AGENT = (-15, -9)
+#: where the agent's report starts: a W or E record of torch's elastic agent (``W1128 17:30:41.109000 1212
+#: .../torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 1264 closing signal SIGTERM``), or a
+#: traceback; torchrun's start-up banner (from torch/distributed/run.py) passes
+REPORT_START = re.compile(r"^([WE]\d{4} \d\d:\d\d:\d\d\S* \d+ \S*torch/distributed/elastic/|Traceback \(most recent)")
+
+
+class HeldStream(io.TextIOBase):
+    """Passes lines to ``real`` until one matches :data:`REPORT_START`; holds that one and every later line."""
+
+    def __init__(self, real: TextIO) -> None:
+        super().__init__()
+        self.real, self.held, self.holding, self._partial = real, [], False, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:  # the agent's fault handler writes there
+        return self.real.fileno()
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            self._line(line + "\n")
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        self.holding = self.holding or bool(REPORT_START.match(line))
+        if self.holding:
+            self.held.append(line)
+        else:
+            self.real.write(line)
+            self.real.flush()
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def release(self) -> None:
+        """Write out what was held, and pass everything through from now on."""
+        self.real.write("".join(self.held) + self._partial)
+        self.real.flush()
+        self.held, self.holding, self._partial = [], False, ""
+
+    def drop(self) -> None:
+        self.held, self._partial = [], ""
+
+
+def suite_exit_code(exit_codes: Mapping[int, tuple[float, int]]) -> int | None:
+    """The code to exit with when the failed ranks (rank -> (time, exit code)) all stopped for the suite's reasons:
+    the first one's; None when any failed otherwise (a traceback, a signal the agent did not send)."""
+    own = sorted((when, code) for when, code in exit_codes.values() if code not in STOPPED_BY_AGENT)
+    if own and all(code in SUITE_CODES for _, code in own):
+        return own[0][1]
+    return None
+
+
+def _rebind_handlers(real: TextIO, held: HeldStream) -> None:
+    """Point every logging handler that writes to ``real`` (torch's, made when torch was imported) at ``held``."""
+    loggers = [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is real:
+                handler.setStream(held)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    real = sys.stderr
+    held = HeldStream(real)
+    sys.stderr = held
+    import runpy
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    _rebind_handlers(real, held)
+    sys.argv[1:] = list(sys.argv[1:] if argv is None else argv)
+    try:  # as python -m torch.distributed.run: its own messages (the start-up banner) look the same
+        runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+    except ChildFailedError as err:
+        code = suite_exit_code({rank: (f.timestamp, f.exitcode) for rank, f in err.failures.items()})
+        if code is not None:
+            held.drop()  # each rank printed its line
+            return code
+        held.release()
+        sys.stderr = real
+        raise
+    except BaseException:
+        held.release()
+        sys.stderr = real
+        raise
+    held.release()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
