@@ -19,6 +19,8 @@ from repro.training.failfast import UsageError
 MAX_WAIT_S = 30 * 24 * 3600.0
 #: the shortest: below a second no rendezvous, collective or heartbeat can complete, and every rank would report a hang
 MIN_WAIT_S = 1.0
+#: the most --eval-iters: global batches per validation (a validation is not cut short but by a preemption signal)
+MAX_EVAL_ITERS = 100_000
 
 
 def read_deepspeed_config(path: str):
@@ -148,13 +150,51 @@ def _agrees(args: argparse.Namespace, option: str, value, source: str) -> None:
 
 
 def explicit_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
-    """The destinations the command line gave (not the defaults): parsed again with every default suppressed."""
+    """The destinations the command line gave (not the defaults): parsed again with every default suppressed. An
+    option given twice (or under two of its names, --steps and --train-iters) with different values is a
+    :class:`UsageError`: argparse would keep the last one without a word."""
     import copy
 
     probe = copy.deepcopy(parser)
+    given: dict[str, list[tuple[str | None, object]]] = {}
+
+    def recording(kind: type) -> type:
+        def call(self, parser_, namespace, values, option_string=None) -> None:
+            given.setdefault(self.dest, []).append((option_string, values))
+            kind.__call__(self, parser_, namespace, values, option_string)
+        return type(f"Recording{kind.__name__}", (kind,), {"__call__": call})
+
     for action in probe._actions:  # argparse keeps no record of which values were defaults
         action.default = argparse.SUPPRESS
-    return frozenset(vars(probe.parse_args(argv)))
+        if action.option_strings and action.nargs is None:  # the options that take one value
+            action.__class__ = recording(type(action))
+    explicit = frozenset(vars(probe.parse_args(argv)))
+    for occurrences in given.values():
+        (first, value), *later = occurrences
+        for option, other in later:
+            if other != value:
+                raise UsageError(f"{first} {value} and {option} {other} set the same option twice with different "
+                                 "values; give it once")
+    return explicit
+
+
+def _check_no_effect(args: argparse.Namespace) -> None:
+    """Options that would do nothing with the others given: refused, not ignored."""
+    explicit = getattr(args, "explicit", frozenset())
+    if args.lr_decay_style == "constant":
+        for option in ("--lr-decay-iters", "--min-lr"):
+            if option[2:].replace("-", "_") in explicit:
+                raise UsageError(f"{option} {getattr(args, option[2:].replace('-', '_'))} has no effect with "
+                                 "--lr-decay-style constant (the default): choose a decay style, or leave it out")
+    if args.wandb_project is None:
+        for option in ("--wandb-exp-name", "--wandb-save-dir"):
+            if option[2:].replace("-", "_") in explicit:
+                raise UsageError(f"{option} {getattr(args, option[2:].replace('-', '_'))!r} has no effect without "
+                                 "--wandb-project (or a DeepSpeed config's wandb block): give one, or leave it out")
+    if args.eval_interval is not None and args.valid_data is None and args.data != "synthetic":
+        raise UsageError(f"--eval-interval {args.eval_interval} needs --valid-data PREFIX with --data {args.data} "
+                         "(held-out samples come from the synthetic data only): give a validation corpus, or leave "
+                         "it out")
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -215,6 +255,10 @@ def check_args(args: argparse.Namespace) -> None:
     if args.precision == "fp16" and args.zero_stage > 0:
         raise UsageError(f"--precision fp16 needs --zero-stage 0 (the trainer's ZeRO stages have no loss scaler), "
                          f"got --zero-stage {args.zero_stage}; use --precision bf16")
+    _check_no_effect(args)
+    if args.eval_iters > MAX_EVAL_ITERS:
+        raise UsageError(f"--eval-iters {args.eval_iters} must be at most {MAX_EVAL_ITERS:,} (global batches per "
+                         "validation)")
     if args.valid_data is not None and args.eval_interval is None:
         raise UsageError(f"--valid-data {args.valid_data} needs --eval-interval N (how often to evaluate)")
     if args.load is not None and Path(args.load).exists() and not Path(args.load).is_dir():

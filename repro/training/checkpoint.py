@@ -132,9 +132,12 @@ def find_checkpoint(directory: str | os.PathLike) -> Path | None:
     pointer = directory / LATEST
     if not pointer.exists():
         return None
-    text = pointer.read_text().strip()
-    if not text.isdigit():
-        raise CheckpointError(f"{pointer} should hold an iteration number, holds {text[:40]!r}")
+    raw = pointer.read_bytes().strip()
+    text = raw.decode("ascii", "replace")
+    if not raw.isdigit():
+        shown = repr(text[:40]) if raw.isascii() else f"the bytes {raw[:40]!r} (not text)"
+        raise CheckpointError(f"the pointer file {pointer} should hold an iteration number (decimal digits), holds "
+                              f"{shown}")
     path = iteration_dir(directory, int(text))
     if not path.exists():
         raise CheckpointError(f"{pointer} names iteration {text}, but {path} does not exist")

@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "synthetic) or none")
     g.add_argument("--eval-interval", type=positive_int, default=None,
                    help="validation loss every this many iterations; default: none")
-    g.add_argument("--eval-iters", type=positive_int, default=2, help="global batches per validation")
+    g.add_argument("--eval-iters", type=positive_int, default=2,
+                   help="global batches per validation, at most 100,000 (a preemption signal stops a validation "
+                        "between two of its batches)")
     g = parser.add_argument_group("logging and checkpoints")
     g.add_argument("--log-interval", type=positive_int, default=1, help="iterations per printed log line")
     g.add_argument("--on-nan", choices=ON_NAN, default="stop",
@@ -354,8 +356,8 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
         if exit_.code and not speaks(UsageError(None)):
             time.sleep(SILENT_RANK_GRACE_S)  # so that rank 0 says why before a launcher stops it
         raise
-    args.explicit = explicit_options(parser, argv)
     try:
+        args.explicit = explicit_options(parser, argv)
         check_args(args)
     except UsageError as err:
         if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad

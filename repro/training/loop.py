@@ -71,9 +71,16 @@ def _max_over_ranks(trainer, world) -> dict:
     return {"max_memory_mib": mib, "memory_kind": kind}
 
 
-def _validate(trainer, validation: Validation, activity: Callable[[str], None]) -> float:
+def _validate(trainer, validation: Validation, activity: Callable[[str], None],
+              preemption: PreemptionFlag | None = None) -> float | None:
+    """The mean validation loss; None when the ranks agreed on a preemption between two of its batches (the loop
+    then saves and stops, as at a step boundary)."""
     b, losses = trainer.global_batch_size, []
     for j in range(validation.iters):
+        if j and preemption is not None:
+            activity(f"evaluation at iteration {trainer.iteration}: agreeing on preemption")
+            if preemption.agreed(trainer.groups.world, trainer.device):
+                return None
         activity(f"evaluation at iteration {trainer.iteration}: batch {j + 1}/{validation.iters}")
         losses.append(trainer.evaluate(validation.source.batch(validation.start + j * b, b)))
     return sum(losses) / len(losses)
@@ -163,10 +170,13 @@ def train_loop(
         if due:
             read_pending()
         if validation is not None and trainer.iteration % validation.interval == 0:
-            value = _validate(trainer, validation, doing)
-            outcome.validation.append((trainer.iteration, value))
-            log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
-            log.event("validation", iteration=trainer.iteration, lm_loss=value)
+            value = _validate(trainer, validation, doing, preemption)
+            if value is None:
+                log.print(f" validation at iteration {trainer.iteration} cut short by a preemption signal")
+            else:
+                outcome.validation.append((trainer.iteration, value))
+                log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
+                log.event("validation", iteration=trainer.iteration, lm_loss=value)
         saved = False
         if save is not None and save_interval and trainer.iteration % save_interval == 0:
             checkpoint()

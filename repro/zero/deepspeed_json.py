@@ -216,6 +216,21 @@ def check_deepspeed_config(config: Any) -> None:
         if key in REFUSED:
             raise ValueError(f"{key} is not supported: {REFUSED[key]}")
         (READ.get(key) or IGNORED[key])(value, key)
+    _check_combinations(config)
+
+
+def _check_combinations(config: Mapping[str, Any]) -> None:
+    """Keys that are each well formed but cannot go together (one of them would be ignored without a word)."""
+    if "bf16" in config and "bfloat16" in config:
+        raise ValueError("bf16 and bfloat16 are both given: they are two spellings of one block (bfloat16 the older "
+                         "one); keep one of them")
+    zero = config.get("zero_optimization") or {}
+    stage = zero.get("stage", 0)
+    offload = (zero.get("offload_optimizer") or {}).get("device", "none")
+    if stage == 0 and (offload != "none" or zero.get("cpu_offload")):
+        what = f"offload_optimizer.device={offload!r}" if offload != "none" else "cpu_offload=true"
+        raise ValueError(f"zero_optimization.{what} needs zero_optimization.stage >= 1 (DeepSpeed offloads ZeRO's "
+                         f"partitioned optimizer states), got stage 0")
 
 
 @dataclass(frozen=True)
