@@ -257,11 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         reap_orphans()
         preempted, rank_hung = marker.exists(), hung.exists()
     code = exit_code(rc, rank_preempted=preempted, signalled=forwarder.signalled, rank_hung=rank_hung)
-    if code == EXIT_PREEMPTED and rc != EXIT_PREEMPTED:
+    # the agent passes 75 and 124 out itself (repro.dist.torchrun_agent); the line says why all the same
+    if code == EXIT_PREEMPTED and (rc != EXIT_PREEMPTED or preempted):
         why = "its ranks stopped for a preemption" if preempted else f"it got {forwarder.signalled} and failed"
         print(f"{PROG}: torchrun ended with {128 - rc if rc < 0 else rc}; {why}: exit code {EXIT_PREEMPTED}",
               file=sys.stderr, flush=True)
-    elif code == EXIT_HUNG and rc != EXIT_HUNG:
+    elif code == EXIT_HUNG and (rc != EXIT_HUNG or rank_hung):
         print(f"{PROG}: torchrun ended with {128 - rc if rc < 0 else rc}; a rank gave up on a hang: exit code "
               f"{EXIT_HUNG}", file=sys.stderr, flush=True)
     return code

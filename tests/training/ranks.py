@@ -17,6 +17,13 @@ SMALL = ["--layers", "2", "--hidden", "32", "--heads", "4", "--vocab", "64", "--
          "--micro-batches", "2", "--micro-batch-size", "2"]
 
 
+def base_options(args: list[str]) -> list[str]:
+    """SMALL without the options ``args`` gives itself (repro train refuses an option given twice with two values)."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    pairs = [SMALL[i:i + 2] for i in range(0, len(SMALL), 2)]
+    return [item for pair in pairs if pair[0] not in given for item in pair]
+
+
 class Ranks:
     """``world`` processes of ``python -m repro.training ARGS``, each logging to ``tmp/<name>.rank<r>.log``;
     ``program`` replaces ``-m repro.training`` (a script that wraps ``repro.training.cli.main``)."""
@@ -29,7 +36,8 @@ class Ranks:
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            command = [sys.executable, *(program or ["-m", "repro.training"]), *SMALL, "--timeout-s", str(timeout_s)]
+            command = [sys.executable, *(program or ["-m", "repro.training"]), *base_options(args),
+                       *([] if "--timeout-s" in args else ["--timeout-s", str(timeout_s)])]
             with open(self.logs[rank], "w") as log:
                 self.procs.append(subprocess.Popen([*command, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
                                                    cwd=ROOT))
