@@ -37,8 +37,8 @@ def test_a_full_disk_during_a_save_stops_with_one_line_and_the_last_checkpoint_i
     run = _train("--steps", "4", "--save", str(ckpt), "--save-interval", "2")
     assert run.returncode == EXIT_WRITE_FAILED, run.stdout + run.stderr
     assert "Traceback" not in run.stdout + run.stderr
-    line = [text for text in run.stdout.splitlines() if "error" in text]
-    assert len(line) == 1 and "disk full while writing" in line[0], run.stdout
+    line = [text for text in run.stderr.splitlines() if "error" in text]  # the error line goes to stderr
+    assert len(line) == 1 and "disk full while writing" in line[0], run.stdout + run.stderr
     assert "the last checkpoint, iteration 2, is intact" in line[0] and f"--load {ckpt}" in line[0]
     assert latest_iteration(ckpt) == 2
     assert sorted(p.name for p in ckpt.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt", "log.jsonl",

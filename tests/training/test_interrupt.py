@@ -18,7 +18,8 @@ TRAIN = [sys.executable, "-m", "repro.training", "--layers", "2", "--hidden", "3
 
 
 def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([*TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    base = TRAIN[:-2] if "--hidden" in args else TRAIN  # an option is given once
+    return subprocess.Popen([*base, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
