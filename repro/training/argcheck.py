@@ -123,7 +123,7 @@ def _check_logs_are_not_inputs(args: argparse.Namespace) -> None:
     inputs = [("--deepspeed-config", Path(args.deepspeed_config))] if args.deepspeed_config else []
     for option, prefix in (("--data", args.data), ("--valid-data", args.valid_data)):
         if prefix not in (None, "synthetic"):
-            inputs += [(f"{option} {prefix}", Path(f"{prefix}.bin")), (f"{option} {prefix}", Path(f"{prefix}.idx.json"))]
+            inputs += [(f"{option} {prefix}", Path(f"{prefix}{suffix}")) for suffix in (".bin", ".idx.json")]
     for what, path in inputs:
         if _same_file(target, path):
             raise UsageError(f"--log-jsonl {args.log_jsonl} is the input file {path} of {what}: the log is appended "
