@@ -151,31 +151,14 @@ def _agrees(args: argparse.Namespace, option: str, value, source: str) -> None:
 
 def explicit_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:
     """The destinations the command line gave (not the defaults): parsed again with every default suppressed. An
-    option given twice (or under two of its names, --steps and --train-iters) with different values is a
-    :class:`UsageError`: argparse would keep the last one without a word."""
+    option given twice keeps its last value, as argparse and Megatron-LM do: scripts override a base command line by
+    appending, and slurm/launch.sh appends --load on a requeue."""
     import copy
 
     probe = copy.deepcopy(parser)
-    given: dict[str, list[tuple[str | None, object]]] = {}
-
-    def recording(kind: type) -> type:
-        def call(self, parser_, namespace, values, option_string=None) -> None:
-            given.setdefault(self.dest, []).append((option_string, values))
-            kind.__call__(self, parser_, namespace, values, option_string)
-        return type(f"Recording{kind.__name__}", (kind,), {"__call__": call})
-
     for action in probe._actions:  # argparse keeps no record of which values were defaults
         action.default = argparse.SUPPRESS
-        if action.option_strings and action.nargs is None:  # the options that take one value
-            action.__class__ = recording(type(action))
-    explicit = frozenset(vars(probe.parse_args(argv)))
-    for occurrences in given.values():
-        (first, value), *later = occurrences
-        for option, other in later:
-            if other != value:
-                raise UsageError(f"{first} {value} and {option} {other} set the same option twice with different "
-                                 "values; give it once")
-    return explicit
+    return frozenset(vars(probe.parse_args(argv)))
 
 
 def _check_no_effect(args: argparse.Namespace) -> None:

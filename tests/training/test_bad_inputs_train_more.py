@@ -66,9 +66,6 @@ REFUSED = {
                                            "--eval-interval 1 needs --valid-data", {}),
     "eval_iters_huge": (["--eval-interval", "1", "--eval-iters", "1000000000000"],
                         "--eval-iters 1000000000000 must be at most", {}),
-    "precision_twice": (["--precision", "fp16", "--precision", "fp32"], "--precision fp16 and --precision fp32", {}),
-    "steps_and_train_iters": (["--steps", "3", "--train-iters", "2"], "--steps 3 and --train-iters 2", {}),
-    "save_twice": (["--save", "{tmp}/a", "--save", "{tmp}/b"], "--save {tmp}/a and --save {tmp}/b", {}),
     "lr_decay_iters_constant": (["--lr-decay-iters", "2"], "--lr-decay-iters 2 has no effect", {}),
     "min_lr_constant": (["--min-lr", "0.0001"], "--min-lr 0.0001 has no effect", {}),
     "wandb_name_alone": (["--wandb-exp-name", "x"], "--wandb-exp-name 'x' has no effect", {}),
@@ -77,6 +74,9 @@ REFUSED = {
 #: valid neighbours of the fixes: accepted by the start checks
 ACCEPTED = {
     "steps_twice_same": ["--steps", "3", "--train-iters", "3"],
+    # an option given twice keeps the last value (argparse, Megatron-LM; launch.sh appends --load on a requeue)
+    "precision_twice_last_wins": ["--precision", "fp16", "--precision", "fp32"],
+    "steps_then_train_iters": ["--steps", "3", "--train-iters", "2"],
     "log_beside_corpus": ["--data", "{good}", "--log-jsonl", "{tmp}/log.jsonl"],
     "log_default_name_in_save": ["--load", "{ckpt}", "--save", "{ckpt}", "--steps", "3", "--log-jsonl",
                                  "{ckpt}/log.jsonl"],
