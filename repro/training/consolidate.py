@@ -36,7 +36,8 @@ from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, verif
 #: the last stage's copy of the word embedding (pp > 1): equal to the first stage's, kept once
 _OUTPUT_COPY = "output_word_embeddings."
 #: the lines of torch.load's errors that explain weights_only in general, not what is wrong with this file
-_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please file an issue")
+_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please file an issue",
+                      "(1) Re-running", "(2) Alternatively")  # the last two: torch 2.4's wording
 #: the JSON types a config field's annotation allows (bool is refused where an int or a float is meant)
 _FIELD_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
                 "float | None": (int, float, type(None))}
@@ -46,7 +47,8 @@ def torch_load_reason(err: BaseException) -> str:
     """What ``torch.load`` found wrong, in one short line: the first line of its error that is not its general
     paragraph on ``weights_only`` (at most 160 characters)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)]
+    useful = [line.split("WeightsUnpickler error: ", 1)[-1] for line in lines
+              if not line.startswith(_TORCH_BOILERPLATE)]
     if not lines:
         return f"{type(err).__name__} (the file is empty or cut short)"
     text = (useful or lines)[0]
