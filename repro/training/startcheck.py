@@ -319,16 +319,15 @@ def check_corpus(option: str, prefix: str, *, seq_len: int, seed: int) -> tuple[
     if not re.fullmatch("[0-9a-f]{64}", digest):
         raise UsageError(f"{option} {prefix}: its index's bin_sha256 {digest[:80]!r} is not a sha256 (64 hex "
                          f"digits); the index is damaged, tokenize the corpus again")
-    recorded_largest = max_token_id(corpus.index)
-    actual = int(corpus.tokens.max()) if len(corpus.tokens) else 0
-    if recorded_largest is not None and actual > recorded_largest:
-        raise UsageError(f"{option} {prefix}: {prefix}.bin holds token id {actual}, above the largest its index "
-                         f"records ({recorded_largest}); the index does not describe this .bin, tokenize it again")
     largest = max_token_id(corpus.index)
     if largest is None:
         raise UsageError(f"{option} {prefix}: its index records no max_token_id and no known tokenizer, so its token "
                          "ids cannot be checked against the vocabulary; tokenize it again with python -m "
                          "repro.training.corpus (which records max_token_id)")
+    actual = int(corpus.tokens.max()) if len(corpus.tokens) else 0
+    if actual > largest:
+        raise UsageError(f"{option} {prefix}: {prefix}.bin holds token id {actual}, above the largest its index "
+                         f"records ({largest}); the index does not describe this .bin, tokenize it again")
     recorded = ("its index's max_token_id" if "max_token_id" in corpus.index
                 else "GPT-2's largest id: its index predates max_token_id")
     return corpus.vocab_size, largest, recorded
