@@ -3,11 +3,14 @@
 ``repro claims`` -> ``results/claims.csv`` (one row per claim with a value in ``paper_claims.csv``) and
 ``results/claims.md`` (summary, checked claims in full, the rest grouped). Verdicts:
 
-* ``reproduced`` / ``differs``: an experiment mapped the claim (``Experiment.claims``) and compared its value,
-  independent evidence (measured, simulated, predicted, derived), within the stated tolerance;
+* ``reproduced`` / ``agrees, not decisive`` / ``differs``: an experiment mapped the claim (``Experiment.claims``)
+  and compared its value, independent evidence (measured, simulated, predicted, derived), with the stated tolerance:
+  reproduced only where the row's null model falls outside it (:mod:`repro.verdicts`);
 * ``consistent`` / ``inconsistent``: the same comparison for the paper's own arithmetic on its printed numbers
   (evidence ``consistency``), counted apart;
-* ``same quantity``: another claim states the same quantity and counts it (``same_as``);
+* ``conforms`` / ``does not conform``: a value any correct implementation of the design gives (conformance);
+* ``same quantity``: the row was computed from quantities other rows already count (its ``basis``), decided here by
+  :func:`restatements`, never for a disagreement;
 * ``not counted``: a configuration or an input of a fit; ``not decidable``: not at the rows' scale;
 * ``needs GPU``: the claim is a GPU or cluster measurement (per the experiment, or, for claims no experiment maps,
   by its unit and wording: FLOP/s, runtimes, efficiencies, trained-model scores);
@@ -21,6 +24,7 @@ markdown are :mod:`repro.claims_render`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import traceback
@@ -31,17 +35,18 @@ from typing import Iterable
 import pandas as pd
 
 from repro.claims_scope import ONLY_PAPER_HARDWARE, out_of_reach
-from repro.vocabulary import CONSISTENCY_EVIDENCE, EVIDENCE, VERDICTS, ClaimCheck
+from repro.vocabulary import (
+    CONFORMANCE_EVIDENCE, CONSISTENCY_EVIDENCE, COUNTED_EVIDENCE, DISAGREEING, EVIDENCE, VERDICTS, ClaimCheck,
+)
 from repro.paper import load_claims
 from repro.verdicts import is_missing
 
-COUNTED = ("measured", "simulated", "predicted", "derived")
+COUNTED = COUNTED_EVIDENCE
 
 REPORT_COLUMNS = [
     "paper", "claim_id", "quantity", "setting", "unit", "paper_value", "reproduced_value", "tolerance", "verdict",
-    "evidence", "evidence_when_run", "same_as", "device", "hardware", "experiment", "scale", "command", "note",
-    "source",
-    "verbatim_or_derived",
+    "null", "null_value", "evidence", "evidence_when_run", "same_as", "basis", "device", "hardware", "experiment",
+    "scale", "command", "note", "source", "verbatim_or_derived",
 ]
 #: The evidence column of a row without a value yet: its class is what its run will give (``evidence_when_run``).
 PENDING = "pending"
@@ -114,8 +119,7 @@ def _decided_elsewhere(exp, checks: list, used: str, all_rows: pd.DataFrame | No
             decided = verdicts[check.claim_id]
             note = f"decided at scale {scale} (scale {used} cannot decide it)" + (
                 f"; {decided.note}" if decided.note else "")
-            out.append(ClaimCheck(decided.paper, decided.claim_id, decided.reproduced_value, decided.tolerance,
-                                  decided.verdict, note, decided.evidence, decided.same_as, decided.hardware))
+            out.append(dataclasses.replace(decided, note=note))
             came_from[check.claim_id] = scale
         else:
             out.append(ClaimCheck(check.paper, check.claim_id, None, check.tolerance, "not decidable",
@@ -173,7 +177,8 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
                             "rows": len(_at_scale(rows, exp.name, candidates[0]))})
     frame = pd.DataFrame.from_records(
         records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",
-                          "same_as", "hardware", "device", "experiment", "scale", "rows"])
+                          "same_as", "hardware", "null", "null_value", "null_within", "basis", "device", "experiment",
+                          "scale", "rows"])
     return CheckSet(frame, problems, scales)
 
 
@@ -196,10 +201,12 @@ def _most_decisive(exp, candidates: list[str], rows: pd.DataFrame,
 
 def _verdict_problem(check: ClaimCheck) -> str:
     """Why a compared row's verdict does not fit its evidence class ('' when it does)."""
-    if check.verdict in ("reproduced", "differs") and check.evidence not in COUNTED:
-        return "only independent evidence is 'reproduced' or 'differs'"
+    if check.verdict in ("reproduced", "differs", "agrees, not decisive") and check.evidence not in COUNTED:
+        return "only independent evidence is 'reproduced', 'agrees, not decisive' or 'differs'"
     if check.verdict in ("consistent", "inconsistent") and check.evidence not in CONSISTENCY_EVIDENCE:
         return "'consistent' and 'inconsistent' are for consistency evidence"
+    if check.verdict in ("conforms", "does not conform") and check.evidence not in CONFORMANCE_EVIDENCE:
+        return "'conforms' and 'does not conform' are for conformance evidence"
     if check.verdict == "same quantity" and not check.same_as:
         return "a 'same quantity' row names the claim it points to (same_as)"
     return ""
@@ -226,7 +233,7 @@ def _command(experiment: str, verdict: str, scale: str) -> str:
 
 #: The order in which several experiments' rows for one claim are preferred (see :func:`speaking_row`).
 _CLASS_RANK = {name: i for i, name in enumerate(EVIDENCE)}
-_DISAGREES = ("differs", "inconsistent")
+_DISAGREES = DISAGREEING
 
 
 def speaking_row(mapped: list[dict]) -> dict:
@@ -263,9 +270,9 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
             scope = out_of_reach(claim["paper"], claim["claim_id"]) if gpu else None
             note = f"{ONLY_PAPER_HARDWARE}: {scope.reason}" if scope else "no experiment maps this claim yet"
             out.append({**base, "reproduced_value": None, "tolerance": "", "verdict": "needs GPU" if gpu else "not run",
-                        "evidence": "", "evidence_when_run": "", "same_as": "", "device": "", "hardware": "",
-                        "experiment": "",
-                        "scale": "", "command": "", "note": note})
+                        "null": "", "null_value": None, "evidence": "", "evidence_when_run": "", "same_as": "",
+                        "basis": "", "device": "", "hardware": "", "experiment": "", "scale": "", "command": "",
+                        "note": note})
             continue
         best = speaking_row(mapped)
         others = sorted((r["experiment"], r["verdict"]) for r in mapped if r is not best)
@@ -274,17 +281,68 @@ def build_report(checks: CheckSet, claims: pd.DataFrame | None = None) -> pd.Dat
             note = (note + "; " if note else "") + "also checked by " + ", ".join(f"{e} ({v})" for e, v in others)
         pending = is_missing(best["reproduced_value"])
         out.append({**base, "reproduced_value": best["reproduced_value"], "tolerance": best["tolerance"],
-                    "verdict": best["verdict"], "evidence": PENDING if pending else best["evidence"],
+                    "verdict": best["verdict"], "null": best.get("null") or "",
+                    "null_value": best.get("null_value"), "evidence": PENDING if pending else best["evidence"],
                     "evidence_when_run": best["evidence"] if pending else "", "same_as": best.get("same_as") or "",
-                    "device": best["device"], "hardware": best.get("hardware") or "",
+                    "basis": best.get("basis") or "", "device": best["device"], "hardware": best.get("hardware") or "",
                     "experiment": best["experiment"], "scale": best["scale"],
                     "command": _command(best["experiment"], best["verdict"], best["scale"]), "note": note})
-    return pd.DataFrame.from_records(out, columns=REPORT_COLUMNS)
+    return restatements(pd.DataFrame.from_records(out, columns=REPORT_COLUMNS))
 
 
-def write_report(report: pd.DataFrame, markdown: str, out_dir: Path) -> tuple[Path, Path]:
+#: The verdicts of a row compared on its own, which :func:`restatements` may turn into "same quantity".
+COMPARED = ("reproduced", "agrees, not decisive", "differs", "consistent", "inconsistent", "conforms",
+            "does not conform")
+_DECISIVENESS = {"reproduced": 0, "consistent": 0, "conforms": 0, "agrees, not decisive": 1}
+
+
+def basis_keys(row: dict) -> list[str]:
+    """The independent quantities a report row was computed from: its ``basis`` keys (``;``-joined), else its own
+    claim; per paper."""
+    basis = row.get("basis")
+    keys = str(basis).split(";") if isinstance(basis, str) and basis else [f"claim:{row['claim_id']}"]
+    return [f"{row['paper']}|{key}" for key in keys]
+
+
+def restatements(report: pd.DataFrame) -> pd.DataFrame:
+    """One counted row per independent quantity, decided from the rows' bases: a compared row whose every basis key
+    another row already counts is "same quantity" pointing to it. The row that counts a quantity is chosen by one
+    rule: rows of fewer keys first (a ratio of counted rows restates them); a disagreement before an agreement, so
+    that no failed check hides behind one that passed (a disagreement is never "same quantity" itself); a decisive
+    agreement before one that is not; the claim a declared restatement names (``same_as``) before the rows naming
+    it; a value printed in the paper before one derived from it; then the claims table's order."""
+    if not len(report):
+        return report
+    report = report.copy()
+    records = report.to_dict("records")
+    compared = [i for i, r in enumerate(records) if r["verdict"] in COMPARED]
+
+    def order(i: int) -> tuple:
+        r = records[i]
+        keys = basis_keys(r)
+        named_for_it = keys == [f"{r['paper']}|claim:{r['claim_id']}"]  # the claim whose quantity others point to
+        return (len(keys), r["verdict"] not in DISAGREEING, _DECISIVENESS.get(r["verdict"], 0), not named_for_it,
+                r.get("verbatim_or_derived") != "verbatim", i)
+
+    counted_by: dict[str, str] = {}
+    for i in sorted(compared, key=order):
+        r = records[i]
+        keys = basis_keys(r)
+        if r["verdict"] in DISAGREEING or not all(k in counted_by for k in keys):
+            for key in keys:
+                counted_by.setdefault(key, r["claim_id"])
+            continue
+        owners = ";".join(dict.fromkeys(counted_by[k] for k in keys))
+        report.at[i, "note"] = (f"same quantity as {owners} (counted there); on its own: {r['verdict']}"
+                                + (f"; {r['note']}" if r["note"] else ""))
+        report.at[i, "verdict"] = "same quantity"
+        report.at[i, "same_as"] = owners
+    return report
+
+
+def write_report(report: pd.DataFrame, markdown: str, out_dir: Path, name: str = "claims") -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out_dir / "claims.csv", out_dir / "claims.md"
+    csv_path, md_path = out_dir / f"{name}.csv", out_dir / f"{name}.md"
     report.to_csv(csv_path, index=False)
     md_path.write_text(markdown, encoding="utf-8")
     return md_path, csv_path

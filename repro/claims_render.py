@@ -1,11 +1,13 @@
 """The claims report in numbers and words: counts by verdict, evidence class, paper and origin of the paper value,
 and ``results/claims.md``. The report itself (one row per claim) is :func:`repro.claims.build_report`.
 
-The headline counts independent evidence only (measured, simulated, predicted, derived). The paper's own arithmetic
-on its printed numbers (``consistency``) is counted apart ("the paper's arithmetic checks out: N of M"), as are
-rows that restate a quantity another claim counts (``same quantity``), configurations and fit inputs (``not
-counted``) and claims the rows' scale cannot decide (``not decidable``); so are rows compared on another class of GPU
-than the paper's (``on other hardware``, :mod:`repro.cross_hardware`).
+The headline counts decisive independent evidence only: measured, simulated, predicted or derived values within the
+tolerance where the row's stated null model is not, once per independent quantity. Agreements the null matches too
+(``agrees, not decisive``) are counted apart, as are the paper's own arithmetic on its printed numbers
+(``consistency``: "the paper's arithmetic checks out: N of M"), conformance to the design (``conforms``), rows that
+restate a quantity another row counts (``same quantity``), configurations and fit inputs (``not counted``), claims
+the rows' scale cannot decide (``not decidable``) and rows compared on another class of GPU than the paper's (``on
+other hardware``, :mod:`repro.cross_hardware`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ COLUMNS = (*VERDICTS, OTHER_HARDWARE)
 def other_hardware(report: pd.DataFrame) -> pd.Series:
     """Rows compared (reproduced or differs) on another class of GPU than the paper's."""
     hardware = report["hardware"].fillna("") if "hardware" in report else pd.Series("", index=report.index)
-    return (hardware != "") & report["verdict"].isin(["reproduced", "differs"])
+    return (hardware != "") & report["verdict"].isin(["reproduced", "differs", "agrees, not decisive"])
 
 
 def _counted_verdict(report: pd.DataFrame) -> pd.Series:
@@ -75,8 +77,11 @@ def headline(report: pd.DataFrame) -> dict[str, int]:
         "claims": len(report),
         "reproduced": int(reproduced.sum()),
         "differs": int(((verdict == "differs") & independent).sum()),
+        "not_decisive": int(((verdict == "agrees, not decisive") & independent).sum()),
+        "conforms": int((verdict == "conforms").sum()),
+        "conformance": int(verdict.isin(["conforms", "does not conform"]).sum()),
         "other_hardware": int(elsewhere.sum()),
-        "other_hardware_agree": int((elsewhere & (verdict == "reproduced")).sum()),
+        "other_hardware_agree": int((elsewhere & (verdict != "differs")).sum()),
         "consistent": int((verdict == "consistent").sum()),
         "consistency": int(verdict.isin(["consistent", "inconsistent"]).sum()),
         "same_quantity": int((verdict == "same quantity").sum()),
@@ -87,20 +92,33 @@ def headline(report: pd.DataFrame) -> dict[str, int]:
     }
 
 
+#: The rule the headline counts by, in one sentence (README and claims.md quote it).
+RULE = ("A claim counts as reproduced only when the suite's own evidence (measured, simulated, predicted or derived) "
+        "agrees with the paper within the stated tolerance and the row's stated null model (no effect, linear "
+        "scaling, the FLOP-wise ratio, ...) does not, once per independent quantity.")
+
+
 def headline_sentence(report: pd.DataFrame) -> str:
-    """The headline in one paragraph (the README quotes it)."""
+    """The headline in one paragraph (the README quotes it; ``repro claims`` prints it)."""
     head = headline(report)
     by_class = ", ".join(f"{head['reproduced_' + c]} {c}" for c in COUNTED_EVIDENCE)
     by_origin = ", ".join(f"{head['origin_' + o]} {words}" for o, words in ORIGINS.items())
-    return (f"**{head['reproduced']} of {head['claims']} claims reproduced by independent evidence** ({by_class}); "
+    return (f"**{head['reproduced']} of {head['claims']} claims reproduced decisively** ({by_class}); "
             f"{head['differs']} differ. Their paper values: {by_origin}. Counted apart: "
-            f"{head['other_hardware']} claims compared on another class of GPU than the paper's, through a share of "
-            f"peak, a ratio on one GPU or an estimate from one ({head['other_hardware_agree']} agree, "
-            f"{head['other_hardware'] - head['other_hardware_agree']} differ); the paper's arithmetic "
+            f"{head['not_decisive']} agree but not decisively (the null model agrees too); "
+            f"{head['conforms']} of {head['conformance']} conform to the paper's design (conformance, not "
+            f"reproduction); {head['other_hardware']} claims compared on another class of GPU than the paper's, "
+            f"through a share of peak, a ratio on one GPU or an estimate from one ({head['other_hardware_agree']} "
+            f"agree, {head['other_hardware'] - head['other_hardware_agree']} differ); the paper's arithmetic "
             f"checks out for {head['consistent']} of {head['consistency']} claims computed from its own printed "
-            f"numbers (consistency); {head['same_quantity']} claims restate a quantity another claim counts; "
+            f"numbers (consistency); {head['same_quantity']} claims restate a quantity another row counts; "
             f"{head['not_counted']} configuration or fitted rows are shown, never counted; "
-            f"{head['not_decidable']} are not decidable at the rows' scale.")
+            f"{head['not_decidable']} are not decidable.")
+
+
+def plain_headline(report: pd.DataFrame) -> str:
+    """The headline as a terminal prints it (what claims.md says, without the markdown)."""
+    return headline_sentence(report).replace("**", "")
 
 
 def _fmt(value: object) -> str:
@@ -114,6 +132,16 @@ def _fmt(value: object) -> str:
 def _short(text: object, width: int = 120) -> str:
     text = _fmt(text)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _null_cell(row) -> str:
+    """The null model beside a compared row: its name and value (``none`` with no meaningful null: the note says
+    why)."""
+    name = _fmt(getattr(row, "null", ""))
+    if not name:
+        return ""
+    value = _fmt(getattr(row, "null_value", None))
+    return f"{name}: {value}" if value else name
 
 
 def _table(frame: pd.DataFrame, keys: tuple[str, ...]) -> list[str]:
@@ -166,9 +194,14 @@ INTRO = (
     "arithmetic on numbers printed in the paper) only shows that the paper agrees with itself; **configuration** "
     "(a setting the suite was given) and **fitted** (an input of a fit) are shown, never counted; **pending**: no "
     "value yet (`evidence_when_run` in claims.csv says what its run will give); *unmapped*: no experiment maps the "
-    "claim. Verdicts: reproduced / differs (independent evidence), consistent / inconsistent (consistency), same "
-    "quantity (another claim states it and counts it), not counted, not decidable (not at the rows' scale), not "
-    "run, needs GPU.")
+    "claim. **conformance** (a value any correct implementation of the paper's design gives: collective counts, "
+    "bytes fixed by dtypes and shapes) is tested and shown, never counted. Every compared row of independent "
+    "evidence names a **null model**, a naive prediction computed on the same inputs (columns `null` and "
+    "`null_value`). Verdicts: reproduced (within the tolerance, the null outside) / agrees, not decisive (the null "
+    "is within too) / differs (independent evidence), consistent / inconsistent (consistency), conforms / does not "
+    "conform (conformance), same quantity (computed from a quantity another row counts: its `basis`), not counted, "
+    "not decidable (the suite covers the claim's setting only in part, or not at the rows' scale), not run, needs "
+    "GPU.")
 
 
 def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_info: str = "") -> str:
@@ -176,7 +209,7 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
     paper the checked claims in full."""
     lines = [f"# Claims report (scale: {scale})", "", INTRO, ""]
     lines += _table(summary_by_evidence(report), ("paper", "evidence")) + [""]
-    lines += ["## Headline", "", headline_sentence(report), "",
+    lines += ["## Headline", "", RULE, "", headline_sentence(report), "",
               f"Regenerate with `repro claims --scale {scale}` (or `repro reproduce --scale ci`)."]
     if rows_info:
         lines += ["", rows_info]
@@ -210,7 +243,8 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
         mapped = group[group["experiment"] != ""]
         if len(mapped):
             lines += ["| claim_id | quantity | setting | paper | paper value's origin | this suite | tolerance "
-                      "| verdict | evidence | command | note |", "|---|---|---|---:|---|---:|---|---|---|---|---|"]
+                      "| verdict | null model | evidence | command | note |",
+                      "|---|---|---|---:|---|---:|---|---|---|---|---|---|"]
             for row in mapped.itertuples():
                 unit = "" if row.unit in ("-", "") else f" {row.unit}"
                 evidence = f"pending ({row.evidence_when_run})" if row.evidence == PENDING else row.evidence
@@ -218,7 +252,7 @@ def render_markdown(report: pd.DataFrame, checks: CheckSet, *, scale: str, rows_
                 lines.append(
                     f"| {row.claim_id} | {_fmt(row.quantity)} | {_fmt(row.setting)} | {_fmt(row.paper_value)}{unit} | "
                     f"{origin} | {_fmt(row.reproduced_value)} | {_fmt(row.tolerance)} | **{row.verdict}** | "
-                    f"{evidence} | `{row.command}` | {_short(row.note)} |")
+                    f"{_null_cell(row)} | {evidence} | `{row.command}` | {_short(row.note)} |")
         rest = group[group["experiment"] == ""]
         if len(rest):
             lines += ["", f"Not mapped by any experiment yet ({len(rest)} claims; full rows in `claims.csv`):", ""]

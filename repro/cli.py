@@ -3,14 +3,15 @@
     repro list [--scale S]                      experiments: points, ranks, nodes, GPUs, budgets, newest runs per scale
     repro run EXP [EXP ...] [--scale S]         run locally (world size 1 in-process, larger ones on local ranks)
     repro submit EXP --scale paper [--dry-run]  sbatch slurm/EXP.sbatch sized from the points' declared resources
-    repro figures [--scale any]                 results/figures/*.png|svg
-    repro claims [--scale any]                  results/claims.md and results/claims.csv
-    repro reproduce [--scale ci]                run everything, then figures and claims, showing what changed
+    repro figures [--scale any]                 results/figures/*.png|svg (another scale: results/figures-SCALE/)
+    repro claims [--scale any]                  results/claims.md and results/claims.csv (another: claims-SCALE.*)
+    repro reproduce [--scale ci]                run everything, then figures and claims (scale any), showing what changed
 
 Scales: ci, smoke, node, paper. ``run`` and ``submit`` default to the experiment's CPU scale (ci, else smoke), so a
 bare command stays small; ``figures`` and ``claims`` default to ``any`` (per experiment, its paper-scale rows when
 it has some, else ci, else smoke); ``reproduce`` defaults to ``ci``, which runs ci where an experiment declares it and smoke
-otherwise. Every ``--help`` says the same.
+otherwise; its figures and claims report take every experiment's most decisive rows (``any``), so that running at
+one scale never drops another scale's evidence (the committed GPU runs among them). Every ``--help`` says the same.
 
 Errors (unknown experiment or scale, too little memory, no GPU for a GPU point, no Slurm for submit, an optional
 package such as datasets or matplotlib missing where a command needs it, a $REPRO_RESULTS_DIR or
@@ -199,11 +200,12 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
+    from repro.claims_render import plain_headline
     from repro.harness.reproduce import make_claims
 
     reg = _registry(args)
     out = make_claims(reg, R.results_dir(args.results_dir), _scale(args.scale, allow_any=True))
-    print(out.report["verdict"].value_counts().to_string())
+    print(plain_headline(out.report))
     for problem in out.checks.problems:
         print(f"repro: warning: {problem.strip().splitlines()[0]}", file=sys.stderr)
     print(f"-> {out.claims_files[0]}, {out.claims_files[1]}")
@@ -228,7 +230,8 @@ RUN_SCALE_HELP = (f"{SCALES_TEXT} (default: the experiment's CPU scale, ci where
                   "a plain `repro {command} EXP` is small enough for a laptop or a CI job)")
 REPORT_SCALE_HELP = (f"whose rows to {{what}}: {SCALES_TEXT}, or any (default: any: per experiment, its newest "
                      "paper-scale rows when it has some, else ci, else smoke; so CI and cluster rows land in one "
-                     "{where})")
+                     "{where}); a single scale writes a view of its own (claims-SCALE.md, figures-SCALE/) and leaves "
+                     "the report of every scale as it is)")
 
 
 def _results_dir(text: str) -> Path:
@@ -313,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="run everything, then figures and claims")
     p.add_argument("--scale", default="ci", help=f"{SCALES_TEXT} (default: ci; every experiment at its CPU scale, ci "
                    "where it declares one and smoke otherwise, so one command reproduces all that a CPU machine "
-                   "can in CI time)")
+                   "can in CI time); the figures and claims report then take every experiment's most decisive rows "
+                   "(scale any), so the committed GPU and paper-scale runs stay in them")
     p.add_argument("--only", action="append", metavar="EXP", help="only this experiment (repeatable; default: "
                    "every registered one)")
     p.add_argument("--force", action="store_true", help="replace earlier runs instead of keeping them (default: "

@@ -19,7 +19,7 @@ import dataclasses
 import re
 
 from repro.verdicts import check_value, needs_gpu
-from repro.vocabulary import ClaimCheck
+from repro.vocabulary import ClaimCheck, Null
 
 ABSOLUTE, NORMALISED, ESTIMATE = "absolute", "normalised", "estimate"
 KINDS = (ABSOLUTE, NORMALISED, ESTIMATE)
@@ -53,8 +53,9 @@ def hardware_label(paper: str, gpu: str | None) -> str:
 
 def compare(paper: str, claim_id: str, value: float | None, *, gpu: str | None, kind: str, note: str = "",
             evidence: str = "measured", rel: float | None = None, abs: float | None = None,
-            same_as: str = "", unit: str = "") -> ClaimCheck:
-    """The claim check of ``value`` measured on ``gpu`` by the rule above (``rel``/``abs`` as for
+            same_as: str = "", unit: str = "", null: Null | None = None,
+            basis: str | tuple[str, ...] = "") -> ClaimCheck:
+    """The claim check of ``value`` measured on ``gpu`` by the rule above (``rel``/``abs``/``null``/``basis`` as for
     :func:`repro.verdicts.check_value`); ``unit`` only formats the note of an absolute value not compared."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r} must be one of {KINDS}")
@@ -70,7 +71,8 @@ def compare(paper: str, claim_id: str, value: float | None, *, gpu: str | None, 
         return needs_gpu(paper, claim_id, f"an absolute quantity is compared on the paper's "
                                           f"{PAPER_GPUS.get(paper, 'hardware')} only; measured on {gpu}: "
                                           f"{value:.4g}{unit}" + (f" ({note})" if note else ""), evidence=evidence)
-    check = check_value(paper, claim_id, value, evidence=evidence, rel=rel, abs=abs, note=note, same_as=same_as)
+    check = check_value(paper, claim_id, value, evidence=evidence, rel=rel, abs=abs, note=note, same_as=same_as,
+                        null=null, basis=basis)
     if not label:
         return check
     return dataclasses.replace(check, hardware=label, note=f"on other hardware: {label}; {check.note}")

@@ -23,11 +23,12 @@ from repro.vocabulary import EVIDENCE
 from repro.figures.common import MIN_FONT_PT, FigureContext, caption, mark_missing, save
 from repro.paper import PAPER_TITLES
 
-COLORS = {"reproduced": "#55A868", "differs": "#C44E52", "consistent": "#64B5CD", "inconsistent": "#8C613C",
+COLORS = {"reproduced": "#55A868", "agrees, not decisive": "#A6D8A0", "differs": "#C44E52",
+          "consistent": "#64B5CD", "inconsistent": "#8C613C", "conforms": "#2A9D8F", "does not conform": "#6D2E46",
           "same quantity": "#CCB974", "not counted": "#DD8452", "not decidable": "#BBBBBB", "needs GPU": "#8172B3",
           "not run": "#999999", OTHER_HARDWARE: "#4C72B0"}
-MARKERS = {"measured": "o", "simulated": "s", "predicted": "D", "derived": "^", "consistency": "v",
-           "configuration": "x", "fitted": "P"}
+MARKERS = {"measured": "o", "simulated": "s", "predicted": "D", "derived": "^", "conformance": "<",
+           "consistency": "v", "configuration": "x", "fitted": "P"}
 _BOUND = re.compile(r"^\s*(>=|<=|>|<)\s*([-+0-9.eE]+)")
 
 

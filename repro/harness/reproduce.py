@@ -21,7 +21,7 @@ import pandas as pd
 
 from repro import claims as C
 from repro import results as R
-from repro.claims_render import render_markdown
+from repro.claims_render import plain_headline, render_markdown
 from repro.experiments import Registry
 from repro.experiments.base import Experiment
 from repro.harness.machine_fit import NeedsGPU
@@ -70,8 +70,16 @@ def _check_scale(scale: str) -> str:
     return "any" if scale == "ci" else scale
 
 
+def report_names(scale: str) -> tuple[str, str]:
+    """Where the report of ``scale`` goes: ``claims.md`` / ``figures`` for ``any`` (every experiment at its most
+    decisive scale: what the committed report is), a file and folder of their own for a one-scale view
+    (``claims-ci.md``, ``figures-ci``), so that no command replaces the evidence of other scales with fewer rows."""
+    return ("claims", "figures") if scale == "any" else (f"claims-{scale}", f"figures-{scale}")
+
+
 def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
-    """Collect the experiments' claim checks on the newest rows and write claims.md / claims.csv under root."""
+    """Collect the experiments' claim checks on the newest rows and write the report under root (claims.md /
+    claims.csv for ``any``, :func:`report_names`)."""
     claims = load_claims()
     rows = _rows(root, scale)
     every = R.load_rows(root) if scale != "any" else rows  # claims a scale cannot decide come from their own
@@ -81,7 +89,7 @@ def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
     info = (f"Rows: {len(rows)} from {int(runs.sum())} run(s) of {len(runs)} experiment(s) under `results/runs/` "
             "(newest run of each point).")
     markdown = render_markdown(report, checks, scale=scale, rows_info=info)
-    files = C.write_report(report, markdown, root)
+    files = C.write_report(report, markdown, root, name=report_names(scale)[0])
     return Outputs(report, checks, files)
 
 
@@ -95,7 +103,8 @@ def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | Non
     if checks is None:
         every = R.load_rows(root) if scale != "any" else rows
         checks = C.collect_checks(reg, rows, scale=_check_scale(scale), claims=claims, all_rows=every)
-    ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale, out_dir=root / "figures",
+    ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale,
+                        out_dir=root / report_names(scale)[1],
                         known=frozenset(reg.names()))
     rendered = render_all(ctx, names)
     if names is None:  # the experiments' own figures (Experiment.figure), after the shared ones
@@ -175,8 +184,10 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
         over = " (OVER BUDGET)" if report.over_budget else ""
         say(f"    {status} in {report.elapsed_s:.1f} s{over}; rows -> {report.path}")
     say("figures and claims ...")
-    outputs = make_claims(reg, root, scale)
-    outputs.figures = make_figures(reg, root, scale, outputs.checks, names=figures)
+    # the report and figures take every experiment's most decisive rows (scale any), the committed GPU and paper
+    # runs included: running at one scale adds rows, it never drops another scale's evidence
+    outputs = make_claims(reg, root, "any")
+    outputs.figures = make_figures(reg, root, "any", outputs.checks, names=figures)
     out.outputs = outputs
     out.elapsed_s = time.perf_counter() - start
     out.value_changes = R.value_changes(before_rows, _rows(root, scale)) if len(before_rows) else None
@@ -205,8 +216,7 @@ def _summarise(out: Reproduction, scale: str, say: Callable[[str], None]) -> Non
     say(f"experiments: {total:.1f} s (budgets {budgets:.0f} s); with figures and claims: {out.elapsed_s:.1f} s"
         + (f" (ci target < {CI_TOTAL_BUDGET_S} s)" if scale == "ci" else ""))
     if out.outputs is not None:
-        counts = out.outputs.report["verdict"].value_counts().to_dict()
-        say(f"claims: {counts} -> {out.outputs.claims_files[0]}")
+        say(f"claims: {plain_headline(out.outputs.report)} -> {out.outputs.claims_files[0]}")
         figs = out.outputs.figures
         if figs is not None:
             say(f"figures: {sum(len(v) for v in figs.files.values())} files under "

@@ -12,6 +12,7 @@ import pytest
 from repro import claims as C
 from repro import verdicts as V
 from repro.claims_render import OTHER_HARDWARE, headline, summary
+from repro.vocabulary import Null
 from repro.cross_hardware import ABSOLUTE, ESTIMATE, NORMALISED, compare, gpu_class, hardware_label
 from repro.experiments.base import Experiment, Point
 from repro.vocabulary import ClaimCheck
@@ -32,12 +33,14 @@ def test_an_absolute_quantity_on_another_gpu_is_not_compared_and_names_both():
     check = compare(PAPER, "baseline_tflops_1gpu", 345.9, gpu="NVIDIA H200", kind=ABSOLUTE, rel=0.1, unit=" TFLOP/s")
     assert check.verdict == "needs GPU" and check.reproduced_value is None
     assert "on the paper's V100 only; measured on NVIDIA H200: 345.9 TFLOP/s" in check.note
-    on_v100 = compare(PAPER, "baseline_tflops_1gpu", 38.0, gpu="Tesla V100-SXM3-32GB", kind=ABSOLUTE, rel=0.1)
+    on_v100 = compare(PAPER, "baseline_tflops_1gpu", 38.0, gpu="Tesla V100-SXM3-32GB", kind=ABSOLUTE, rel=0.1,
+                      null=Null("far off", 1e9))
     assert (on_v100.verdict, on_v100.hardware) == ("reproduced", "")
 
 
 def test_a_normalised_quantity_on_another_gpu_is_compared_named_and_counted_apart():
-    check = compare(PAPER, "baseline_pct_peak", 35.0, gpu="NVIDIA H200", kind=NORMALISED, abs=5)
+    check = compare(PAPER, "baseline_pct_peak", 35.0, gpu="NVIDIA H200", kind=NORMALISED, abs=5,
+                    null=Null("far off", 1e9))
     assert check.verdict == "reproduced" and check.hardware == "NVIDIA H200 (paper: V100)"
     assert check.note.startswith("on other hardware: NVIDIA H200 (paper: V100)")
     assert hardware_label(PAPER, "Tesla V100-SXM2-32GB") == ""

@@ -13,14 +13,16 @@ from repro import claims as C
 from repro import verdicts as V
 from repro.experiments import registry, validate_experiment
 from repro.experiments.base import Experiment, Point
-from repro.vocabulary import ClaimCheck
+from repro.vocabulary import ClaimCheck, Null
 from repro.results import REPO_ROOT
 
 
 def _claims(rows) -> list[ClaimCheck]:
     value = float(rows["value"].iloc[-1]) if len(rows) else None
-    return [V.check_value("zero_2019", "K_adam", value, evidence="measured"),
-            V.check_value("zero_2019", "t2_mp1_theo_Pos", 7.6 if value else None, evidence="derived", abs=0.05)]
+    far = Null("far off", 1e9)
+    return [V.check_value("zero_2019", "K_adam", value, evidence="measured", null=far),
+            V.check_value("zero_2019", "t2_mp1_theo_Pos", 7.6 if value else None, evidence="derived", abs=0.05,
+                          null=far)]
 
 
 EXP = Experiment(name="big", paper="zero_2019", title="t", points={"ci": (Point("a"),), "paper": (Point("a"),)},

@@ -9,7 +9,9 @@ from repro import claims as C
 from repro import verdicts as V
 from repro.experiments import registry
 from repro.experiments.base import Experiment, Point
-from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck
+from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck, Null
+
+FAR = Null("far off", 1e9)  # a null no tolerance admits: agreement decides alone
 from repro.claims_render import COLUMNS
 from repro.results import REPO_ROOT
 
@@ -45,7 +47,7 @@ def test_configuration_and_fitted_values_are_never_counted(evidence):
     assert equal.verdict == other.verdict == "not counted"
     assert "equals the paper's value" in equal.note and "differs from the paper's value" in other.note
     for counted in COUNTED_EVIDENCE:
-        assert V.check_value("zero_2019", "K_adam", 12.0, evidence=counted).verdict == "reproduced"
+        assert V.check_value("zero_2019", "K_adam", 12.0, evidence=counted, null=FAR).verdict == "reproduced"
     assert V.check_value("zero_2019", "K_adam", 12.0, evidence="consistency").verdict == "consistent"
     assert V.check_value("zero_2019", "K_adam", 13.0, evidence="consistency").verdict == "inconsistent"
 
@@ -54,7 +56,8 @@ def test_claims_decided_by_a_condition_follow_the_same_rules():
     """check_condition (a bound, a formula at several points) decides as check_value does: the evidence class, not
     the experiment, says whether an outcome counts."""
     check = lambda holds, evidence, **kw: V.check_condition(  # noqa: E731
-        "zero_2019", "K_adam", 12.0, holds=holds, tolerance=">= 10", evidence=evidence, **kw)
+        "zero_2019", "K_adam", 12.0, holds=holds, tolerance=">= 10", evidence=evidence,
+        null=Null("no effect", 0.0, holds=False), **kw)
     for counted in COUNTED_EVIDENCE:
         assert (check(True, counted).verdict, check(False, counted).verdict) == ("reproduced", "differs")
     assert (check(True, "consistency").verdict, check(False, "consistency").verdict) == ("consistent", "inconsistent")
@@ -62,8 +65,10 @@ def test_claims_decided_by_a_condition_follow_the_same_rules():
         assert check(True, evidence).verdict == check(False, evidence).verdict == "not counted"
     given = check(True, "configuration", setting="the optimizer's", says=("equals 12", "differs from 12"))
     assert given.note.startswith("a setting the suite was given (the optimizer's); equals 12")
-    elsewhere = check(False, "measured", same_as="formula_posgp")
-    assert elsewhere.verdict == "same quantity" and "does not meet the paper's condition" in elsewhere.note
+    elsewhere = check(False, "measured", same_as="formula_posgp")  # a disagreement is never "same quantity"
+    assert elsewhere.verdict == "differs" and elsewhere.basis == ""
+    restating = check(True, "measured", same_as="formula_posgp")  # the report decides from the basis
+    assert restating.verdict == "reproduced" and restating.basis == "claim:formula_posgp"
     assert V.check_condition("zero_2019", "K_adam", None, holds=True, tolerance="", evidence="measured").verdict \
         == "not run"
     with pytest.raises(ValueError, match="evidence='guess'"):
@@ -75,7 +80,8 @@ def test_range_claims_are_checked_against_their_bounds():
 
     assert parse_range("40-45") == (40.0, 45.0) and parse_range("1.5 - 2") == (1.5, 2.0)
     assert parse_range("45-40") is None and parse_range("12") is None and parse_range(12.0) is None
-    check = lambda value, **kw: V.check_range("t3_2024", "nonsliced_attn_share", value, **kw)  # noqa: E731
+    check = lambda value, **kw: V.check_range("t3_2024", "nonsliced_attn_share", value, null=FAR,  # noqa: E731
+                                              **kw)
     assert check(42.0, evidence="predicted").verdict == "reproduced"
     assert check(39.0, evidence="predicted").verdict == "differs"
     assert check(39.0, evidence="predicted", abs=1.0).verdict == "reproduced"
@@ -262,13 +268,14 @@ def test_two_experiments_mapping_one_claim_follow_the_stated_rule():
 
 
 def test_same_quantity_points_to_the_claim_that_counts_it():
-    check = V.check_value("zero_2019", "K_adam", 12.0, evidence="derived", same_as="t2_mp1_theo_Pos")
-    assert check.verdict == "same quantity" and check.same_as == "t2_mp1_theo_Pos"
-    assert check.note.startswith("same quantity as t2_mp1_theo_Pos (counted there); equals the paper's value")
     rows = pd.DataFrame(columns=["experiment", "scale", "point", "run_id", "metric", "value", "unit"])
-    checks = C.collect_checks([_mapper("m", [V.check_value("zero_2019", "K_adam", 12.0, evidence="derived",
-                                                          same_as="nope")])], rows)
-    assert "same quantity as 'nope', which is not a claim of zero_2019" in "\n".join(checks.problems)
+    declared = [V.check_value("zero_2019", "K_adam", 12.0, evidence="derived", null=FAR, same_as="t2_mp1_theo_Pos"),
+                V.check_value("zero_2019", "t2_mp1_theo_Pos", 7.6, evidence="derived", null=FAR)]
+    report = C.build_report(C.collect_checks([_mapper("m", declared)], rows)).set_index("claim_id")
+    assert report.loc["K_adam", "verdict"] == "same quantity" and report.loc["K_adam", "same_as"] == "t2_mp1_theo_Pos"
+    assert report.loc["K_adam", "note"].startswith("same quantity as t2_mp1_theo_Pos (counted there); on its own: "
+                                                   "reproduced")
+    assert report.loc["t2_mp1_theo_Pos", "verdict"] == "reproduced"
 
 
 def test_readme_gives_the_committed_headline():

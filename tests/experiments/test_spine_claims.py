@@ -9,17 +9,20 @@ from repro import claims as C
 from repro import verdicts as V
 from repro.claims_render import render_markdown
 from repro.experiments.base import Experiment, Point
-from repro.vocabulary import VERDICTS, ClaimCheck
+from repro.vocabulary import VERDICTS, ClaimCheck, Null
+
+FAR = Null("far off", 1e9)  # a null no tolerance admits: agreement decides alone
 from repro.paper import load_claims, paper_value, parse_value, table_key
 
 
 def test_check_value_compares_within_tolerance():
     assert paper_value("zero_2019", "K_adam") == 12.0
-    assert V.check_value("zero_2019", "K_adam", 12.0, evidence="derived").verdict == "reproduced"
-    assert V.check_value("zero_2019", "K_adam", 12.5, evidence="derived").verdict == "differs"
-    ok = V.check_value("zero_2019", "K_adam", 12.5, rel=0.05, evidence="derived")
+    assert V.check_value("zero_2019", "K_adam", 12.0, evidence="derived", null=FAR).verdict == "reproduced"
+    assert V.check_value("zero_2019", "K_adam", 12.51, evidence="derived", null=FAR).verdict == "differs"
+    assert V.check_value("zero_2019", "K_adam", 12.49, evidence="derived", null=FAR).verdict == "reproduced"  # "12"
+    ok = V.check_value("zero_2019", "K_adam", 12.5, rel=0.05, evidence="derived", null=FAR)
     assert ok.verdict == "reproduced" and ok.tolerance == "±5%"
-    assert V.check_value("zero_2019", "K_adam", 13.0, abs=1.0, evidence="derived").verdict == "reproduced"
+    assert V.check_value("zero_2019", "K_adam", 13.0, abs=1.0, evidence="derived", null=FAR).verdict == "reproduced"
     assert V.check_value("zero_2019", "K_adam", None, evidence="derived").verdict == "not run"
     with pytest.raises(ValueError, match="no claim 'nope'"):
         V.check_value("zero_2019", "nope", 1.0, evidence="derived")
@@ -45,7 +48,7 @@ def test_report_has_one_row_per_checkable_claim_with_valid_verdicts():
     rows = pd.DataFrame({"experiment": ["mapper"], "scale": ["ci"], "point": ["a"], "run_id": ["r"],
                          "metric": ["k"], "value": [12.0], "unit": ["-"]})
     checks = C.collect_checks([_experiment(lambda r: [V.check_value("zero_2019", "K_adam", float(r.value.iloc[0]),
-                                                                    evidence="derived"),
+                                                                    evidence="derived", null=FAR),
                                                       V.needs_gpu("zero_2019", "zero100B_pflops")])],
                               rows, scale="ci", claims=claims)
     report = C.build_report(checks, claims)
