@@ -230,6 +230,19 @@ def rows_evidence(rows, experiment: str) -> str:
     return next((c for c in classes if c not in CONSISTENCY_EVIDENCE), classes[0])
 
 
+def not_decidable(paper: str, claim_id: str, value: float | str | None, *, reason: str, evidence: str,
+                  tolerance: str = "", null: Null | None = None, basis: str | tuple[str, ...] = "") -> ClaimCheck:
+    """A claim the suite covers only in part (a subset of the claim's models, an unknown definition, a quantity
+    whose setting it does not have): the value it has is shown, never compared; ``reason`` says what is missing."""
+    _check_evidence(evidence)
+    _check_null(null, evidence, claim_id)
+    if not reason.strip():
+        raise ValueError(f"{claim_id}: a claim that is not decidable says why")
+    value = None if is_missing(value) else value
+    return ClaimCheck(paper, claim_id, value, tolerance, "not decidable", f"not decidable: {reason}", evidence,
+                      basis=_basis(basis), **_null_fields(null, None))
+
+
 def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:
     """A mapped claim without a value yet; ``evidence`` is the kind of value its mapping will give."""
     _check_evidence(evidence)

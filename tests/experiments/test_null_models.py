@@ -151,3 +151,14 @@ def test_the_report_shows_each_rows_null_and_the_rule():
     text = render_markdown(report.reset_index(), C.CheckSet(pd.DataFrame()), scale="any")
     assert "| no overlap: 0 |" in text and "null model (no effect, linear scaling" in text
     assert "claims reproduced decisively" in text
+
+
+def test_a_claim_covered_only_in_part_is_not_decidable_and_shows_its_value():
+    check = V.not_decidable("t3_2024", "comm_frac_train_large", 20.7, evidence="predicted",
+                            reason="the claim includes futuristic models the suite does not have")
+    assert (check.verdict, check.reproduced_value) == ("not decidable", 20.7)
+    assert check.note == "not decidable: the claim includes futuristic models the suite does not have"
+    with pytest.raises(ValueError, match="says why"):
+        V.not_decidable("t3_2024", "comm_frac_train_large", 20.7, evidence="predicted", reason=" ")
+    head = headline(_report(check).reset_index())
+    assert (head["not_decidable"], head["differs"], head["reproduced"]) == (1, 0, 0)
