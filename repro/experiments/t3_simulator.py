@@ -53,10 +53,10 @@ from repro.experiments.t3_simulator_claims import (  # noqa: F401 - claims and F
     CPU_REPEATS, FITTED_SETS, PAPER, PCT_RELATIVE, PCT_TOLERANCE, SCHEDULES, X_TOLERANCE, MAPPED, class_of,
     pct, pct_geomean, select_rows, claims,
 )
-from repro.overlap.t3sim import cu_split, fit, simulate_sublayer
+from repro.overlap.t3sim import cu_split, fit, nulls, simulate_sublayer
 from repro.overlap.t3sim.endtoend import attention_core_share, layer_times
 from repro.overlap.t3sim.hardware import REAL_GPUS, with_gemm_rate
-from repro.overlap.t3sim.workloads import MLPERF_BERT, MODELS, configurations, sublayer
+from repro.overlap.t3sim.workloads import FORWARD, MLPERF_BERT, MODELS, SUBLAYERS, configurations, sublayer
 from repro.paper import paper_value
 
 
@@ -85,29 +85,56 @@ def _sublayer_rows(gpu, fitted, model, tp, name, *, device: str) -> list[dict]:
     ]
     for cus in (8, 16):
         split = cu_split(gpu, sub, ar_cus=cus, cu_bytes_per_cycle=fitted.cu_bytes_per_cycle)
+        naive = nulls.cu_ratio_split(split.gemm_s, split.allreduce_s, num_cus=gpu.num_cus, ar_cus=cus,
+                                     fitted_ar8_slowdown=1 + fitted.ar8_slowdown_pct / 100)
         rows += [
             dict(metric="cu_split_speedup", value=split.speedup, unit="x", ar_cus=cus, **common),
             dict(metric="cu_split_ar_slowdown_pct", value=pct(split.allreduce_split_s / split.allreduce_s),
                  unit="%", ar_cus=cus, **common),
             dict(metric="cu_split_gemm_slowdown_pct", value=pct(split.gemm_split_s / split.gemm_s), unit="%",
                  ar_cus=cus, **common),
+            dict(metric="null_cu_split_speedup", value=naive.speedup, unit="x", ar_cus=cus, **common),
+            dict(metric="null_cu_split_ar_slowdown_pct", value=pct(naive.allreduce_slowdown), unit="%", ar_cus=cus,
+                 **common),
+            dict(metric="null_cu_split_gemm_slowdown_pct", value=pct(naive.gemm_slowdown), unit="%", ar_cus=cus,
+                 **common),
         ]
-    rows.append(dict(metric="cu_split_ideal", value=split.ideal_speedup, unit="x", **common))
+    rows += [
+        dict(metric="cu_split_ideal", value=split.ideal_speedup, unit="x", **common),
+        dict(metric="null_cu_split_ideal", value=nulls.roofline_ideal_speedup(gpu, sub), unit="x", **common),
+        dict(metric="null_data_movement_reduction_pct", value=100 * nulls.operands_once_reduction(gpu, sub, r),
+             unit="%", **common),
+    ]
     return rows
 
 
 def _layer_rows(gpu, fitted, *, gemm_speed: float = 1.0) -> list[dict]:
+    """Each model's layer at each TP and mode: its share of time in the all-reduces and, at the fitted GEMM rate,
+    its speedup under each schedule; beside them their nulls (``t3sim.nulls``): the FLOP-wise share, and Amdahl's
+    law on the share of the layer in T3's sublayers with their geomean speedup."""
     faster = with_gemm_rate(gpu, gpu.flops_per_cu_cycle * gemm_speed)
     rows = []
     for model in MODELS.values():
         for tp in model.tp_sizes:
             for mode in ("training", "inference"):
-                times = layer_times(faster, model, tp, mode=mode, contention=fitted.contention)
+                names = SUBLAYERS if mode == "training" else FORWARD
+                results = {name: simulate_sublayer(faster, sublayer(model, name, tp), contention=fitted.contention)
+                           for name in names}
+                times = layer_times(faster, model, tp, mode=mode, contention=fitted.contention, results=results)
                 common = dict(model=model.name, tp=tp, mode=mode, group=model.group, gemm_speed=gemm_speed)
-                rows.append(dict(metric="comm_share_pct", value=100 * times.comm_share, unit="%", **common))
+                share = sum(r.sequential_s for r in results.values()) / times.schedule_s["sequential"]
+                rows += [
+                    dict(metric="comm_share_pct", value=100 * times.comm_share, unit="%", **common),
+                    dict(metric="null_comm_share_pct", unit="%", **common, value=100 * nulls.flopwise_comm_share(
+                        faster, model, tp, mode=mode, allreduces=len(names))),
+                    dict(metric="sublayer_share_pct", value=100 * share, unit="%", **common),
+                ]
                 if gemm_speed == 1.0:
                     rows += [dict(metric="e2e_speedup_pct", value=pct(times.speedup(s)), unit="%", schedule=s,
                                   **common) for s in SCHEDULES]
+                    rows += [dict(metric="null_e2e_speedup_pct", unit="%", schedule=s, **common, value=pct(
+                        nulls.amdahl_layer_speedup(share, [r.speedup(s) for r in results.values()])))
+                             for s in SCHEDULES]
     return rows
 
 
@@ -264,6 +291,8 @@ METRICS = (
     "gemm_reads_ratio", "writes_reduction_pct", "data_movement_reduction_pct", "cu_split_speedup",
     "cu_split_ar_slowdown_pct", "cu_split_gemm_slowdown_pct", "cu_split_ideal", "comm_share_pct", "e2e_speedup_pct",
     "cpu_predicted_ms", "cpu_component_ms", "cpu_prediction_ratio", "attention_core_share_pct",
+    "sublayer_share_pct", "null_cu_split_speedup", "null_cu_split_ar_slowdown_pct", "null_cu_split_gemm_slowdown_pct",
+    "null_cu_split_ideal", "null_data_movement_reduction_pct", "null_comm_share_pct", "null_e2e_speedup_pct",
 )
 
 EXPERIMENT = Experiment(
