@@ -92,7 +92,7 @@ def key(*parts) -> str:
     return ":".join(("t3_simulator", *(str(p) for p in parts)))
 
 
-def _tolerance(claim_id: str, unit: str) -> dict:
+def tolerance(claim_id: str, unit: str) -> dict:
     """One rule for every row: a percentage within 5 points or a quarter of the paper's value, whichever is smaller
     (five points around a 5 % claim would accept anything from 0 to 10), a ratio within 10 %."""
     if unit == "%":
@@ -104,7 +104,7 @@ def _check(claim_id, value, unit, evidence, note, *, null: Null | None, basis) -
     """A row under the tolerance rule; a fitted row is never counted, so it states no null."""
     null = None if evidence == "fitted" else null
     return check_value(PAPER, claim_id, value, evidence=evidence, note=note, null=null, basis=basis,
-                       **_tolerance(claim_id, unit))
+                       **tolerance(claim_id, unit))
 
 
 def _member(frame, how: str) -> str:
@@ -159,12 +159,13 @@ def _sublayer_checks(rows) -> list[ClaimCheck]:
                null=Null("T3-MCA at ideal overlap: ideal / T3", pct(geomean(i / p for _, p, i in trios.values()))),
                basis=(key("sublayer_speedup", "small", "t3_mca"), key("sublayer_speedup", "small", "t3"))),
         _check("mca_gain_max", pct(gains[top]), "%", "predicted",
-               f"T3-MCA / T3 time, max {WHERE} ({' TP '.join(map(str, top[:2]))} {top[2]}); with one fitted "
+               f"T3-MCA / T3 time, max {WHERE} ({top[0]} TP {int(top[1])} {top[2]}); with one fitted "
                "contention constant (interleaved GEMM and DMA streams keep a fixed share of the HBM bandwidth) T3 "
-               "without MCA loses most where the GEMM streams the most from HBM: T-NLG's FC-1 and FC-2 at TP 16 re-read "
-               "their weight panels (4h/p x h exceeds half the L2), so MCA recovers all of it there; T3's contention "
-               "differs between sublayers in ways one constant does not follow (the fit sets the geomean, not the "
-               "spread)", null=Null("T3-MCA at ideal overlap: ideal / T3", pct(max(i / p for _, p, i in trios.values()))),
+               "without MCA loses most where the GEMM streams the most from HBM: T-NLG's FC-1 and FC-2 at TP 16 "
+               "re-read their weight panels (4h/p x h exceeds half the L2), so MCA recovers all of it there; T3's "
+               "contention differs between sublayers in ways one constant does not follow (the fit sets the geomean, "
+               "not the spread)",
+               null=Null("T3-MCA at ideal overlap: ideal / T3", pct(max(i / p for _, p, i in trios.values()))),
                basis=key("mca_gain", "small", "max")),
         _check("gap_to_ideal", pct(geomean(i / m for m, _, i in trios.values())), "%", "predicted",
                f"T3-MCA time / ideal time - 1, geomean {WHERE}: the model's {pct(ideal_geo):.1f} % ideal (the fit "
@@ -186,7 +187,8 @@ def _data_movement_checks(t3) -> list[ClaimCheck]:
          "step at 1 TB/s), so fewer DRAM reads do not speed the RS up; T3's gain must come from CU/kernel costs "
          "of the baseline RS this model does not have"),
         ("nmc_rs_tp16", "nmc_rs_speedup_pct", dict(tp=16), "geomean", "%", "simulated",
-         "as nmc_rs_tp8, at TP 16: the model has no NMC speedup of the RS at all"),
+         "kernel RS / DMA+NMC RS time, TP 16: link-bound both, as at TP 8, so the model has no NMC speedup of the RS; "
+         "T3's gain must come from CU/kernel costs of the baseline RS this model does not have"),
         ("nmc_overall_max", "nmc_ideal_gain_pct", {}, "max", "%", "predicted",
          "ideal overlap with the NMC RS vs with the kernel RS, max over the TP 8/16 sublayers: 0 since the RS is "
          "link-bound either way"),
@@ -294,7 +296,8 @@ def _layer_checks(rows) -> list[ClaimCheck]:
         null = Null("FLOP-wise: layer FLOPs at the peak rate, all-reduce bytes at the link bandwidth",
                     float(naive.max())) if len(naive) else None
         checks.append(_check(claim, float(shares.max()), "%", "predicted",
-                             f"max share of a layer's time in its all-reduces, {note} ({mode})", null=null, basis=basis))
+                             f"max share of a layer's time in its all-reduces, {note} ({mode})", null=null,
+                             basis=basis))
     e2e = select_rows(rows, metric="e2e_speedup_pct")
     amdahl = select_rows(rows, metric="null_e2e_speedup_pct")
     for claim, group, mode, schedule, how in (
@@ -326,11 +329,12 @@ def _layer_checks(rows) -> list[ClaimCheck]:
         checks.append(not_decidable(
             PAPER, "nonsliced_attn_share", float(share.iloc[0]), evidence="predicted", tolerance="in [40, 45]",
             basis=key("attention_core_share", "bert"),
-            reason="what T3 counts as non-sliced attention ops in MLPerf v1.1's BERT is not in the sources; the value is "
-                   "the share of a BERT-large layer's training time (MLPerf shape: sequence 512, TP 1) in the attention "
-                   "kernels between the QKV and output projections, which no T3 sublayer holds (split, scores, fused "
-                   "softmax+dropout, context, transpose, forward and backward), on T3's GPU with the fitted GEMM rate, "
-                   "each kernel at its roofline (tile-wave GEMMs, element-wise bytes at full HBM bandwidth)"))
+            reason="what T3 counts as non-sliced attention ops in MLPerf v1.1's BERT is not in the sources; the value "
+                   "is the share of a BERT-large layer's training time (MLPerf shape: sequence 512, TP 1) in the "
+                   "attention kernels between the QKV and output projections, which no T3 sublayer holds (split, "
+                   "scores, fused softmax+dropout, context, transpose, forward and backward), on T3's GPU with the "
+                   "fitted GEMM rate, each kernel at its roofline (tile-wave GEMMs, element-wise bytes at full HBM "
+                   "bandwidth)"))
     return checks
 
 
