@@ -1,5 +1,5 @@
 """t3_overlap_gpu: registered and valid, its smoke point runs on spawned gloo ranks through the runner (timings and
-exactness), its GPU points declare one node of tp GPUs, and its claims only compare communication shares of GPU
+exactness), its GPU points declare one node of tp GPUs, and its claims only show communication shares of GPU
 rows at tp 8 (never a speedup)."""
 
 import math
@@ -79,7 +79,10 @@ def test_claims_from_gpu_rows_at_tp8():
     known = set(load_claims().query("paper == 't3_2024'")["claim_id"])
     assert set(checks) == {"comm_frac_train", "comm_frac_infer"} <= known
     assert {c.verdict for c in checks.values()} <= set(VERDICTS)
-    assert checks["comm_frac_train"].reproduced_value == 36.0 and checks["comm_frac_train"].verdict == "reproduced"
-    assert checks["comm_frac_infer"].reproduced_value == 30.0 and checks["comm_frac_infer"].verdict == "differs"
-    assert "H100" in checks["comm_frac_train"].note
+    # a share of a collective beside a GEMM belongs to the hardware (cross_hardware.ABSOLUTE): T3's are of its
+    # simulated GPU, which no real GPU is, so the measured share is shown in the note and never compared
+    for claim, share in (("comm_frac_train", "36"), ("comm_frac_infer", "30")):
+        check = checks[claim]
+        assert (check.verdict, check.reproduced_value, check.evidence) == ("needs GPU", None, "measured")
+        assert f"measured on NVIDIA H100 80GB HBM3: {share} %" in check.note and "whole layer's" in check.note
     assert claims(rows.assign(tp=4)) == []  # T3's models run at TP 8/16: tp 4 rows decide nothing

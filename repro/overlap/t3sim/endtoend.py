@@ -92,6 +92,11 @@ def attention_core_share(gpu: T3Gpu, model: Model, tp: int = 1, *, mode: str = "
     return sum(_op_s(gpu, op) for op in _passes(attention_core(forward), mode)) / total
 
 
+def layer_flops(gpu: T3Gpu, model: Model, tp: int, *, mode: str) -> float:
+    """FLOPs of one layer's kernels on one rank in ``mode`` (the op list :func:`layer_times` times)."""
+    return sum(op.flops for op in _passes(_forward_ops(gpu, model, tp), mode))
+
+
 def layer_times(gpu: T3Gpu, model: Model, tp: int, *, mode: str, contention: float,
                 results: dict[str, SublayerResult] | None = None) -> LayerTimes:
     """One layer of ``model`` at ``tp`` in ``mode`` ("training" or "inference") under every schedule."""
