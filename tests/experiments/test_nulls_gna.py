@@ -142,6 +142,11 @@ def test_the_block_sparse_condition_is_decided_where_it_holds_as_conformance(row
     assert sorted(sweep[sweep["static_block_sparse"] == True]["stride"]) == \
         ["16x24x24", "16x24x8", "16x8x24", "16x8x8"]  # noqa: E712
     assert "5 of the 37 are" in check.note and "elsewhere the implication is vacuous" in check.note
+    # the null: the condition says nothing, so the strides meeting it are block-sparse at the rate of the others;
+    # under dynamic KV tiling none of the 10,332 others is, so the null fails the claim (shown; conformance is
+    # never counted, whatever its null)
+    assert (check.null_value, check.null_within) == ("0/10332", False) and "uninformative" in check.null
+    assert int(sweep["block_sparse_without_condition"].iloc[0]) == 0
     # a configuration meeting the condition that dynamic KV tiling left partial would not conform
     broken = rows.copy()
     broken.loc[broken.index[broken["table"] == "fig3_sweep"][0], "value"] = 0.0
