@@ -22,8 +22,8 @@ from repro.verdicts import check_condition, check_value, not_run, row_evidence
 from repro.vocabulary import DISAGREEING, ClaimCheck, Null
 
 PAPER = "gna_2025"
-#: The suite's tolerance for an end-to-end estimate of a speedup the paper measured on its B200 (as
-#: :mod:`repro.experiments.gna_speedup_gpu` compares its Amdahl estimates): set before these rows were compared.
+#: The suite's tolerance for an end-to-end estimate of a speedup the paper measured on its B200: the one
+#: :mod:`repro.experiments.gna_speedup_gpu` compared its Amdahl estimates with before the runtime ratios were mapped.
 MEASURED_REL = 0.10
 FLOPWISE = "FLOP-wise ratio"
 
