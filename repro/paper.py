@@ -155,14 +155,6 @@ def evidence_of_count(counted: float | None, closed_form: float | None, *, other
     return "consistency" if math.isclose(float(counted), float(closed_form), rel_tol=1e-12) else otherwise
 
 
-def evidence_of_simulation(simulated: float | None, flop_ratio: float | None, *, otherwise: str = "simulated") -> str:
-    """The class of a simulator's speedup: ``consistency`` when it equals the FLOP-wise ratio of the same setting
-    (perfectly block-sparse tiles: the simulator adds nothing to the paper's FLOP arithmetic), else ``otherwise``."""
-    if simulated is None or flop_ratio is None:
-        return otherwise
-    return "consistency" if math.isclose(float(simulated), float(flop_ratio), rel_tol=1e-9) else otherwise
-
-
 def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:
     """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell), as a
     :class:`PaperNumber`."""

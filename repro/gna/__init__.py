@@ -26,10 +26,10 @@ from repro.gna.reference import gna_mask, reference_attention
 from repro.gna.simulator import (
     SimResult,
     choose_tile_shapes,
+    dynamic_kv_tiling_is_block_sparse,
     dynamic_tiling_block_sparse,
     end_to_end_speedup,
     flopwise_speedup,
-    paper_end_to_end_speedup,
     simulate,
     sparsity,
 )
@@ -40,6 +40,7 @@ __all__ = [
     "NeighborhoodAttention",
     "SimResult",
     "choose_tile_shapes",
+    "dynamic_kv_tiling_is_block_sparse",
     "dynamic_tiling_block_sparse",
     "end_to_end_speedup",
     "fast_attention",
@@ -50,7 +51,6 @@ __all__ = [
     "gna_mask_mod",
     "mask_1d",
     "neighborhood_attention",
-    "paper_end_to_end_speedup",
     "reference_attention",
     "simulate",
     "sparsity",

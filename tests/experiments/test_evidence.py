@@ -299,12 +299,11 @@ def test_readme_gives_the_committed_headline():
                                                 head["consistency"]]
 
 
-def test_counts_and_simulations_that_are_the_papers_arithmetic_are_consistency():
-    """A count of built modules equal to the paper's closed form, and a simulated speedup equal to the FLOP-wise
-    ratio, add nothing to the paper's arithmetic on its printed numbers."""
-    from repro.paper import evidence_of_count, evidence_of_simulation
+def test_counts_that_are_the_papers_arithmetic_are_consistency():
+    """A count of built modules equal to the paper's closed form adds nothing to the paper's arithmetic on its
+    printed numbers. (A simulated speedup equal to the FLOP-wise ratio stays simulated: its null, the FLOP-wise
+    ratio, agrees with it, so it is not decisive; tests/experiments/test_nulls_gna.py.)"""
+    from repro.paper import evidence_of_count
 
     assert evidence_of_count(1.2136, 1.2136) == "consistency"
     assert evidence_of_count(1.2137, 1.2136) == "derived" and evidence_of_count(None, 1.0) == "derived"
-    assert evidence_of_simulation(11.111111, 11.111111) == "consistency"
-    assert evidence_of_simulation(3.27, 11.11) == "simulated"

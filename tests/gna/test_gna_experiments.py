@@ -36,24 +36,28 @@ def test_simulator_experiment_claims(tmp_path):
     assert all(isinstance(c, ClaimCheck) and c.claim_id in known for c in checks)
     verdicts = Counter(c.verdict for c in checks)
     by_id = {c.claim_id: c for c in checks}
-    for claim_id in ("fig3_na_limit", "block_sparse_condition", "t2_flux1dev_4k_w80x80_s1x1_sa9_sim",
-                     "t4_hunyuanvideo_w18x24x24_s2x8x8_sa15_sim"):
+    for claim_id in ("fig3_na_limit", "t2_flux1dev_4k_w80x80_s1x1_sa9_sim", "t4_hunyuanvideo_w18x24x24_s2x8x8_sa15_sim",
+                     "t5_na91_runtime_ratio"):
         assert by_id[claim_id].verdict == "reproduced", by_id[claim_id]
-    # block-sparse settings: the simulation equals the FLOP-wise ratio, the paper's arithmetic (consistency)
+    # block-sparse settings: the simulation equals the FLOP-wise ratio, its null: simulated, agrees, not decisive
     for claim_id in ("fig3_blocksparse", "flux_op_speedup", "t2_flux1dev_4k_w80x80_s16x16_sa9_sim",
                      "t4_hunyuanvideo_w18x24x24_s16x8x8_sa15_sim"):
-        assert by_id[claim_id].evidence == "consistency", by_id[claim_id]
-        assert by_id[claim_id].verdict in ("consistent", "same quantity"), by_id[claim_id]
+        assert by_id[claim_id].evidence == "simulated", by_id[claim_id]
+        assert by_id[claim_id].verdict == "agrees, not decisive", by_id[claim_id]
+    # §3.2's condition, where it holds, under dynamic KV tiling: conformance
+    assert (by_id["block_sparse_condition"].verdict, by_id["block_sparse_condition"].evidence) == \
+        ("conforms", "conformance")
     # FLOP-wise bounds are the paper's arithmetic on its printed configuration (issue 26): consistent, not reproduced
     flopwise = [c for c in checks if c.claim_id.endswith("_flopwise")]
-    assert flopwise and all(c.evidence == "consistency" for c in flopwise)
-    assert all(c.verdict in ("consistent", "same quantity") for c in flopwise)
-    assert all(c.verdict == "reproduced" if c.evidence == "simulated" else c.verdict == "same quantity"
-               for c in checks if c.claim_id.endswith("_sim") and c.claim_id[:2] in "t2t4")
-    # Known differences: Table 5's two WSA rows (see the experiment's module docstring).
+    assert flopwise and all(c.evidence == "consistency" and c.verdict == "consistent" for c in flopwise)
+    # Known differences (see the experiment's module docstring): Table 5's two WSA rows, the three HunyuanVideo cells
+    # that exact Amdahl puts 0.01 off (and Table 5's restatement of one), the WSA 58 % runtime ratio, and the two
+    # limits the paper computes from its share printed as a whole percent
     differs = sorted(c.claim_id for c in checks if c.verdict in ("differs", "inconsistent"))
-    assert differs == ["t5_wsa58_e2e_sim", "t5_wsa91_e2e_sim"], differs
-    assert verdicts["reproduced"] >= 20 and verdicts["consistent"] >= 59
+    assert differs == sorted(["t5_wsa58_e2e_sim", "t5_wsa91_e2e_sim", "t5_na58_e2e_sim", "t5_wsa58_runtime_ratio",
+                              "t4_hunyuanvideo_w30x40x40_s1x1x1_sa0_sim", "t4_hunyuanvideo_w30x40x40_s1x1x1_sa15_sim",
+                              "t4_hunyuanvideo_w18x24x24_s1x1x8_sa0_sim", "cosmos_limit", "hunyuan_limit"]), differs
+    assert verdicts["reproduced"] >= 20 and verdicts["consistent"] >= 100
 
 
 def test_speedup_experiment_runs_and_maps_gpu_claims(tmp_path):
