@@ -122,6 +122,8 @@ def test_reproduce_runs_everything_then_figures_and_claims(fake_registry: Regist
     assert report.set_index("claim_id").loc["gpt2_1p5B_fp16_weights", "verdict"] == "reproduced"
     assert report.set_index("claim_id").loc["K_adam", "verdict"] == "differs"
     assert "fake_sum" in (fake_env / "claims.md").read_text()
+    assert "claims: 1 of " in text and "reproduced decisively" in text  # the terminal prints claims.md's headline
+    assert not list(fake_env.glob("claims-*"))  # a --scale ci reproduction writes the report of every scale
     # a second reproduction with a changed value reports the change
     monkeypatch.setenv("REPRO_FAKE_MARKER", "changed")
     lines.clear()
