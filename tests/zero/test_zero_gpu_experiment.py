@@ -338,8 +338,8 @@ def test_partitioned_checkpoints_shrink_the_estimate_by_tp():
 def test_size_claims_decided_only_on_the_papers_gpu():
     def rows(gpu, memory, value, above):
         return pd.DataFrame([{"metric": "largest_trained_params_b", "value": value, "point": "offload_1gpu",
-                              "arm": "gpu_only", "gpu": gpu, "gpu_memory_gib": memory, "gpus": 1,
-                              "next_params_b": above, "next_decision": "failed"},
+                              "arm": "gpu_only", "gpu": gpu, "gpu_memory_gib": memory, "gpus": 1, "stage": 2,
+                              "dp": 1, "tp": 1, "next_params_b": above, "next_decision": "failed"},
                              {"metric": "largest_tflops_per_gpu", "value": 31.0, "point": "offload_1gpu",
                               "arm": "gpu_only", "gpu": gpu, "gpus": 1}])
 
@@ -348,6 +348,9 @@ def test_size_claims_decided_only_on_the_papers_gpu():
 
     v100 = verdict(rows("Tesla V100-SXM3-32GB", 31.7, 1.16, 1.6))
     assert v100["dp_alone_max"].verdict == "reproduced"  # 1.4B lies in [1.16, 1.6)
+    # its null, model states only on the GPU's memory: 16 B/param at N_d = 1, 31.7 GiB / 16 = 2.13B, not within 5 %
+    assert v100["dp_alone_max"].null_value == pytest.approx(31.7 * 2**30 / 16 / 1e9)
+    assert v100["dp_alone_max"].null_within is False
     assert verdict(rows("Tesla V100-SXM3-32GB", 31.7, 2.49, 4.2))["dp_alone_max"].verdict == "differs"
     h100 = verdict(rows("NVIDIA H100 80GB HBM3", 79.1, 2.49, 4.2))
     assert h100["dp_alone_max"].verdict == "needs GPU" and "2.49B" in h100["dp_alone_max"].note
