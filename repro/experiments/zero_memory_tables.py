@@ -362,4 +362,5 @@ EXPERIMENT = Experiment(
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
+    budget_s={"ci": 5},  # closed forms: well under a second
 )

@@ -299,16 +299,20 @@ def test_claims_on_empty_rows_need_a_gpu():
 
 
 def test_fig6_and_32_node_claims_read_their_points_arms():
-    def summary(point, arm, value, above, gpu="Tesla V100-SXM3-32GB", memory=31.7):
+    def summary(point, arm, value, above, stage, tp, dp, gpu="Tesla V100-SXM3-32GB", memory=31.7):
         return {"metric": "largest_trained_params_b", "value": value, "point": point, "arm": arm, "gpu": gpu,
-                "gpu_memory_gib": memory, "gpus": 400, "next_params_b": above, "next_decision": "failed"}
+                "gpu_memory_gib": memory, "gpus": tp * dp, "stage": stage, "tp": tp, "dp": dp,
+                "next_params_b": above, "next_decision": "failed"}
 
-    frame = pd.DataFrame([summary("fig6_400gpu", "C1", 39.8, 49.8), summary("fig6_400gpu", "C2", 49.8, 59.6),
-                          summary("offload_32node", "zero3_nvme", 20100.0, 32003.0),
-                          summary("megatron_max_16gpu", "stage0", 19.9, 21.7, gpu="NVIDIA H100 80GB HBM3",
+    frame = pd.DataFrame([summary("fig6_400gpu", "C1", 39.8, 49.8, 1, 16, 25),
+                          summary("fig6_400gpu", "C2", 49.8, 59.6, 1, 16, 25),
+                          summary("offload_32node", "zero3_nvme", 20100.0, 32003.0, 3, 8, 64),
+                          summary("megatron_max_16gpu", "stage0", 19.9, 21.7, 0, 16, 1, gpu="NVIDIA H100 80GB HBM3",
                                   memory=79.1)])
     checks = {c.claim_id: c for c in zero_gpu.claims(frame)}
     assert checks["fig6_c1"].verdict == "reproduced"  # 40B in [39.8, 49.8)
+    # its null, model states only: 16 x 31.7 GiB / (4 + 12/25) bytes = 122B, far from 40B
+    assert checks["fig6_c1"].null_value == pytest.approx(16 * 31.7 * 2**30 / (4 + 12 / 25) / 1e9)
     assert checks["fig6_c2"].verdict == "differs"  # 60B is not below the next size that failed, 59.6B
     assert checks["fig6_c4"].verdict == "needs GPU" and "fig6_400gpu (C4)" in checks["fig6_c4"].note
     assert checks["32T_512gpu"].reproduced_value == pytest.approx(20.1)  # trillions
