@@ -24,14 +24,20 @@ activations        with one checkpoint per layer: L b s h pb   P_a+cpu: the chec
                    scores not stored: fused SDPA) + logits
                    b s V/tp x 12 bytes (bf16 logits, fp32
                    softmax and its gradient)
-build              the fp32 model (4 psi) before it is cast
-                   to 16 bits and flattened (stage 3 built
-                   partitioned: one block, 4 x its numel, beside
-                   the shards already placed); the device peak
-                   is the larger of build and training
+build              stage 3 built partitioned: one block in
+                   fp32, 4 x its numel, beside the shards
+                   already placed (zero.Init's idea; built
+                   whole: the 16-bit model, pb psi); the device
+                   peak is the larger of build and training.
+                   Stages 0-2 are built in their 16-bit
+                   training dtype where they train: pb psi, the
+                   parameters term itself
 =================  ==========================================  ==============================================
 
-plus a fixed device overhead (CUDA context, cuBLAS workspaces; 0 on a CPU run with a fake cap). A size is tried
+plus a fixed device overhead (CUDA context, cuBLAS workspaces; 0 on a CPU run with a fake cap). How the suite
+builds a model is not ZeRO's memory: no term counts an fp32 copy of the whole model (issue 41: it capped the
+no-MP search at 7.4B where ZeRO's states allow the paper's 13B), and ``repro.experiments.zero_gpu_search`` builds
+every stage's model in its 16-bit dtype so that the code holds no such copy either. A size is tried
 only when the estimate fits the device and the host memory available now: a host out-of-memory kills the process
 (nothing can be caught), a device one raises ``torch.OutOfMemoryError``, which :func:`search_largest` records.
 """
@@ -160,8 +166,8 @@ def estimate_memory(
     training = sum(v for k, v in device.items() if k != "overhead")
     if stage == 3 and partitioned_build:  # built block by block, each partitioned at once (zero.Init's idea)
         build = 4.0 * max(unit, layer_params_per_rank(config, tp)) + device.get("params", 0.0)
-    else:  # the fp32 model on the device before the cast (the flat buffers replace it bucket by bucket)
-        build = 4.0 * psi
+    else:  # built whole in its 16-bit dtype where it trains (stages 0-2: the parameters term itself)
+        build = pb * psi
     if build > training:
         device["build_excess"] = build - training
     return MemoryEstimate(device, host)

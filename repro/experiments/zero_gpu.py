@@ -23,9 +23,10 @@ Scales: ``smoke`` runs the same code on CPU ranks with toy sizes and a fake memo
 checkpoints at tp 2 and the multi-rank agreement are exercised in CI; ``paper`` declares the GPU points (only
 ``offload_1gpu`` is meant for one GPU).
 
-Known limit: stages 0-2 build the whole (tensor-parallel) model in fp32 on the GPU before ZeRO flattens and
-partitions it; the estimate counts that build peak. ZeRO-Infinity's memory-centric tiling (splitting one huge
-linear layer) is not implemented: a module of one tensor-parallel rank must fit the GPU whole.
+Stages 0-2 build the whole (tensor-parallel) model in its 16-bit training dtype on the GPU before ZeRO flattens and
+partitions it (no fp32 copy of the model, which is not ZeRO's memory). Known limit: ZeRO-Infinity's memory-centric
+tiling (splitting one huge linear layer) is not implemented: a module of one tensor-parallel rank must fit the GPU
+whole.
 
 This module declares the sizes, arms and points and runs a point; training one size and searching one arm are in
 :mod:`repro.experiments.zero_gpu_search`, the claims these rows decide in :mod:`repro.experiments.zero_gpu_claims`.

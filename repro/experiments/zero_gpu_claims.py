@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from repro.verdicts import check_condition, check_value, needs_gpu
 from repro.experiments.base import Point
-from repro.vocabulary import ClaimCheck
+from repro.vocabulary import ClaimCheck, Null
 
 PAPER = "zero_2019"
 INFINITY = "zero_infinity_2021"
@@ -54,11 +54,24 @@ def _bracket_check(paper: str, claim_id: str, row: dict | None, what: str, paper
         ok = value <= target * 1.05 and (above is None or above > target * 1.05)
         return check_condition(paper, claim_id, round(value / billions_per_unit, 3), holds=ok,
                                tolerance="paper size within [largest trained, next size)", evidence="measured",
-                               note=f"{span}, on {row.get('gpu')}")
+                               note=f"{span}, on {row.get('gpu')}", null=_states_only_null(row, target),
+                               basis=f"zero_gpu:largest:{row.get('point')}:{row.get('arm')}")
     memory = float(row.get("gpu_memory_gib") or 0) or float("nan")
     return needs_gpu(paper, claim_id, f"needs the paper's 32 GB V100; measured on {row.get('gpu')} ({memory:.0f} GiB, "
                      f"{row.get('gpus')} GPU(s)): {span}; x {paper_gb:g}/{memory:.0f} by memory alone = "
                      f"{value * paper_gb / memory:.2f}B (not a verdict)")
+
+
+def _states_only_null(row: dict, target: float) -> Null:
+    """The naive model of a largest-model claim: model states only (ZeRO's closed form at the arm's stage and N_d,
+    model parallelism dividing the model), on the GPU's memory; it meets the claim when that capacity is within 5 %
+    of the paper's size (in billions, as ``target``)."""
+    from repro.perfmodel.zero_memory import max_params
+
+    capacity = max_params(device_bytes=float(row.get("gpu_memory_gib") or 0) * 2**30, stage=int(row["stage"]),
+                          dp_size=int(row.get("dp") or 1), mp_size=int(row.get("tp") or 1)) / 1e9
+    return Null("model states only (ZeRO's closed form on this GPU's memory)", capacity,
+                holds=abs(capacity - target) <= 0.05 * target)
 
 
 def _throughput_note(paper: str, claim_id: str, row: dict | None, what: str) -> ClaimCheck:

@@ -7,10 +7,11 @@ and 6, sec. 9, 10.4; ZeRO-Offload's and ZeRO-Infinity's largest models).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -84,6 +85,17 @@ def _flops(config, params: dict, groups) -> float:
                                    activation_recompute=params["checkpointing"])
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Build modules in ``dtype`` (torch's default floating dtype for the block), restoring the previous one."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 # -- one size ------------------------------------------------------------------------------------------------------
 def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, groups, nvme_path: str) -> dict:
     """Build ``size`` on ``device``, train ``warmup + steps`` steps under ``arm``; the measurements (raises on a
@@ -95,6 +107,7 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     from repro.zero import build_zero_optimizer
     from repro.models.partitioned_gpt import build_partitioned_gpt
     from repro.machine import peak_rss_bytes, reset_peak_rss
+    from repro.zero.precision import TORCH_DTYPES
 
     config = search_config(size, params)
     _free(device)
@@ -105,12 +118,13 @@ def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, gro
     tracker = seed_everything(params["seed"], tp_rank=groups.tp_rank, device=device.type)
     zero_config, hparams = _zero_config(arm, params, nvme_path), dict(lr=params["lr"], betas=(0.9, 0.95),
                                                                        weight_decay=0.01)
-    with torch.device(device):  # built where it trains: no host copy of the fp32 model
+    with torch.device(device):  # built where it trains: no host copy of the model
         if arm["stage"] == 3:  # block by block, each partitioned at once: no rank holds the whole model
             model, optimizer = build_partitioned_gpt(config, zero_config, dp_group=groups.dp, tp_group=groups.tp,
                                                      rng_tracker=tracker, **hparams)
-        else:
-            model = GPTModel(config, tp_group=groups.tp, rng_tracker=tracker)
+        else:  # in its 16-bit training dtype: no fp32 copy of the whole model, which is not ZeRO's memory
+            with default_dtype(TORCH_DTYPES[params["dtype"]]):
+                model = GPTModel(config, tp_group=groups.tp, rng_tracker=tracker)
     if params["checkpointing"]:
         checkpoint_layers(model.layers, arm.get("activations", "replicated"), groups.tp, rng_tracker=tracker)
     if arm["stage"] != 3:

@@ -6,6 +6,11 @@ parameters and gradients with fp32 Adam, the figure ZeRO-Infinity sec. 3 uses), 
 against no offload, and the model-state working memory (MSWM, sec. 3): the largest gathered parameter buffer plus
 its full gradient buffer, 4 bytes x hd x 4hd for the h -> 4h linear layer. On a CPU-only machine the "device" and
 "cpu" tiers are the same memory, so only the NVMe placement changes where bytes live.
+
+Evidence: the bytes per parameter are the dtypes the run configures (``configuration``); MSWM is the 16-bit
+parameter and gradient buffers of the largest layer, dtype sizes times the layer's shape (2 + 2 bytes x hd x 4hd):
+any correct implementation that gathers one layer at a time holds exactly that, so the ledger's value is
+``conformance`` (the implementation is the design), shown and tested, never counted as reproduced.
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 
 def claims(rows) -> list[ClaimCheck]:
     if rows is None or len(rows) == 0:
-        return [not_run(PAPER, c, evidence="measured") for c in ("model_state_bytes", "mswm_bytes")]
+        return [not_run(PAPER, "model_state_bytes", evidence="configuration"),
+                not_run(PAPER, "mswm_bytes", evidence="conformance")]
     checks = []
     per_param = rows[(rows["metric"] == "model_state_bytes_per_param") & (rows["placement"] == "nvme")]
     if len(per_param):
@@ -96,8 +102,8 @@ def claims(rows) -> list[ClaimCheck]:
     if len(mswm):
         value = float(mswm["value"].iloc[0])
         checks.append(check_condition(
-            PAPER, "mswm_bytes", value, holds=abs(value - 16) <= 0.32, tolerance="16 hd^2 ±2%", evidence="measured",
-            note="measured largest gathered 16-bit parameter buffer + its full 16-bit gradient buffer, / hd^2 (the "
+            PAPER, "mswm_bytes", value, holds=abs(value - 16) <= 0.32, tolerance="16 hd^2 ±2%",
+            evidence="conformance", basis="zero_infinity_offload:mswm_over_hd2", note="measured largest gathered 16-bit parameter buffer + its full 16-bit gradient buffer, / hd^2 (the "
                  "bias adds 16/hd)"))
     return checks
 

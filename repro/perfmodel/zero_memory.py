@@ -16,8 +16,6 @@ stage        name                            bytes per device
 
 from __future__ import annotations
 
-import math
-
 K_ADAM = 12  # sec 3.1: optimizer-state bytes per parameter for mixed-precision Adam
 STAGE_NAMES = {0: "baseline", 1: "Pos", 2: "Pos+g", 3: "Pos+g+p"}
 
@@ -67,23 +65,3 @@ def memory_reduction(*, stage: int, dp_size: int, mp_size: int = 1, k: float = K
         raise ValueError(f"mp_size (N_m) must be >= 1, got {mp_size}")
     zero_mp = bytes_per_param(stage=stage, dp_size=dp_size, k=k) / mp_size
     return bytes_per_param(stage=0, dp_size=1, k=k) / zero_mp
-
-
-def paper_table1_display(value_gb: float) -> float:
-    """How ZeRO Table 1 prints a cell (inferred from all 54 cells): below 10 GB two decimals, below 100 GB one
-    decimal (both rounded half up), from 100 GB an integer *truncated* (513.5 -> 513, 257.75 -> 257)."""
-    if value_gb < 0:
-        raise ValueError(f"memory must be >= 0 GB, got {value_gb}")
-    if value_gb >= 100:
-        return float(math.floor(value_gb))
-    decimals = 2 if value_gb < 10 else 1
-    scale = 10**decimals
-    return math.floor(value_gb * scale + 0.5 + 1e-9) / scale
-
-
-def paper_table2_theoretical(*, device_gb: float, stage: int, dp_size: int, mp_size: int) -> float:
-    """How ZeRO Table 2 prints a theoretical max model size (billions): the single-MP value rounded to 0.1 B,
-    times ``mp_size`` (7.6, 15.2, ..., 121.6). The paper further rounds the P_os+g+p cells of MP 4/8/16 to
-    0.5T/1T/2T (512 -> 500, 1024 -> 1000, 2048 -> 2000); the experiment ``zero_memory_tables`` lists them."""
-    per_mp = max_params(device_bytes=device_gb * 1e9, stage=stage, dp_size=dp_size) / 1e9
-    return round(math.floor(per_mp * 10 + 0.5 + 1e-9) / 10 * mp_size, 6)

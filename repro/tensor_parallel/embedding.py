@@ -45,7 +45,7 @@ class VocabParallelEmbedding(nn.Module):
         group: CommGroup | None = None,
         vocab_size: int | None = None,
         init_method: InitMethod = normal_init(0.02),
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.group = group_or_single(group)
@@ -57,7 +57,7 @@ class VocabParallelEmbedding(nn.Module):
         # Initialise the real rows only, so the weights do not depend on how much padding tp asks for.
         full = torch.zeros(num_embeddings, embedding_dim, dtype=torch.float32)
         init_method(full[: self.vocab_size])
-        self.weight = nn.Parameter(full[self.start : self.end].to(dtype).contiguous())
+        self.weight = nn.Parameter(full[self.start : self.end].to(dtype or torch.get_default_dtype()).contiguous())
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.group.size == 1:

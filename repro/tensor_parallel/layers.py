@@ -56,11 +56,13 @@ def group_or_single(group: CommGroup | None) -> CommGroup:
     return group if group is not None else CommGroup.single("tp")
 
 
-def init_shard(full_shape: tuple[int, int], shard: slice, dim: int, init_method: InitMethod, dtype) -> torch.Tensor:
-    """Initialise the full matrix, keep the slice ``shard`` of dimension ``dim``."""
+def init_shard(full_shape: tuple[int, int], shard: slice, dim: int, init_method: InitMethod,
+               dtype: torch.dtype | None) -> torch.Tensor:
+    """Initialise the full matrix in fp32, keep the slice ``shard`` of dimension ``dim`` in ``dtype`` (None: torch's
+    default dtype, so that a model built under a 16-bit default holds the values an fp32 build cast to it would)."""
     full = torch.empty(full_shape, dtype=torch.float32)
     init_method(full)
-    return full.narrow(dim, shard.start, shard.stop - shard.start).to(dtype).contiguous()
+    return full.narrow(dim, shard.start, shard.stop - shard.start).to(dtype or torch.get_default_dtype()).contiguous()
 
 
 class ColumnParallelLinear(nn.Module):
@@ -75,7 +77,7 @@ class ColumnParallelLinear(nn.Module):
         bias: bool = True,
         gather_output: bool = False,
         init_method: InitMethod = normal_init(0.02),
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.group = group_or_single(group)
@@ -85,7 +87,8 @@ class ColumnParallelLinear(nn.Module):
         start = self.group.rank * self.out_per_rank
         rows = slice(start, start + self.out_per_rank)
         self.weight = nn.Parameter(init_shard((out_features, in_features), rows, 0, init_method, dtype))
-        self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype or torch.get_default_dtype())) \
+            if bias else None
 
     def bias_for(self, bias_through: BiasThrough | None) -> torch.Tensor | None:
         """The bias to add: ``bias_through(bias)`` when given (the same values; a caller that must order this matmul
@@ -113,7 +116,7 @@ class RowParallelLinear(nn.Module):
         bias: bool = True,
         input_is_parallel: bool = True,
         init_method: InitMethod = normal_init(0.02),
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.group = group_or_single(group)
@@ -124,7 +127,7 @@ class RowParallelLinear(nn.Module):
         cols = slice(start, start + self.in_per_rank)
         self.weight = nn.Parameter(init_shard((out_features, in_features), cols, 1, init_method, dtype))
         # The bias is replicated and added after the reduction, so it is counted once.
-        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype or torch.get_default_dtype())) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel:

@@ -165,8 +165,11 @@ def test_rows_compute_what_the_claim_says(report):
     # ZeRO Table 2: exact values decided at the paper's 0.1 B; the paper's rounding of the MP-1 value is named
     assert row.loc["t2_mp16_theo_Pos", "reproduced_value"] == pytest.approx(16 * 32 / (4 + 12 / 64))
     assert row.loc["t2_mp16_theo_Pos", "verdict"] == "inconsistent"
-    assert "rounds the MP-1 value" in row.loc["t2_mp16_theo_Pos", "note"]
-    assert row.loc["t2_mp1_theo_Pos", "verdict"] == "consistent"  # 7.64 prints as 7.6
+    assert "16 x its rounded MP-1 value 7.6" in row.loc["t2_mp16_theo_Pos", "note"]
+    # 7.64 prints as 7.6, but sec 5.4's 7.5B for the same quantity does not: the disagreement counts, this points to it
+    assert row.loc["t2_mp1_theo_Pos", "verdict"] == "same quantity"
+    assert row.loc["t2_mp1_theo_Pos", "same_as"] == "max_model_nd64_Pos"
+    assert "on its own: consistent" in row.loc["t2_mp1_theo_Pos", "note"]
     assert row.loc["t2_mp2_theo_Posg", "verdict"] == "consistent"  # 28.85 prints as 28.8
 
 

@@ -299,16 +299,20 @@ def test_claims_on_empty_rows_need_a_gpu():
 
 
 def test_fig6_and_32_node_claims_read_their_points_arms():
-    def summary(point, arm, value, above, gpu="Tesla V100-SXM3-32GB", memory=31.7):
+    def summary(point, arm, value, above, stage, tp, dp, gpu="Tesla V100-SXM3-32GB", memory=31.7):
         return {"metric": "largest_trained_params_b", "value": value, "point": point, "arm": arm, "gpu": gpu,
-                "gpu_memory_gib": memory, "gpus": 400, "next_params_b": above, "next_decision": "failed"}
+                "gpu_memory_gib": memory, "gpus": tp * dp, "stage": stage, "tp": tp, "dp": dp,
+                "next_params_b": above, "next_decision": "failed"}
 
-    frame = pd.DataFrame([summary("fig6_400gpu", "C1", 39.8, 49.8), summary("fig6_400gpu", "C2", 49.8, 59.6),
-                          summary("offload_32node", "zero3_nvme", 20100.0, 32003.0),
-                          summary("megatron_max_16gpu", "stage0", 19.9, 21.7, gpu="NVIDIA H100 80GB HBM3",
+    frame = pd.DataFrame([summary("fig6_400gpu", "C1", 39.8, 49.8, 1, 16, 25),
+                          summary("fig6_400gpu", "C2", 49.8, 59.6, 1, 16, 25),
+                          summary("offload_32node", "zero3_nvme", 20100.0, 32003.0, 3, 8, 64),
+                          summary("megatron_max_16gpu", "stage0", 19.9, 21.7, 0, 16, 1, gpu="NVIDIA H100 80GB HBM3",
                                   memory=79.1)])
     checks = {c.claim_id: c for c in zero_gpu.claims(frame)}
     assert checks["fig6_c1"].verdict == "reproduced"  # 40B in [39.8, 49.8)
+    # its null, model states only: 16 x 31.7 GiB / (4 + 12/25) bytes = 122B, far from 40B
+    assert checks["fig6_c1"].null_value == pytest.approx(16 * 31.7 * 2**30 / (4 + 12 / 25) / 1e9)
     assert checks["fig6_c2"].verdict == "differs"  # 60B is not below the next size that failed, 59.6B
     assert checks["fig6_c4"].verdict == "needs GPU" and "fig6_400gpu (C4)" in checks["fig6_c4"].note
     assert checks["32T_512gpu"].reproduced_value == pytest.approx(20.1)  # trillions
@@ -338,8 +342,8 @@ def test_partitioned_checkpoints_shrink_the_estimate_by_tp():
 def test_size_claims_decided_only_on_the_papers_gpu():
     def rows(gpu, memory, value, above):
         return pd.DataFrame([{"metric": "largest_trained_params_b", "value": value, "point": "offload_1gpu",
-                              "arm": "gpu_only", "gpu": gpu, "gpu_memory_gib": memory, "gpus": 1,
-                              "next_params_b": above, "next_decision": "failed"},
+                              "arm": "gpu_only", "gpu": gpu, "gpu_memory_gib": memory, "gpus": 1, "stage": 2,
+                              "dp": 1, "tp": 1, "next_params_b": above, "next_decision": "failed"},
                              {"metric": "largest_tflops_per_gpu", "value": 31.0, "point": "offload_1gpu",
                               "arm": "gpu_only", "gpu": gpu, "gpus": 1}])
 
@@ -348,6 +352,9 @@ def test_size_claims_decided_only_on_the_papers_gpu():
 
     v100 = verdict(rows("Tesla V100-SXM3-32GB", 31.7, 1.16, 1.6))
     assert v100["dp_alone_max"].verdict == "reproduced"  # 1.4B lies in [1.16, 1.6)
+    # its null, model states only on the GPU's memory: 16 B/param at N_d = 1, 31.7 GiB / 16 = 2.13B, not within 5 %
+    assert v100["dp_alone_max"].null_value == pytest.approx(31.7 * 2**30 / 16 / 1e9)
+    assert v100["dp_alone_max"].null_within is False
     assert verdict(rows("Tesla V100-SXM3-32GB", 31.7, 2.49, 4.2))["dp_alone_max"].verdict == "differs"
     h100 = verdict(rows("NVIDIA H100 80GB HBM3", 79.1, 2.49, 4.2))
     assert h100["dp_alone_max"].verdict == "needs GPU" and "2.49B" in h100["dp_alone_max"].note
