@@ -190,13 +190,31 @@ def paper_range(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -
     return bounds
 
 
+#: Where the claims table's value text lost the paper's printed precision (a trailing zero dropped, a size printed
+#: in another unit): the text as the paper prints it, the factor to the claim's unit, and why (committed data).
+PRINTED_FILE = PAPER_DIR / "printed_precision.csv"
+
+
+@lru_cache(maxsize=2)
+def printed_as(path: str = str(PRINTED_FILE)) -> dict[tuple[str, str], tuple[str, float]]:
+    """(paper, claim id) -> (the value as the paper prints it, its unit in the claim's unit) from
+    :data:`PRINTED_FILE`; empty when the file is absent."""
+    if not Path(path).exists():
+        return {}
+    table = pd.read_csv(path, dtype={"printed": str}, keep_default_na=False)
+    return {(r.paper, r.claim_id): (r.printed, float(r.unit_factor)) for r in table.itertuples()}
+
+
 def half_last_digit(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> float:
     """Half a unit of the last digit the paper prints (``'2.49'`` -> 0.005, ``'8.317'`` -> 0.0005, ``'64'`` ->
-    0.5): the tolerance of a value the paper rounded, i.e. a verdict decided at the paper's printed precision."""
+    0.5): the tolerance of a value the paper rounded, i.e. a verdict decided at the paper's printed precision. The
+    printed text is the claims table's, unless :data:`PRINTED_FILE` records what the paper prints (``1.50`` stored
+    as ``1.5``; ``0.5`` trillion stored as ``500`` billion)."""
     claims = load_claims() if claims is None else claims
     hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
     if hit.empty:
         raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    text = str(hit["value"].iloc[0]).replace(",", "").strip()
+    text, factor = printed_as().get((paper, claim_id), (str(hit["value"].iloc[0]), 1.0))
+    text = text.replace(",", "").strip()
     decimals = len(text.split(".")[1]) if "." in text else 0
-    return 0.5 * 10.0**-decimals
+    return 0.5 * 10.0**-decimals * factor

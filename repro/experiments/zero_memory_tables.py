@@ -36,7 +36,7 @@ import math
 from repro.verdicts import check_condition, check_value, needs_gpu, row_evidence, rows_evidence
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
-from repro.paper import PaperNumber, evidence_from, paper_text, paper_value, printed
+from repro.paper import PaperNumber, evidence_from, paper_text, paper_value, printed, printed_as
 from repro.perfmodel import zero_residual as zr
 from repro.perfmodel.zero_memory import STAGE_NAMES, bytes_per_param, max_params, memory_reduction, model_state_bytes
 
@@ -263,25 +263,14 @@ RESIDUAL_NOTES = {
     "reduction_pos": "limit N_d -> infinity (evaluated at N_d = 1e9)",
     "reduction_posg": "limit N_d -> infinity (evaluated at N_d = 1e9)",
 }
-#: Table 2's P_os+g+p cells at MP 4/8/16 as the paper prints them, in trillions (the claims table holds 500.0,
-#: 1000.0, 2000.0 billions): their printed precision is half a unit of that last digit (0.05T, 0.5T, 0.5T).
-PRINTED_IN_TRILLIONS = {"t2_mp4_theo_Posgp": "0.5", "t2_mp8_theo_Posgp": "1", "t2_mp16_theo_Posgp": "2"}
-
-
-def half_unit_billions(trillions: str) -> float:
-    """Half a unit of the last digit of a size printed in trillions, in billions ("0.5" -> 50, "2" -> 500)."""
-    decimals = len(trillions.split(".")[1]) if "." in trillions else 0
-    return 0.5 * 10.0**-decimals * 1000
-
-
 def _note(claim_id: str, row) -> str:
     """What the paper printed where it is not the formula at its printed precision (a note, never a rule: the
     comparison is the one of :func:`repro.verdicts.check_value`)."""
     value = float(row["value"])
     if claim_id.startswith("t1_") and value >= 100 and not float(value).is_integer():
         return f"exact {value:g} GB; the paper prints cells from 100 GB as integers, truncated"
-    if claim_id.startswith("t2_") and claim_id in PRINTED_IN_TRILLIONS:
-        return f"exact {value:g}B; the paper prints {PRINTED_IN_TRILLIONS[claim_id]}T, compared at that precision"
+    if claim_id.startswith("t2_") and (PAPER, claim_id) in printed_as():
+        return f"exact {value:g}B; the paper prints {printed_as()[PAPER, claim_id][0]}T, compared at that precision"
     if claim_id.startswith("t2_") and int(row["mp_size"]) > 1:
         mp, mp1 = int(row["mp_size"]), paper_value(PAPER, f"t2_mp1_theo_{claim_id.rsplit('_', 1)[1]}")
         if math.isclose(paper_value(PAPER, claim_id), mp * mp1) and not math.isclose(value, mp * mp1):
@@ -339,13 +328,12 @@ def claims(rows) -> list[ClaimCheck]:
             checks.append(_row_formula_check(claim_id, rows[rows["claim_id"] == claim_id]))
     for _, row in rows[rows["claim_id"].notna() & ~rows["claim_id"].isin(special)].iterrows():
         claim_id = row["claim_id"]
-        # exact values, compared at the paper's printed precision (check_value's one rule); the paper's printed
-        # trillions decide Table 2's P_os+g+p cells at MP 4/8/16
-        tol = {"abs": half_unit_billions(PRINTED_IN_TRILLIONS[claim_id])} if claim_id in PRINTED_IN_TRILLIONS else {}
+        # exact values, compared at the paper's printed precision (check_value's one rule; Table 2's P_os+g+p cells
+        # at MP 4/8/16 are printed in trillions: results/paper/printed_precision.csv)
         basis = row.get("basis")
         checks.append(check_value(PAPER, claim_id, row["value"], note=_note(claim_id, row),
                                   evidence=row_evidence(row, EXPERIMENT_NAME),
-                                  basis=basis if isinstance(basis, str) else "", **tol))
+                                  basis=basis if isinstance(basis, str) else ""))
     for _, row in rows[rows["claim_id"].isin(list(BOUNDS))].iterrows():
         checks.append(_bound_check(row["claim_id"], row))
     for mp in (1, 2, 4, 8, 16):

@@ -162,3 +162,21 @@ def test_a_claim_covered_only_in_part_is_not_decidable_and_shows_its_value():
         V.not_decidable("t3_2024", "comm_frac_train_large", 20.7, evidence="predicted", reason=" ")
     head = headline(_report(check).reset_index())
     assert (head["not_decidable"], head["differs"], head["reproduced"]) == (1, 0, 0)
+
+
+def test_the_printed_precision_is_the_papers_where_the_claims_table_lost_it():
+    """results/paper/printed_precision.csv: GNA's tables print two decimals (1.50 stored as "1.5"); ZeRO's Table 2
+    prints 0.5T (stored as 500 billion). Every other claim: the claims table's text."""
+    from repro.paper import half_last_digit, printed_as
+
+    assert half_last_digit("gna_2025", "t3_cosmos7b_w16x32x48_s1x1x1_sa0_flopwise") == pytest.approx(0.005)
+    assert half_last_digit("gna_2025", "t2_flux1dev_4k_w80x80_s1x1_sa0_sim") == pytest.approx(0.005)  # "1.76"
+    assert half_last_digit("zero_2019", "t2_mp4_theo_Posgp") == pytest.approx(50.0)
+    assert half_last_digit("megatron_lm_2019", "wt103_T0") == 0.5
+    # 1.494 (Cosmos' FLOP-wise cell) against the paper's 1.50: outside half a unit of the second decimal
+    check = V.check_value("gna_2025", "t3_cosmos7b_w16x32x48_s1x1x1_sa0_flopwise", 1.494, evidence="consistency")
+    assert check.verdict == "inconsistent" and check.tolerance == "±0.005 (printed precision)"
+    for (paper, claim_id), (text, _) in printed_as().items():  # every entry names a claim and keeps its value
+        from repro.paper import paper_value
+
+        assert float(text) * printed_as()[paper, claim_id][1] == pytest.approx(paper_value(paper, claim_id))
