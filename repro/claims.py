@@ -56,7 +56,7 @@ _GPU_UNIT = re.compile(r"FLOP/s|^PF|EFLOP|of peak|^days$|^s$|^minutes$|^ms$|Gbps
 _GPU_WORDS = re.compile(
     r"measured|throughput|runtime|iteration time|efficiency|wall|sustained|days per epoch|speedup achieved|"
     r"super-linear|largest model trained|max model size|time per|strong-scaling|weak-scaling", re.I)
-_TRAINED = re.compile(r"^(perplexity|F1|EM|score|nats)$|accuracy|vbench|geneval|loss", re.I)
+_TRAINED = re.compile(r"^(perplexity|F1|EM|score|nats)$|accuracy|\bacc\b|vbench|geneval|loss", re.I)
 
 
 def is_gpu_measurement(unit: object, quantity: object) -> bool:

@@ -4,8 +4,8 @@ Each paper measured on its own class of GPU (:data:`PAPER_GPUS`, from the papers
 compared according to the kind of quantity it is:
 
 * :data:`ABSOLUTE` (TFLOP/s, seconds, days per epoch, PFLOP/s of a cluster): as much a property of the GPU as of
-  the method. Compared as printed on the paper's class of GPU only; on another the claim stays "needs GPU", and the
-  note gives the measured value and names both GPUs.
+  the method. Compared as printed on the paper's class of GPU only; measured on another, the row shows the value
+  with both GPUs named in its ``hardware`` column and is "not decidable" (never compared, never counted).
 * :data:`NORMALISED` (a share of the GPU's own peak, a fraction of a bound, a ratio of two runs on the same GPU):
   compared as printed on any GPU. On a GPU other than the paper's, the row names both in its ``hardware`` column and
   the report counts it in a column of its own ("on other hardware"), never in the headline.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from repro.verdicts import check_value, needs_gpu
+from repro.verdicts import check_value, needs_gpu, not_decidable
 from repro.vocabulary import ClaimCheck, Null
 
 ABSOLUTE, NORMALISED, ESTIMATE = "absolute", "normalised", "estimate"
@@ -68,9 +68,10 @@ def compare(paper: str, claim_id: str, value: float | None, *, gpu: str | None, 
                                           f"{value:.4g}{unit}" + (f"; {note}" if note else ""), evidence=evidence)
     label = hardware_label(paper, gpu)
     if kind == ABSOLUTE and label:
-        return needs_gpu(paper, claim_id, f"an absolute quantity is compared on the paper's "
-                                          f"{PAPER_GPUS.get(paper, 'hardware')} only; measured on {gpu}: "
-                                          f"{value:.4g}{unit}" + (f" ({note})" if note else ""), evidence=evidence)
+        shown = not_decidable(paper, claim_id, value, evidence=evidence, null=null, basis=basis,
+                              reason=f"an absolute quantity is compared on the paper's {PAPER_GPUS.get(paper, 'hardware')}"
+                                     f" only; measured on {gpu}: {value:.4g}{unit}" + (f" ({note})" if note else ""))
+        return dataclasses.replace(shown, hardware=label)
     check = check_value(paper, claim_id, value, evidence=evidence, rel=rel, abs=abs, note=note, same_as=same_as,
                         null=null, basis=basis)
     if not label:

@@ -10,7 +10,8 @@ The 1-GPU baseline measures repro with compiled layers and repro eager (``1p2B_1
 (``1p2B_1gpu_plain``, run last where time is short since its whole-model compile is the slowest), a plain
 single-GPU GPT of the same configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so
 the suite's own overhead is visible beside what a user would write for one GPU. Each variant's rows are written to
-the run as soon as it is measured.
+the run as soon as it is measured. The claims these rows decide, each with its null model, are in
+:mod:`repro.experiments.megatron_weak_scaling_gpu_claims`.
 
 Scales: ``smoke`` (toy GPT on CPU ranks, the same code, in CI), ``node`` (1/2/4/8 GPUs on one node) and ``paper``
 (also 64/128/256/512 GPUs: 64-way data parallelism over the 1/2/4/8-way model-parallel configurations).
@@ -22,13 +23,11 @@ import math
 
 import torch
 
-from repro.verdicts import needs_gpu
-from repro.cross_hardware import ABSOLUTE, NORMALISED, compare
 from repro.experiments.base import Experiment, Point, Resources, RunContext
-from repro.vocabulary import ClaimCheck
-from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SECONDS_PER_DAY, SEQ_LENGTH, TABLE1, TABLE2
+from repro.experiments.megatron_weak_scaling_gpu_claims import MP_CONFIGS, PAPER, claims, plain_comparison
+from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SEQ_LENGTH, TABLE1, TABLE2
 
-PAPER = "megatron_lm_2019"
+__all__ = ["EXPERIMENT", "VARIANTS", "claims", "plain_comparison", "runnable_variants"]
 VARIANTS = ("repro", "repro_eager", "plain_compiled", "plain_eager")
 _METRICS = ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "share_of_peak", "peak_memory_gib", "setup_s",
             "loss", "tokens_per_s_vs_plain_compiled")
@@ -156,10 +155,6 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     return rows
 
 
-#: Table 2 counts an epoch as 68,507 iterations of 512 x 1024 tokens (its setting, used as given).
-ITERATIONS_PER_EPOCH = 68_507
-
-
 def _config_params(label: str, table: str = "t1") -> dict:
     rows = TABLE1 if table == "t1" else TABLE2
     config = next(c for c in rows if c.label == label)
@@ -182,9 +177,7 @@ def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, table: 
 #: The 1-GPU baseline (with and without checkpointing): repro with compiled layers and eager, and apart (``*_plain``
 #: points, one run with them) the plain GPT compiled whole, whose compile is the slowest part of a 1-GPU session.
 REPRO_VARIANTS, PLAIN_VARIANTS = ["repro", "repro_eager"], ["plain_compiled"]
-_MP = [("1p2B", 1), ("2p5B", 2), ("4p2B", 4), ("8p3B", 8)]
-#: Table 2's training runs: 64-way data parallelism (global batch 512) over 1/2/8-way model parallelism.
-_T2_MP = {"355M": 1, "2p5B": 2, "8p3B": 8}
+_MP = MP_CONFIGS
 NODE_POINTS = (
     _gpu_point("1p2B", 1, 1, variants=REPRO_VARIANTS),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_plain", variants=PLAIN_VARIANTS),
@@ -195,7 +188,7 @@ NODE_POINTS = (
     *(_gpu_point("1p2B", tp, 1, name=f"1p2B_{tp}gpu_strong") for tp in (2, 4, 8)),
 )
 PAPER_POINTS = NODE_POINTS + tuple(_gpu_point(label, tp, 64) for label, tp in _MP) + tuple(
-    _gpu_point(run.label, _T2_MP[run.label], run.gpus // _T2_MP[run.label], table="t2",
+    _gpu_point(run.label, run.mp_size, run.gpus // run.mp_size, table="t2",
                name=f"t2_{run.label}_{run.gpus}gpu") for run in TABLE2)
 
 _SMOKE = dict(model="toy", layers=2, hidden=64, heads=4, vocab=512, seq_len=32, micro_batch_size=2,
@@ -206,118 +199,6 @@ SMOKE_POINTS = (
     Point("toy_1rank_plain", dict(_SMOKE, tp=1, dp=1, variants=PLAIN_VARIANTS), memory_gib=1.0),
     Point("toy_tp2", dict(_SMOKE, tp=2, dp=1, variants=["repro_eager"]), world_size=2, memory_gib=1.0),
 )
-
-
-def _value(rows, metric: str, **where):
-    if rows is None or not len(rows) or "metric" not in rows:
-        return None
-    sel = rows[rows["metric"] == metric]
-    for key, value in where.items():
-        if key not in sel:
-            return None
-        sel = sel[sel[key] == value]
-    return None if sel.empty else float(sel["value"].iloc[-1])
-
-
-def claims(rows) -> list[ClaimCheck]:
-    """The 1-GPU baseline (sec. 5.1.1: 39 TFLOP/s, 30 % of a V100's peak), Fig. 5's efficiencies, Table 8's strong
-    scaling, Table 2's days per epoch, by the cross-hardware rule (:mod:`repro.cross_hardware`): TFLOP/s, days and
-    PFLOP/s are absolute (decided on V100s only, else "needs GPU" with the measured value); the share of peak and the
-    efficiencies and speedups (ratios of runs on one GPU model) are compared on any GPU, counted apart off a V100."""
-    gpu = _gpu(rows)
-    note = "the 1.2B model on 1 GPU, bf16 autocast, activation checkpointing per layer, model FLOPs by the 96-formula"
-    tflops = _value(rows, "model_tflops_per_gpu", model="1p2B", gpus=1, variant="repro", checkpointing=True)
-    share = _value(rows, "share_of_peak", model="1p2B", gpus=1, variant="repro", checkpointing=True)
-    run = "run megatron_weak_scaling_gpu's 1p2B_1gpu point"
-    checks = [
-        compare(PAPER, "baseline_tflops_1gpu", _rounded(tflops, 1), gpu=gpu, kind=ABSOLUTE, rel=0.10, unit=" TFLOP/s",
-                note=note if tflops is not None else run),
-        compare(PAPER, "baseline_pct_peak", _rounded(share, 1), gpu=gpu, kind=NORMALISED, abs=5,
-                note=(f"{share:.1f}% of the {gpu}'s datasheet bf16 peak ({note})" + plain_comparison(rows))
-                if share is not None else run),
-    ]
-    base = tflops
-    for label, mp in _MP:
-        for dp, claim in ((1, f"fig5_eff_mp_{mp}gpu"), (64, f"fig5_eff_mpdp_{64 * mp}gpu")):
-            value = _value(rows, "model_tflops_per_gpu", model=label, tp=mp, dp=dp, variant="repro")
-            if value is None or base is None or (mp == 1 and dp == 1):
-                why = "the 1-GPU point is the reference (100 % by definition)" if (mp, dp) == (1, 1) else (
-                    f"run megatron_weak_scaling_gpu's {label}_{mp * dp}gpu point and the 1p2B_1gpu point")
-                checks.append(needs_gpu(PAPER, claim, why))
-                continue
-            checks.append(compare(PAPER, claim, round(100 * value / base, 1), gpu=gpu, kind=NORMALISED, abs=5,
-                                  note=f"per-GPU TFLOP/s of {label} on {mp * dp} {gpu} over the 1-GPU 1.2B point"))
-    checks += _strong_scaling(rows, gpu) + _days_per_epoch(rows, gpu)
-    per_gpu = _value(rows, "model_tflops_per_gpu", model="8p3B", tp=8, dp=64, variant="repro")
-    checks.append(compare(PAPER, "agg_pflops_from_74pct", _rounded(per_gpu * 512 / 1e3 if per_gpu else None, 2),
-                          gpu=gpu, kind=ABSOLUTE, rel=0.10, unit=" PFLOP/s",
-                          note="8p3B_512gpu: 512 x per-GPU TFLOP/s / 1000" if per_gpu else
-                          "run megatron_weak_scaling_gpu's 8p3B_512gpu point"))
-    return checks
-
-
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _gpu(rows) -> str | None:
-    """The GPU the rows were measured on (the newest row's ``gpu``), or None."""
-    if rows is None or not len(rows) or "gpu" not in rows:
-        return None
-    names = rows["gpu"].dropna()
-    return str(names.iloc[-1]) if len(names) else None
-
-
-def plain_comparison(rows) -> str:
-    """``; x.xx the tokens/s of the plain GPT compiled whole (...)``: repro's 1-GPU 1.2B tokens/s (compiled layers,
-    checkpointing) over the plain GPT's, from one run (the ``1p2B_1gpu`` and ``1p2B_1gpu_plain`` points of one
-    session, or one point measuring both) where there is one; else from two runs on the same GPU model, said so;
-    empty without both."""
-    if rows is None or not len(rows) or not {"metric", "variant", "run_id", "model", "gpus"} <= set(rows):
-        return ""
-    sel = rows[(rows["metric"] == "tokens_per_s") & (rows["model"] == "1p2B") & (rows["gpus"] == 1)]
-    if "checkpointing" in sel:
-        sel = sel[sel["checkpointing"] == True]  # noqa: E712 - a column of booleans
-    for run_id in sorted(set(sel["run_id"]), reverse=True):
-        mine = sel[sel["run_id"] == run_id].groupby("variant")["value"].last()
-        if {"repro", "plain_compiled"} <= set(mine.index):
-            ratio = mine["repro"] / mine["plain_compiled"]
-            return (f"; {ratio:.2f}x the tokens/s of the plain GPT compiled whole in the same run ({run_id}: "
-                    f"{mine['repro']:.0f} vs {mine['plain_compiled']:.0f} tokens/s; the goal is at least 1.0x)")
-    ours, plain = sel[sel["variant"] == "repro"], sel[sel["variant"] == "plain_compiled"]
-    if len(ours) and len(plain) and "gpu" in sel and ours["gpu"].iloc[-1] == plain["gpu"].iloc[-1]:
-        ratio = ours["value"].iloc[-1] / plain["value"].iloc[-1]
-        return (f"; {ratio:.2f}x the tokens/s of the plain GPT compiled whole, from two sessions on {ours['gpu'].iloc[-1]}"
-                f" (runs {ours['run_id'].iloc[-1]} and {plain['run_id'].iloc[-1]}: {ours['value'].iloc[-1]:.0f} vs "
-                f"{plain['value'].iloc[-1]:.0f} tokens/s; no session measured both; the goal is at least 1.0x)")
-    return ""
-
-
-def _strong_scaling(rows, gpu) -> list[ClaimCheck]:
-    """Table 8: speedup = iteration time of the 1-GPU point / that of the 1.2B model on g GPUs (batch 8): a ratio of
-    two runs on one GPU model."""
-    checks = [needs_gpu(PAPER, "t8_strong_1gpu", "the 1-GPU point is the reference (1.0 by definition)")]
-    base = _value(rows, "iteration_s", model="1p2B", gpus=1, variant="repro", checkpointing=True)
-    for tp in (2, 4, 8):
-        time = _value(rows, "iteration_s", model="1p2B", tp=tp, dp=1, variant="repro")
-        what = f"1p2B_1gpu and 1p2B_{tp}gpu_strong: 1-GPU iteration time / {tp}-GPU"
-        speedup = base / time if base is not None and time is not None else None
-        checks.append(compare(PAPER, f"t8_strong_{tp}gpu", _rounded(speedup, 2), gpu=gpu, kind=NORMALISED, rel=0.10,
-                              note=what if speedup is not None else f"run megatron_weak_scaling_gpu's {what}"))
-    return checks
-
-
-def _days_per_epoch(rows, gpu) -> list[ClaimCheck]:
-    """Table 2: days per epoch = 68,507 iterations x the measured iteration time / 86,400 s (absolute)."""
-    checks = []
-    for run in TABLE2:
-        time = _value(rows, "iteration_s", model=f"t2_{run.label}", variant="repro")
-        what = f"t2_{run.label}_{run.gpus}gpu: 68,507 x iteration time / 86,400 s"
-        days = ITERATIONS_PER_EPOCH * time / SECONDS_PER_DAY if time is not None else None
-        checks.append(compare(PAPER, f"t2_{run.label}_days_per_epoch", _rounded(days, 2), gpu=gpu, kind=ABSOLUTE,
-                              rel=0.10, unit=" days", note=what if days is not None else
-                              f"run megatron_weak_scaling_gpu's {what}"))
-    return checks
 
 
 EXPERIMENT = Experiment(

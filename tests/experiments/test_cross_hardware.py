@@ -1,7 +1,8 @@
 """The cross-hardware rule (repro.cross_hardware) and the GPU runs read by the claims report.
 
 An H200's 35.0 % of peak must not "reproduce" a V100's 30 % with nothing saying two GPUs were compared: absolute
-quantities are compared only on the paper's class of GPU; normalised ones anywhere, named and counted apart.
+quantities are compared only on the paper's class of GPU (on another, the value is shown with both GPUs named, "not
+decidable"); normalised ones anywhere, named and counted apart.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ def test_gpu_classes_are_read_from_device_names(name, cls):
     assert gpu_class(name) == cls
 
 
-def test_an_absolute_quantity_on_another_gpu_is_not_compared_and_names_both():
-    check = compare(PAPER, "baseline_tflops_1gpu", 345.9, gpu="NVIDIA H200", kind=ABSOLUTE, rel=0.1, unit=" TFLOP/s")
-    assert check.verdict == "needs GPU" and check.reproduced_value is None
+def test_an_absolute_quantity_on_another_gpu_is_shown_not_compared_and_names_both():
+    check = compare(PAPER, "baseline_tflops_1gpu", 345.9, gpu="NVIDIA H200", kind=ABSOLUTE, rel=0.1, unit=" TFLOP/s",
+                    null=Null("plain", 350.0), basis="e:tflops")
+    assert (check.verdict, check.reproduced_value, check.evidence) == ("not decidable", 345.9, "measured")
+    assert check.hardware == "NVIDIA H200 (paper: V100)" and check.basis == "e:tflops"
     assert "on the paper's V100 only; measured on NVIDIA H200: 345.9 TFLOP/s" in check.note
+    checks = C.CheckSet(pd.DataFrame([{**check.__dict__, "device": "cuda (NVIDIA H200 x1)", "experiment": "e",
+                                       "scale": "node", "rows": 1}]))
+    report = C.build_report(checks)
+    assert headline(report)["other_hardware"] == 0  # shown, never counted, not even apart
+    assert summary(report).loc[PAPER, "not decidable"] == 1
     on_v100 = compare(PAPER, "baseline_tflops_1gpu", 38.0, gpu="Tesla V100-SXM3-32GB", kind=ABSOLUTE, rel=0.1,
                       null=Null("far off", 1e9))
     assert (on_v100.verdict, on_v100.hardware) == ("reproduced", "")
@@ -92,8 +100,11 @@ def test_the_committed_report_reads_the_h200_runs_under_the_rule():
     assert share["verdict"] in ("reproduced", "differs") and share["hardware"] == "NVIDIA H200 (paper: V100)"
     assert share["evidence"] == "measured" and share["scale"] == "node"
     assert "the tokens/s of the plain GPT compiled whole in the same run" in share["note"]  # one session, both
-    tflops = row["baseline_tflops_1gpu"]  # TFLOP/s are absolute: the H200 row stays "needs GPU" (the CPU model's
-    assert "megatron_weak_scaling_gpu (needs GPU)" in tflops["note"]  # fitted row speaks, naming it)
+    tflops = row["baseline_tflops_1gpu"]  # TFLOP/s are absolute: the H200's value is shown, GPUs named, not compared
+    assert (tflops["verdict"], tflops["evidence"], tflops["hardware"]) == (
+        "not decidable", "measured", "NVIDIA H200 (paper: V100)")
+    assert float(tflops["reproduced_value"]) > 100 and "megatron_weak_scaling (not counted)" in tflops["note"]
+    assert "96 B s l h^2" in share["note"] and "72 B s l h^2" in share["note"]  # the FLOP convention, both shares
     gna = report[report["hardware"].fillna("").str.contains("paper: B200")]
     assert len(gna) == 8 and set(gna["evidence"]) == {"predicted"}
     markdown = (REPO_ROOT / "results" / "claims.md").read_text()

@@ -75,7 +75,8 @@ def test_ffn_size_other_than_4h():
 
 def test_parameter_counts_experiment_builds_the_suite_configs():
     """The experiment's models are the perfmodel's Table 1 / Table 2 / MT-NLG configs (nothing re-typed)."""
-    from repro.experiments.parameter_counts import CONFIGS, half_last_digit
+    from repro.experiments.parameter_counts import CONFIGS
+    from repro.paper import half_last_digit
     from repro.perfmodel.megatron import TABLE1, TABLE2
     from repro.perfmodel.mtnlg import MTNLG_530B
 

@@ -14,7 +14,8 @@ from repro.experiments import (
 
 #: (module, claims allowed to differ or be inconsistent: the model's documented misses)
 EXPERIMENTS = [
-    (megatron_weak_scaling, {"fig5_eff_mpdp_128gpu", "t8_strong_4gpu", "t8_strong_8gpu"}),
+    # Fig. 5's 128-GPU bar and Table 2's 2.5B epoch are one configuration the model misses; Table 8 at 4 and 8 GPUs
+    (megatron_weak_scaling, {"fig5_eff_mpdp_128gpu", "t2_2p5B_days_per_epoch", "t8_strong_4gpu", "t8_strong_8gpu"}),
     # the paper's activation numbers that its own formulas do not give (see zero_memory_tables.RESIDUAL_NOTES), and
     # Table 2's MP cells, which the paper computes from its MP-1 value rounded to 0.1 B (exact values differ at 0.1 B)
     (zero_memory_tables, {"act_1p5B_ckpt", "act_100B_ckpt", "act_ckpt_100B_mp16", "act_ckpt_100B_mp16_pa",
@@ -61,7 +62,9 @@ def test_cpu_weak_scaling_points_measure_and_predict(tmp_path):
             assert rows["calibrated_allreduce_latency_us"]["value"] > 0
             assert rows["tp_allreduces_per_layer"]["value"] == 4  # Megatron-LM sec 3: 2 forward + 2 backward
             (check,) = experiment.claims(pd.DataFrame(list(rows.values())))
-            assert (check.claim_id, check.verdict) == ("comm_allreduce_per_layer", "reproduced")
+            # the design's count: conformance, shown and tested, never counted as a reproduction
+            assert (check.claim_id, check.verdict, check.evidence) == ("comm_allreduce_per_layer", "conforms",
+                                                                        "conformance")
 
 
 def test_cpu_weak_scaling_sweeps_are_valid_tensor_parallel_models():
