@@ -49,14 +49,49 @@ def _basis(basis: str | tuple[str, ...] | list[str]) -> str:
     return ";".join(dict.fromkeys(keys))
 
 
-def _check_null(null: Null | None, evidence: str, claim_id: str) -> None:
-    if null is not None and not isinstance(null, Null):
-        raise TypeError(f"{claim_id}: null={null!r} must be a repro.vocabulary.Null")
+#: One naive model, or several: an agreement is decisive only when every one of them falls outside the tolerance.
+Nulls = Null | tuple[Null, ...] | list[Null] | None
+
+
+def _check_null(null: Nulls, evidence: str, claim_id: str) -> None:
+    for one in _as_list(null, claim_id):
+        if not isinstance(one, Null):
+            raise TypeError(f"{claim_id}: null={one!r} must be a repro.vocabulary.Null")
+
+
+def _as_list(null: Nulls, claim_id: str = "") -> list:
+    if null is None:
+        return []
+    if isinstance(null, (list, tuple)):
+        if not null:
+            raise ValueError(f"{claim_id}: give at least one null model, or null=None")
+        return list(null)
+    return [null]
+
+
+def _deciding(null: Nulls, within, target: float | None = None) -> tuple[Null | None, bool | None, str]:
+    """The null a row is decided against, whether it meets the row's test, and the others in words. Of several
+    naive models the first that agrees decides (the row is then not decisive); if none agrees, the one closest to
+    the paper's value is shown."""
+    nulls = _as_list(null)
+    if not nulls:
+        return None, None, ""
+    judged = [(one, _null_within(one, within)) for one in nulls]
+    agreeing = [j for j in judged if j[1]]
+    compared = [j for j in judged if j[1] is False]
+    if agreeing:
+        pick = agreeing[0]
+    elif compared and target is not None and all(isinstance(j[0].value, (int, float)) for j in compared):
+        pick = min(compared, key=lambda j: builtin_abs(float(j[0].value) - target))
+    else:
+        pick = (compared or judged)[0]
+    others = "; ".join(f"{one.name}: {_show(one.value)}" for one, _ in judged if one is not pick[0])
+    return pick[0], pick[1], (f"other nulls: {others}" if others else "")
 
 
 def check_value(
     paper: str, claim_id: str, value: float | None, *, evidence: str, rel: float | None = None,
-    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None, null: Null | None = None,
+    abs: float | None = None, note: str = "", claims: pd.DataFrame | None = None, null: Nulls = None,
     basis: str | tuple[str, ...] = "", same_as: str = "",
 ) -> ClaimCheck:
     """Compare ``value`` with the paper's number for ``claim_id``: it agrees when ``|value - paper| <= max(abs, rel *
@@ -64,8 +99,8 @@ def check_value(
 
     ``evidence`` (one of :data:`EVIDENCE`) says what kind of number ``value`` is; the caller, which computed it,
     decides (:func:`repro.paper.evidence_from`). ``null``: the naive model's value on the same inputs, compared the
-    same way (:class:`repro.vocabulary.Null`); independent evidence is ``reproduced`` only when the null falls
-    outside. ``basis``: the independent quantities ``value`` was computed from (see :class:`ClaimCheck`).
+    same way (:class:`repro.vocabulary.Null`), or several naive models; independent evidence is ``reproduced`` only
+    when every null falls outside. ``basis``: the independent quantities ``value`` was computed from (see :class:`ClaimCheck`).
     ``same_as``: a claim of the same paper whose quantity this row restates, for rows that are not compared on
     their own (never counted; a compared row says its ``basis`` instead)."""
     _check_evidence(evidence)
@@ -83,25 +118,27 @@ def check_value(
     def within(x: object) -> bool:
         return builtin_abs(float(x) - target) <= allowed + 1e-12 * max(1.0, builtin_abs(target))
 
+    deciding, null_within, others = _deciding(null, within, float(target))
     if is_missing(value):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence, **_null_fields(null, None))
+        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence,
+                          **_null_fields(deciding, None))
     close = within(value)
-    null_within = _null_within(null, within)
     agree = "equals the paper's value" if close else "differs from the paper's value"
-    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence, same_as,
-                    null=null, null_within=null_within, basis=_basis(basis))
+    return _decided(paper, claim_id, float(value), tolerance, close, agree, _join(note, others) if others else note,
+                    evidence, same_as, null=deciding, null_within=null_within, basis=_basis(basis))
 
 
 builtin_abs = abs  # check_value's keyword ``abs`` shadows the builtin inside it
 
 
 def _null_within(null: Null | None, within) -> bool | None:
-    """Whether the null's value meets the same test as the suite's (None: no null, or a null without a value)."""
+    """Whether the null's value meets the same test as the suite's (None: no null, a null without a value, or a
+    condition the caller did not evaluate on it)."""
     if null is None:
         return None
     if null.holds is not None:
         return bool(null.holds)
-    if is_missing(null.value) or isinstance(null.value, str):
+    if within is None or is_missing(null.value) or isinstance(null.value, str):
         return None
     return bool(within(null.value))
 
@@ -166,7 +203,7 @@ def _join(first: str, rest: str) -> str:
 
 def check_range(
     paper: str, claim_id: str, value: float | None, *, evidence: str, abs: float = 0.0, note: str = "",
-    claims: pd.DataFrame | None = None, null: Null | None = None, basis: str | tuple[str, ...] = "",
+    claims: pd.DataFrame | None = None, null: Nulls = None, basis: str | tuple[str, ...] = "",
 ) -> ClaimCheck:
     """Compare ``value`` with a claim the paper gives as a range (``'40-45'``): it agrees when
     ``low - abs <= value <= high + abs``; otherwise as :func:`check_value` (``not run`` for None, never counted
@@ -177,21 +214,22 @@ def check_range(
         raise ValueError(f"tolerances must be >= 0, got abs={abs!r}")
     low, high = paper_range(paper, claim_id, claims)
     tolerance = f"in [{low:g}, {high:g}]" + (f" ±{abs:g}" if abs else "")
-    if is_missing(value):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence, **_null_fields(null, None))
-
     def within(x: object) -> bool:
         return low - abs <= float(x) <= high + abs
 
+    deciding, null_within, others = _deciding(null, within, (low + high) / 2)
+    if is_missing(value):
+        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence,
+                          **_null_fields(deciding, None))
     close = within(value)
     agree = "within the paper's range" if close else "outside the paper's range"
-    return _decided(paper, claim_id, float(value), tolerance, close, agree, note, evidence,
-                    null=null, null_within=_null_within(null, within), basis=_basis(basis))
+    return _decided(paper, claim_id, float(value), tolerance, close, agree, _join(note, others) if others else note,
+                    evidence, null=deciding, null_within=null_within, basis=_basis(basis))
 
 
 def check_condition(
     paper: str, claim_id: str, value: float | str | None, *, holds: bool, tolerance: str, evidence: str,
-    note: str = "", same_as: str = "", setting: str = "", null: Null | None = None,
+    note: str = "", same_as: str = "", setting: str = "", null: Nulls = None,
     basis: str | tuple[str, ...] = "",
     says: tuple[str, str] = ("meets the paper's condition", "does not meet the paper's condition"),
 ) -> ClaimCheck:
@@ -205,11 +243,13 @@ def check_condition(
     not counted; ``setting``: which setting a configuration value is."""
     _check_evidence(evidence)
     _check_null(null, evidence, claim_id)
+    deciding, null_within, others = _deciding(null, None)
     if is_missing(value):
-        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence, **_null_fields(null, None))
+        return ClaimCheck(paper, claim_id, None, tolerance, "not run", note, evidence,
+                          **_null_fields(deciding, None))
     agree = says[0] if holds else says[1]  # in the note of a row that is not counted or counted elsewhere
-    return _decided(paper, claim_id, value, tolerance, holds, agree, note, evidence, same_as, setting,
-                    null=null, null_within=None if null is None else null.holds, basis=_basis(basis))
+    return _decided(paper, claim_id, value, tolerance, holds, agree, _join(note, others) if others else note,
+                    evidence, same_as, setting, null=deciding, null_within=null_within, basis=_basis(basis))
 
 
 def row_evidence(row, experiment: str) -> str:
@@ -231,7 +271,7 @@ def rows_evidence(rows, experiment: str) -> str:
 
 
 def not_decidable(paper: str, claim_id: str, value: float | str | None, *, reason: str, evidence: str,
-                  tolerance: str = "", null: Null | None = None, basis: str | tuple[str, ...] = "") -> ClaimCheck:
+                  tolerance: str = "", null: Nulls = None, basis: str | tuple[str, ...] = "") -> ClaimCheck:
     """A claim the suite covers only in part (a subset of the claim's models, an unknown definition, a quantity
     whose setting it does not have): the value it has is shown, never compared; ``reason`` says what is missing."""
     _check_evidence(evidence)
@@ -240,7 +280,7 @@ def not_decidable(paper: str, claim_id: str, value: float | str | None, *, reaso
         raise ValueError(f"{claim_id}: a claim that is not decidable says why")
     value = None if is_missing(value) else value
     return ClaimCheck(paper, claim_id, value, tolerance, "not decidable", f"not decidable: {reason}", evidence,
-                      basis=_basis(basis), **_null_fields(null, None))
+                      basis=_basis(basis), **_null_fields(_deciding(null, None)[0], None))
 
 
 def not_run(paper: str, claim_id: str, note: str = "", tolerance: str = "", *, evidence: str) -> ClaimCheck:

@@ -180,3 +180,20 @@ def test_the_printed_precision_is_the_papers_where_the_claims_table_lost_it():
         from repro.paper import paper_value
 
         assert float(text) * printed_as()[paper, claim_id][1] == pytest.approx(paper_value(paper, claim_id))
+
+
+def test_several_nulls_any_agreeing_null_makes_the_row_not_decisive():
+    """Two naive models an experiment names (a straight line and a geometric one through the same fit inputs): the
+    row is reproduced only when both fall outside; the one that decides is shown, the other named in the note."""
+    line, geometric = Null("straight line", 20.0), Null("per-doubling", 10.5)
+    both = V.check_value("t3_2024", "e2e_train_max", 12.0, evidence="predicted", abs=3.0, null=(line, geometric))
+    assert (both.verdict, both.null, both.null_value) == ("agrees, not decisive", "per-doubling", 10.5)
+    assert "other nulls: straight line: 20" in both.note
+    far = V.check_value("t3_2024", "e2e_train_max", 12.0, evidence="predicted", abs=3.0,
+                        null=(Null("a", 30.0), Null("b", 5.0)))
+    assert (far.verdict, far.null, far.null_value) == ("reproduced", "b", 5.0)  # the closest is shown
+    cond = V.check_condition("t3_2024", "e2e_train_max", "ok", holds=True, tolerance=">= 10", evidence="measured",
+                             null=(Null("x", 1.0, holds=False), Null("y", 11.0, holds=True)))
+    assert (cond.verdict, cond.null) == ("agrees, not decisive", "y")
+    with pytest.raises(ValueError, match="at least one null"):
+        V.check_value("t3_2024", "e2e_train_max", 12.0, evidence="predicted", null=())
