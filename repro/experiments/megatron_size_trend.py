@@ -95,7 +95,8 @@ def _run(args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout_s: floa
     return time.perf_counter() - start
 
 
-def _train_args(size: Mapping[str, int], p: Mapping[str, Any], seed: int, data: Path, save: Path) -> list[str]:
+def train_command(size: Mapping[str, int], p: Mapping[str, Any], seed: int, data: Path, save: Path) -> list[str]:
+    """``repro train`` of one size and seed on the tokens at ``data``, saved to ``save`` (after ``python``)."""
     return ["-m", "repro.training", "--device", "cpu", "--layers", str(size["layers"]), "--hidden",
             str(size["hidden"]), "--heads", str(size["heads"]), "--seq-len", str(p["seq_len"]),
             "--micro-batch-size", str(p["micro_batch_size"]), "--micro-batches", str(p["micro_batches"]),
@@ -104,7 +105,11 @@ def _train_args(size: Mapping[str, int], p: Mapping[str, Any], seed: int, data: 
             "--log-interval", str(p["steps"])]
 
 
-def _eval_args(p: Mapping[str, Any], save: Path, out: Path) -> list[str]:
+def eval_command(p: Mapping[str, Any], save: Path, out: Path) -> list[str]:
+    """``repro eval wikitext`` of the save directory ``save``, its rows written under ``out`` (after ``python``):
+    the test split's first ``eval_tokens`` BPE tokens, windows of the training length every ``eval_stride``
+    tokens; ``--limit 1`` keeps lm-eval's per-article definitions, which the command also computes, to one
+    article."""
     return ["-m", "evals", "--results-dir", str(out), "--quiet", "--threads", str(p["threads"]), "wikitext",
             "--checkpoint", str(save), "--seq-len", str(p["seq_len"]), "--stride", str(p["eval_stride"]),
             "--max-tokens", str(p["eval_tokens"]), "--limit", "1", "--batch-size", str(p["eval_batch"])]
@@ -138,9 +143,9 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
         for seed in p["seeds"]:
             tag = f"h{size['hidden']}-l{size['layers']}-s{seed}"
             save, out = scratch / tag / "ckpt", scratch / tag / "eval"
-            train_s = _run(_train_args(size, p, seed, data, save), cwd=scratch, env=env, timeout_s=p["timeout_s"],
+            train_s = _run(train_command(size, p, seed, data, save), cwd=scratch, env=env, timeout_s=p["timeout_s"],
                            what=f"repro train ({tag})")
-            eval_s = _run(_eval_args(p, save, out), cwd=scratch, env=env, timeout_s=p["timeout_s"],
+            eval_s = _run(eval_command(p, save, out), cwd=scratch, env=env, timeout_s=p["timeout_s"],
                           what=f"repro eval wikitext ({tag})")
             scored = _eval_rows(out)
             common = {"size": _size_label(params), "params": params, "layers": size["layers"],
@@ -213,17 +218,20 @@ def claims(rows) -> list[ClaimCheck]:
     return [decide_trend(perplexity, note=note)]
 
 
-def _points(sizes, run: dict, *, per_size: bool) -> tuple[Point, ...]:
+def _points(sizes, run: dict, *, per_size: bool, memory_gib: float) -> tuple[Point, ...]:
+    """One point for every size (a point's seeds run in it), or one point for all of them (one tokenization).
+    ``memory_gib`` covers this process and the one ``repro train`` or ``repro eval`` it waits for."""
     if not per_size:
-        return (Point("sizes", {"sizes": [dict(s) for s in sizes], **run}, memory_gib=2.0),)
-    return tuple(Point(f"h{s['hidden']}", {"sizes": [dict(s)], **run}, memory_gib=2.0) for s in sizes)
+        return (Point("sizes", {"sizes": [dict(s) for s in sizes], **run}, memory_gib=memory_gib),)
+    return tuple(Point(f"h{s['hidden']}", {"sizes": [dict(s)], **run}, memory_gib=memory_gib) for s in sizes)
 
 
 EXPERIMENT = Experiment(
     name="megatron_size_trend",
     paper=PAPER,
     title="WikiText-103 perplexity falls as the model grows (Megatron-LM Table 3), measured scaled down",
-    points={"ci": _points(CI_SIZES, CI_RUN, per_size=False), "paper": _points(PAPER_SIZES, PAPER_RUN, per_size=True)},
+    points={"ci": _points(CI_SIZES, CI_RUN, per_size=False, memory_gib=2.0),
+            "paper": _points(PAPER_SIZES, PAPER_RUN, per_size=True, memory_gib=3.0)},
     run_point=run_point,
     claims=claims,
     description=__doc__ or "",
