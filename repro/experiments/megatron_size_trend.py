@@ -74,6 +74,10 @@ def _size_label(params: int) -> str:
     return f"{params / 1e6:.1f}M"
 
 
+def _paper_label(params: float) -> str:
+    return f"{params / 1e9:g}B" if params >= 1e9 else f"{params / 1e6:g}M"
+
+
 def _environment(threads: int) -> dict[str, str]:
     """The subprocesses run this process's repro and evals (the folder that holds them first on the path)."""
     import repro
@@ -218,6 +222,56 @@ def claims(rows) -> list[ClaimCheck]:
     return [decide_trend(perplexity, note=note)]
 
 
+#: Table 3's perplexity claims and the model sizes they belong to (parameters, as the paper names them).
+TABLE3 = {"t3_355M_wt103_ppl": 355e6, "t3_2p5B_wt103_ppl": 2.5e9, "t3_8p3B_wt103_ppl": 8.3e9}
+
+
+def figure(rows, paper_claims, out_dir: Path) -> list[Path]:
+    """Adjusted perplexity against parameters: each seed and the mean here (the deciding scale's rows), beside
+    Table 3's three models. Two panels, since the perplexities differ by two orders of magnitude."""
+    from repro.optional import require
+
+    matplotlib = require("matplotlib", "the Megatron size-trend figure")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    from repro.figures.common import caption, legend_below, rows_provenance, save_figure
+
+    if rows is None or len(rows) == 0 or "params" not in rows:
+        return []
+    scale = "paper" if (rows["scale"] == "paper").any() else str(rows["scale"].iloc[0])
+    rows = rows[rows["scale"] == scale].reset_index(drop=True)
+    runs = rows[rows["metric"] == METRIC]
+    if not len(runs):
+        return []
+    fig, (here, paper) = plt.subplots(1, 2, figsize=(11, 4.4))
+    by_size = runs.groupby("params")["value"]
+    sizes = sorted(by_size.groups)
+    here.scatter(runs["params"], runs["value"], color="#999999", s=18, label="one seed", zorder=2)
+    here.plot(sizes, [by_size.mean()[s] for s in sizes], "o-", color="#55A868", label="mean over seeds", zorder=3)
+    here.set(xscale="log", xlabel="parameters", ylabel="adjusted perplexity (WikiText-103 test)",
+             title=f"Measured here ({scale} scale, scaled down)")
+    legend_below(here)
+    table = paper_claims[(paper_claims["paper"] == PAPER) & paper_claims["claim_id"].isin(list(TABLE3))]
+    points = sorted((TABLE3[c], float(v)) for c, v in zip(table["claim_id"], table["value_num"]))
+    paper.plot([x for x, _ in points], [y for _, y in points], "o-", color="#4C72B0", label="Megatron-LM Table 3")
+    paper.set(xscale="log", xlabel="parameters", ylabel="adjusted perplexity (WikiText-103 test)",
+              title="Paper (Shoeybi et al. 2019, Table 3)")
+    legend_below(paper)
+    for ax, ticks in ((here, sizes), (paper, [x for x, _ in points])):
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FixedFormatter([_size_label(x) if x < 1e8 else _paper_label(x) for x in ticks]))
+        ax.xaxis.set_minor_locator(NullLocator())
+    fig.tight_layout(w_pad=3.0)
+    first = runs.iloc[0]
+    caption(fig, f"The claim is the ordering: perplexity falls as the model grows. Left: 2-layer GPTs trained by "
+                 f"repro train for {int(first['steps'])} steps ({int(first['train_tokens']):,} tokens of WikiText-103 "
+                 f"valid), scored by repro eval wikitext on the first {int(first['eval_tokens']):,} BPE tokens of "
+                 "test; right: the paper's 355M, 2.5B and 8.3B models, trained on 174 GB of text.")
+    return save_figure(fig, out_dir, "megatron_size_trend", rows_provenance(rows, scale))
+
+
 def _points(sizes, run: dict, *, per_size: bool, memory_gib: float) -> tuple[Point, ...]:
     """One point for every size (a point's seeds run in it), or one point for all of them (one tokenization).
     ``memory_gib`` covers this process and the one ``repro train`` or ``repro eval`` it waits for."""
@@ -234,6 +288,7 @@ EXPERIMENT = Experiment(
             "paper": _points(PAPER_SIZES, PAPER_RUN, per_size=True, memory_gib=3.0)},
     run_point=run_point,
     claims=claims,
+    figure=figure,
     description=__doc__ or "",
     budget_s={"ci": 60.0, "paper": 1500.0},
     metrics=METRICS,

@@ -143,3 +143,16 @@ def test_the_committed_paper_run():
     expected = ("reproduced" if all(s > spread for s in steps) else
                 "agrees, not decisive" if all(s > 0 for s in steps) else "differs")
     assert check.verdict == expected
+
+
+def test_the_figure_draws_each_seed_and_the_papers_models(tmp_path):
+    pytest.importorskip("matplotlib", reason="needs the optional package matplotlib (pip install matplotlib)")
+    import json
+
+    rows = _rows({3_000_000: [100, 102, 104], 7_000_000: [90, 91, 92], 14_000_000: [80, 81, 82]})
+    files = T.EXPERIMENT.figure(rows, load_claims(), tmp_path)
+    assert [f.name for f in files] == ["megatron_size_trend.png", "megatron_size_trend.svg", "megatron_size_trend.json"]
+    drawn = json.dumps(json.loads(files[2].read_text()))
+    for value in ("19.31", "12.76", "10.81", "102.0", "81.0"):  # Table 3's models; the measured means
+        assert value in drawn, value
+    assert T.EXPERIMENT.figure(rows.iloc[0:0], load_claims(), tmp_path) == []
