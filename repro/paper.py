@@ -1,5 +1,9 @@
 """The papers' own numbers: ``results/paper/paper_claims.csv``, a copy of ``../shared/paper_claims.csv`` with a
-parsed numeric value and a table key per claim (written by ``scripts/paper_tables.py``).
+parsed numeric value and a table key per claim (written by ``scripts/paper_tables.py``), followed by the claims the
+suite derives from a paper's printed numbers, kept apart from that copy in ``results/paper/derived_claims.csv``
+(``verbatim_or_derived`` = ``derived``, e.g. the ordering Megatron-LM's Table 3 shows: perplexity falls as the model
+grows). A derived claim is never a restatement of a printed value: it states what several printed values show
+together, and an experiment decides it on its own evidence.
 
 Figures and the claims report read the committed copy, so they work on a checkout without ``../shared``.
 """
@@ -18,6 +22,8 @@ from repro.results import REPO_ROOT
 
 PAPER_DIR = paper_dir()
 CLAIMS_FILE = PAPER_DIR / "paper_claims.csv"
+#: Claims derived by the suite from a paper's printed numbers (same columns; never written by paper_tables.py).
+DERIVED_FILE = PAPER_DIR / "derived_claims.csv"
 SHARED_CLAIMS = REPO_ROOT.parent / "shared" / "paper_claims.csv"
 COLUMNS = ["paper", "claim_id", "quantity", "setting", "value", "unit", "source", "verbatim_or_derived", "notes"]
 
@@ -85,20 +91,45 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _read(path: str) -> pd.DataFrame:
+    return pd.read_csv(path, dtype={"value": str}, keep_default_na=False, na_values=[""])
+
+
+def _check_derived(derived: pd.DataFrame, path: str) -> None:
+    """A derived claim says so (``verbatim_or_derived`` = ``derived``, a source starting with ``derived from``):
+    the report shows it as computed from the paper's numbers, never as a number the paper prints."""
+    wrong = derived[(derived["verbatim_or_derived"] != "derived")
+                    | ~derived["source"].astype(str).str.startswith("derived from")]
+    if len(wrong):
+        raise ValueError(f"{path}: claims {list(wrong['claim_id'])} must have verbatim_or_derived 'derived' and a "
+                         "source 'derived from <paper>: <table>'")
+
+
 @lru_cache(maxsize=4)
-def _load(path: str) -> pd.DataFrame:
-    return tidy(pd.read_csv(path, dtype={"value": str}, keep_default_na=False, na_values=[""]))
+def _load(path: str, derived: str | None) -> pd.DataFrame:
+    raw = _read(path)
+    if derived is not None:
+        extra = _read(derived)
+        missing = [c for c in COLUMNS if c not in extra.columns]
+        if missing:
+            raise ValueError(f"{derived} lacks columns {missing}; expected {COLUMNS}")
+        _check_derived(extra, derived)
+        raw = pd.concat([raw[COLUMNS], extra[COLUMNS]], ignore_index=True)
+    return tidy(raw)  # one table: a derived id that repeats a paper's id is refused
 
 
-def load_claims(path: Path | None = None) -> pd.DataFrame:
-    """The paper claims table (committed copy first, ``../shared`` as a fallback)."""
+def load_claims(path: Path | None = None, *, derived: Path | None = None) -> pd.DataFrame:
+    """The paper claims table (committed copy first, ``../shared`` as a fallback), followed by the suite's derived
+    claims (:data:`DERIVED_FILE`, or ``derived``) when the table is the default one."""
     if path is None:
         path = CLAIMS_FILE if CLAIMS_FILE.exists() else SHARED_CLAIMS
+        if derived is None and DERIVED_FILE.exists():
+            derived = DERIVED_FILE
     if not Path(path).exists():
         raise FileNotFoundError(
             f"no paper claims table at {path}; run `python scripts/paper_tables.py` (reads {SHARED_CLAIMS})"
         )
-    return _load(str(path)).copy()
+    return _load(str(path), None if derived is None else str(derived)).copy()
 
 
 class PaperNumber(float):

@@ -4,6 +4,10 @@
 Writes ``results/paper/paper_claims.csv`` (every claim, plus ``value_num`` and ``table``) and one file per paper
 table or figure, ``results/paper/<paper>/<table>.csv`` (e.g. ``zero_2019/table_1.csv``), so a reader can open
 "ZeRO Table 1" directly. Usage: ``python scripts/paper_tables.py [path/to/paper_claims.csv]``.
+
+The suite's own derived claims (``results/paper/derived_claims.csv``, e.g. the ordering of Megatron-LM's Table 3)
+are kept apart from this copy and never written here; after writing, the table is loaded with them once, so that a
+new shared table whose ids clash with a derived claim is refused at once.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from repro.paper import CLAIMS_FILE, PAPER_DIR, SHARED_CLAIMS, tidy
+from repro.paper import CLAIMS_FILE, DERIVED_FILE, PAPER_DIR, SHARED_CLAIMS, load_claims, tidy
 
 
 def write_tables(source: Path, out_dir: Path) -> list[Path]:
@@ -37,6 +41,13 @@ def main(argv: list[str]) -> int:
         return 2
     written = write_tables(source, PAPER_DIR)
     print(f"wrote {len(written)} files under {PAPER_DIR} from {source}")
+    try:
+        claims = load_claims()  # the copy and the derived claims, as the report reads them
+    except ValueError as err:
+        print(f"paper_tables.py: {err} (with {DERIVED_FILE})", file=sys.stderr)
+        return 1
+    derived = int((claims["verbatim_or_derived"] == "derived").sum())
+    print(f"{len(claims)} claims with {DERIVED_FILE.name} ({derived} derived in all)")
     return 0
 
 
