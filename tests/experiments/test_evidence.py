@@ -286,24 +286,39 @@ def test_same_quantity_points_to_the_claim_that_counts_it():
 
 
 def test_readme_gives_the_committed_headline():
-    """The README's count of independent evidence is the committed claims report's."""
+    """The README states the rule in one sentence and gives the committed report's counts: the decisive ones, with
+    the not decisive, conformance, other-hardware and consistency counts beside them."""
     import re
 
-    from repro.claims_render import headline
+    from repro.claims_render import RULE, headline
 
     committed = pd.read_csv(REPO_ROOT / "results" / "claims.csv", keep_default_na=False, na_values=[""])
     head = headline(committed)
     text = " ".join((REPO_ROOT / "README.md").read_text().split())
-    found = re.search(r"\*\*(\d+) of (\d+) claims reproduced by independent evidence\*\* \((\d+) measured, (\d+) "
-                      r"simulated, (\d+) predicted, (\d+) derived\), (\d+) differ; counted apart, (\d+) claims "
-                      r"measured on another class of GPU than the paper's .*?: (\d+) agree, .*?; the papers' arithmetic checks "
-                      r"out for (\d+) of (\d+) claims", text)
+    assert RULE[1:] in text, "README lacks the rule"  # "a claim counts as reproduced only when ..."
+    found = re.search(r"\*\*(\d+) of (\d+) claims reproduced decisively\*\* \((\d+) measured, (\d+) simulated, (\d+) "
+                      r"predicted, (\d+) derived\), (\d+) differ; counted apart, (\d+) agree but not decisively, "
+                      r"(\d+) of (\d+) conform to the papers' designs, (\d+) claims were compared on another class of "
+                      r"GPU than the paper's .*?; (\d+) agree, .*?, (\d+) are not decidable, and the papers' arithmetic "
+                      r"checks out for (\d+) of (\d+) claims computed from their own printed numbers; (\d+) claims "
+                      r"restate", text)
     assert found, "README lacks the headline sentence"
-    assert [int(g) for g in found.groups()] == [head["reproduced"], head["claims"], head["reproduced_measured"],
-                                                head["reproduced_simulated"], head["reproduced_predicted"],
-                                                head["reproduced_derived"], head["differs"], head["other_hardware"],
-                                                head["other_hardware_agree"], head["consistent"],
-                                                head["consistency"]]
+    assert [int(g) for g in found.groups()] == [
+        head["reproduced"], head["claims"], head["reproduced_measured"], head["reproduced_simulated"],
+        head["reproduced_predicted"], head["reproduced_derived"], head["differs"], head["not_decisive"],
+        head["conforms"], head["conformance"], head["other_hardware"], head["other_hardware_agree"],
+        head["not_decidable"], head["consistent"], head["consistency"], head["same_quantity"]]
+
+
+def test_every_counted_row_names_its_null_and_basis():
+    """Every compared row of independent evidence in the committed report names a null model and says what it was
+    computed from; a row without a meaningful null says why."""
+    committed = pd.read_csv(REPO_ROOT / "results" / "claims.csv", keep_default_na=False, na_values=[""])
+    counted = committed[committed["verdict"].isin(["reproduced", "agrees, not decisive", "differs"])]
+    assert len(counted) and (counted["null"].fillna("") != "").all(), counted.loc[counted["null"].isna(), "claim_id"]
+    valued = counted["null_value"].notna() | counted["note"].str.contains("no null model: ")
+    assert valued.all(), list(counted.loc[~valued, "claim_id"])
+    assert not counted["note"].str.contains("no null model stated").any()
 
 
 def test_counts_that_are_the_papers_arithmetic_are_consistency():
