@@ -48,15 +48,21 @@ def test_simulator_experiment_claims(tmp_path):
     assert (by_id["block_sparse_condition"].verdict, by_id["block_sparse_condition"].evidence) == \
         ("conforms", "conformance")
     # FLOP-wise bounds are the paper's arithmetic on its printed configuration (issue 26): consistent, not reproduced
+    # at the precision the paper prints (two decimals: results/paper/printed_precision.csv), but Cosmos' 16x32x48
+    # cells at 0 initial steps: 1.494 (a 2.29x op speedup) where the paper prints 1.50 (Amdahl of 2.3x)
     flopwise = [c for c in checks if c.claim_id.endswith("_flopwise")]
-    assert flopwise and all(c.evidence == "consistency" and c.verdict == "consistent" for c in flopwise)
+    assert flopwise and all(c.evidence == "consistency" for c in flopwise)
+    cosmos = {f"t3_cosmos7b_w16x32x48_s{s}_sa0_flopwise" for s in ("1x1x1", "1x8x1", "1x1x16", "1x8x16")}
+    assert {c.claim_id for c in flopwise if c.verdict != "consistent"} == cosmos
+    assert all(by_id[c].verdict == "inconsistent" for c in cosmos)
     # Known differences (see the experiment's module docstring): Table 5's two WSA rows, the three HunyuanVideo cells
     # that exact Amdahl puts 0.01 off (and Table 5's restatement of one), the WSA 58 % runtime ratio, and the two
     # limits the paper computes from its share printed as a whole percent
     differs = sorted(c.claim_id for c in checks if c.verdict in ("differs", "inconsistent"))
     assert differs == sorted(["t5_wsa58_e2e_sim", "t5_wsa91_e2e_sim", "t5_na58_e2e_sim", "t5_wsa58_runtime_ratio",
                               "t4_hunyuanvideo_w30x40x40_s1x1x1_sa0_sim", "t4_hunyuanvideo_w30x40x40_s1x1x1_sa15_sim",
-                              "t4_hunyuanvideo_w18x24x24_s1x1x8_sa0_sim", "cosmos_limit", "hunyuan_limit"]), differs
+                              "t4_hunyuanvideo_w18x24x24_s1x1x8_sa0_sim", "cosmos_limit", "hunyuan_limit",
+                              *cosmos]), differs
     assert verdicts["reproduced"] >= 20 and verdicts["consistent"] >= 100
 
 

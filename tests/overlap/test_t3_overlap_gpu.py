@@ -83,6 +83,7 @@ def test_claims_from_gpu_rows_at_tp8():
     # simulated GPU, which no real GPU is, so the measured share is shown in the note and never compared
     for claim, share in (("comm_frac_train", "36"), ("comm_frac_infer", "30")):
         check = checks[claim]
-        assert (check.verdict, check.reproduced_value, check.evidence) == ("needs GPU", None, "measured")
+        assert (check.verdict, check.reproduced_value, check.evidence) == ("not decidable", float(share), "measured")
         assert f"measured on NVIDIA H100 80GB HBM3: {share} %" in check.note and "whole layer's" in check.note
+        assert check.hardware == "NVIDIA H100 80GB HBM3 (paper: simulated GPUs)"
     assert claims(rows.assign(tp=4)) == []  # T3's models run at TP 8/16: tp 4 rows decide nothing
