@@ -35,7 +35,7 @@ build              stage 3 built partitioned: one block in
 =================  ==========================================  ==============================================
 
 plus a fixed device overhead (CUDA context, cuBLAS workspaces; 0 on a CPU run with a fake cap). How the suite
-builds a model is not ZeRO's memory: no term counts an fp32 copy of the whole model (issue 41: it capped the
+builds a model is not ZeRO's memory: no term counts an fp32 copy of the whole model (such a term capped the
 no-MP search at 7.4B where ZeRO's states allow the paper's 13B), and ``repro.experiments.zero_gpu_search`` builds
 every stage's model in its 16-bit dtype so that the code holds no such copy either. A size is tried
 only when the estimate fits the device and the host memory available now: a host out-of-memory kills the process

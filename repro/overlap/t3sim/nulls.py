@@ -1,5 +1,5 @@
 """Naive models beside the model of T3's GPU: what a reviewer computes first without the model's mechanism, on the
-same fitted GPU and the same workloads (issue 41: a claim the model matches is decided only where these miss it;
+same fitted GPU and the same workloads (a claim the model matches is decided only where these miss it;
 ``repro.verdicts`` makes an agreement whose null also agrees "not decisive").
 
 * :func:`roofline_ideal_speedup`: ideal overlap of a GEMM at the GPU's peak FLOP rate (the fitted one) and an
