@@ -1,9 +1,9 @@
 """``python -m evals``: the evaluation harnesses from the command line.
 
-Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else
-``<repo>/../shared/data``), prints a table, and writes result rows with provenance to
-``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root, ``--no-write`` to skip).
-Bad input, and an optional package a command needs but that is not installed (``datasets``, ``tokenizers``,
+Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else ``../shared/data``
+beside a checkout, else the per-user data directory: :func:`repro.text.data_files.default_data_dir`), prints a
+table, and writes result rows with provenance to ``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to
+change the root, ``--no-write`` to skip). Bad input, and an optional package a command needs but that is not installed (``datasets``, ``tokenizers``,
 ``lm-eval``), print one line and exit with status 2.
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from repro.cliargs import OneLineParser, non_negative_int, positive_float, positive_int, seed
 from repro.optional import MissingPackage
+from repro.text.data_files import DEFAULT_DATA_DIR_TEXT
 
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
@@ -223,7 +224,7 @@ def check_paths(args: argparse.Namespace) -> str | None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro eval", description=__doc__,
                                      epilog=EPILOG)
-    parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
+    parser.add_argument("--data-dir", default=None, help=f"data directory (default: {DEFAULT_DATA_DIR_TEXT})")
     parser.add_argument("--results-dir", type=_results_dir, default=None,
                         help="results root (default $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")

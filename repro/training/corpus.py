@@ -41,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 from repro.text.data_files import (
-    ALL_FILES, GPT2_MERGES, GPT2_VOCAB, WIKITEXT_TEST, WIKITEXT_VALID, DataError, data_path, resolve_data_dir,
+    ALL_FILES, DEFAULT_DATA_DIR_TEXT, GPT2_MERGES, GPT2_VOCAB, WIKITEXT_TEST, WIKITEXT_VALID, DataError, data_path, resolve_data_dir,
     sha256_file, verify_sha256,
 )
 from repro.text.detokenize import wikitext_detokenize
@@ -67,7 +67,7 @@ class CorpusError(ValueError):
 
 
 def default_vocab_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """``<data dir>/tokenizers``; the data dir is ``data_dir``, else ``$REPRO_DATA``, else ``<repo>/../shared/data``."""
+    """``<data dir>/tokenizers``; the data dir is ``data_dir``, else :func:`repro.text.data_files.default_data_dir`."""
     return resolve_data_dir(data_dir) / "tokenizers"
 
 
@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-prefix", required=True, type=_output_prefix, metavar="PREFIX",
                         help="writes PREFIX.bin and PREFIX.idx.json (directories are created)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
-                        help="data directory (default: $REPRO_DATA, else <repo>/../shared/data)")
+                        help=f"data directory (default: {DEFAULT_DATA_DIR_TEXT})")
     parser.add_argument("--vocab-dir", type=Path, default=None, metavar="DIR",
                         help="folder with gpt2-vocab.json and gpt2-merges.txt (default: <data dir>/tokenizers)")
     parser.add_argument("--documents", choices=DOCUMENT_MODES, default=None,
