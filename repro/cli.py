@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from repro import results as R
+from repro.about import VersionAction
 from repro.cliargs import OneLineParser, positive_float
 from repro.experiments import EXTRA_ENV, SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
@@ -241,6 +242,7 @@ def _results_dir(text: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro", description="Reproduce the papers' figures and tables.")
+    parser.add_argument("--version", action=VersionAction, help="print repro's version, its commit and torch's")
     parser.add_argument("--results-dir", type=_results_dir, default=None,
                         help="results root: runs/, figures/, claims.md, slurm-logs/ (default: $REPRO_RESULTS_DIR, "
                         "else results/ of the checkout)")
@@ -339,6 +341,8 @@ FORWARDED = {
     "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
                   "model.safetensors)"),
     "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
+    "corpus": ("repro.training.corpus", "tokenize text files into a training corpus for repro train (same as python "
+               "-m repro.training.corpus)"),
     "zero-report": ("repro.harness.zero_report", "where a ZeRO rank's memory goes (same as python -m repro.harness.zero_report)"),
 }
 

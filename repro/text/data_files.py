@@ -224,6 +224,26 @@ def race_split_files(split: str, level: str, data_dir: str | os.PathLike | None 
     return [verify_sha256(root / "race" / rel, pinned[rel], f"RACE {split}/{level}") for rel in rels]
 
 
+#: where an installed wheel carries GPT-2's tokenizer files: its build copies them from the data directory, checked
+#: against their pinned sha256 (setup.py), with their license (openai/gpt-2's Modified MIT License, which allows it:
+#: GPT2_TOKENIZER_LICENSE beside this file); a checkout has no such folder and reads the data directory
+SHIPPED_GPT2_DIR = Path(__file__).resolve().parent / "gpt2_tokenizer"
+
+
+def gpt2_tokenizer_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """(vocabulary, merges) of GPT-2's BPE, each checked against its pinned sha256: the data directory's, else the
+    copies an installed wheel carries (:data:`SHIPPED_GPT2_DIR`; the same pinned bytes); the data directory's
+    :class:`DataError` (naming the fetch) when neither has them."""
+    try:
+        return data_path(GPT2_VOCAB, data_dir), data_path(GPT2_MERGES, data_dir)
+    except DataError:
+        shipped = [(SHIPPED_GPT2_DIR / Path(f.relpath).name, f) for f in (GPT2_VOCAB, GPT2_MERGES)]
+        if not all(path.is_file() for path, _ in shipped):
+            raise
+    vocab, merges = (verify_sha256(path, pinned.sha256, pinned.description) for path, pinned in shipped)
+    return vocab, merges
+
+
 def checksum_of(paths: list[Path]) -> str:
     """One sha256 over several verified files (their digests in order): the data id recorded in result rows."""
     digest = hashlib.sha256()

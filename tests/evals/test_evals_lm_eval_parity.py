@@ -93,7 +93,10 @@ def test_race_prompts_identical_to_lm_eval(data_dir):
         assert module.doc_to_target(theirs_doc) == doc.label
 
 
-def test_hf_gpt2_through_lm_eval_hflm(gpt2_tok, subsets, tmp_path):
+@pytest.mark.parametrize("vocab_size", [50257, 50304])
+def test_hf_gpt2_through_lm_eval_hflm(vocab_size, gpt2_tok, subsets, tmp_path):
+    """Also a vocabulary padded above the tokenizer's (nanoGPT's 50,304 rows for GPT-2's 50,257 tokens): lm-eval
+    takes the log-softmax and the argmax over every logit, the padded rows' too, and so does the harness."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # lm-eval's HFLM imports it
     from lm_eval.models.huggingface import HFLM
@@ -101,7 +104,7 @@ def test_hf_gpt2_through_lm_eval_hflm(gpt2_tok, subsets, tmp_path):
     from evals.model_builders import load_gpt_for_eval
 
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=16, n_layer=2, n_head=2,
+    config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=2, n_head=2,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     hf_model = transformers.GPT2LMHeadModel(config)
     sharpen(hf_model.transformer.wte.weight)
