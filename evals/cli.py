@@ -39,11 +39,9 @@ examples:
 
 
 def _print_rows(rows: Sequence[dict[str, Any]]) -> None:
-    for r in rows:
-        value = r["value"]
-        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
-        print(f"  {r.get('task', r.get('dataset', '')):<12} {r['metric']:<24} "
-              f"{r.get('definition', r.get('split', '')):<32} {shown:>14} {r['unit']}")
+    from evals.records import table
+
+    print(table(rows))
 
 
 def _write(args, rows, task: str, started: float, config: dict) -> None:
@@ -87,7 +85,8 @@ def _eval_spec(args, task: str):
     return EvalSpec(task=task, checkpoint=args.checkpoint, data_dir=args.data_dir, tp=args.tp, seq_len=args.seq_len,
                     stride=getattr(args, "stride", 32), batch_size=args.batch_size, limit=args.limit,
                     max_tokens=getattr(args, "max_tokens", None), split=getattr(args, "split", "test"),
-                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet)
+                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet,
+                    bootstrap_iters=args.bootstrap_iters)
 
 
 def cmd_eval(args) -> list[dict]:
@@ -243,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-size", type=positive_int, default=8, help="sequences per forward pass")
         p.add_argument("--limit", type=positive_int, default=None,
                        help="first N passages / articles only, N >= 1 (quick runs; default: all)")
+        p.add_argument("--bootstrap-iters", type=non_negative_int, default=100_000, metavar="N",
+                       help="resamples for a perplexity's standard error, as lm-eval's --bootstrap_iters "
+                            "(0: no standard errors at all, as there)")
 
     from evals.tasks import TASKS
 
