@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wandb-exp-name", default=None,
                    help="the W&B run's name (default: the --save directory's name, else W&B's own)")
     g.add_argument("--wandb-save-dir", default=None,
-                   help="where W&B keeps its files (default: DIR/wandb with --save DIR, else W&B's ./wandb)")
+                   help="the folder W&B makes its wandb/ folder in, as Megatron's (default: the --save DIR, so the "
+                        "run lands in DIR/wandb/; without --save, W&B's ./wandb)")
     g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
                    "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
                    "default: no checkpoints")
@@ -243,12 +244,17 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             # only now, with the load done, does anything go into --save or the logs
             if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
                 from repro.atomic_files import atomic_write
+                from repro.training.checkpoint import remove_unfinished
+
+                for folder in remove_unfinished(args.save):  # a save a second Ctrl-C (or a kill) cut short
+                    print(f"removed {folder}: an unfinished save of an earlier run (never published)", flush=True)
 
                 atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
             jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
             log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
                               tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
-                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None)
+                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None,
+                              per="GPU" if trainer.device.type == "cuda" else "CPU rank")
             try:
                 if resumed is not None:
                     log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
@@ -279,7 +285,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 if not outcome.losses:
                     log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
                     return 0
-                log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
+                log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
                 log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
                 return 0
             finally:
@@ -302,11 +308,22 @@ def _resolved_arguments(args: argparse.Namespace, groups) -> dict:
     return json.loads(json.dumps(values, default=str))
 
 
+def _done_line(iteration: int, loss: float, window: tuple[int, int, float] | None) -> str:
+    """The closing line: the last iteration's own loss, and, where the last log line averaged several iterations
+    (--log-interval > 1, as Megatron's lines do), that it is not the mean printed above."""
+    line = f"training done: iteration {iteration} lm loss {loss:.6E} (iteration {iteration} alone"
+    if window is not None and window[0] != window[1]:
+        line += f"; the last log line's {window[2]:.6E} is the mean of iterations {window[0]}-{window[1]}"
+    return line + ")"
+
+
 def _wandb_settings(args: argparse.Namespace, resolved: dict) -> dict:
     """``wandb.init``'s arguments: Megatron's --wandb-project / --wandb-exp-name / --wandb-save-dir, the DeepSpeed
     config's group and team, and the resolved arguments as the run's config."""
     name = args.wandb_exp_name or (Path(args.save).name if args.save else None)
-    directory = args.wandb_save_dir or (str(Path(args.save) / "wandb") if args.save else None)
+    # W&B makes a wandb/ folder inside the directory it is given (its dir=, as Megatron passes --wandb-save-dir):
+    # the --save directory itself, so that the run lands in DIR/wandb/, not DIR/wandb/wandb/
+    directory = args.wandb_save_dir or args.save
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
     return {"project": args.wandb_project, "name": name, "dir": directory, "group": args.wandb_group,
