@@ -2,15 +2,22 @@
 
 A test whose code reaches an optional package that is not installed (:class:`repro.optional.MissingPackage`, in
 the test or in a fixture) skips with that package's one-line message instead of failing; tests that need one in a
-subprocess say so with :func:`repro.testing.needs`.
+subprocess say so with :func:`repro.testing.needs`. A package that is installed but broken
+(:class:`repro.optional.BrokenPackage`) fails the test with its one line: a broken environment is not a machine
+without the package. Tests that need the evaluation data skip without it, and the run ends with one line saying how
+to get it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from repro.text.data_files import DataError, resolve_data_dir
-from repro.optional import MissingPackage
+from repro.text.data_files import DataError, default_data_dir, fetch_command, resolve_data_dir
+from repro.optional import BrokenPackage, MissingPackage
+
+
+#: the start of every skip for want of the evaluation data (counted in the run's last lines)
+NO_DATA = "evaluation data not available"
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +25,25 @@ def data_dir():
     try:
         return resolve_data_dir()
     except DataError as err:  # the evaluation data is not part of the repository
-        pytest.skip(f"evaluation data not available: {err}")
+        pytest.skip(f"{NO_DATA}: {err}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for all the tests that skipped for want of the evaluation data: how many, and how to get it."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", ())
+               if NO_DATA in str(getattr(r, "longrepr", "") or "")]
+    if skipped:
+        where = default_data_dir()[0]
+        terminalreporter.write_line(f"{len(skipped)} test(s) skipped for want of the evaluation data in {where}: get "
+                                    f"it with `{fetch_command(None)}` (or point $REPRO_DATA at a copy), then run "
+                                    "them again")
+
+
+def _skip_or_fail(err: MissingPackage):
+    """A package that is not installed: skip, naming it; one installed but broken: fail, in one line."""
+    if isinstance(err, BrokenPackage):
+        pytest.fail(str(err), pytrace=False)
+    pytest.skip(str(err))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -26,7 +51,7 @@ def pytest_runtest_setup(item):
     try:
         return (yield)
     except MissingPackage as err:
-        pytest.skip(str(err))
+        _skip_or_fail(err)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -34,7 +59,7 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except MissingPackage as err:
-        pytest.skip(str(err))
+        _skip_or_fail(err)
 
 
 def _exercises_cuda(item) -> bool:

@@ -61,3 +61,20 @@ def test_a_missing_default_names_the_fetch_that_fills_it(installed, monkeypatch,
 
 def test_missing_datasets_sees_what_is_there(data_dir):
     assert D.missing_datasets(list(D.DATASETS), data_dir) == []
+
+
+def test_a_test_run_without_data_ends_with_one_line_saying_how_to_get_it(tmp_path):
+    import os
+    import subprocess
+
+    from repro.checkout import REPO_ROOT
+
+    missing = tmp_path / "no-data"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "tests/evals/test_evals_data_files.py"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "REPRO_DATA": str(missing)})
+    assert done.returncode == 0, done.stdout[-2000:]
+    lines = [line for line in done.stdout.splitlines() if "for want of the evaluation data" in line]
+    assert len(lines) == 1 and lines[0].endswith(f"in {missing}: get it with `repro data fetch` (or point "
+                                                 "$REPRO_DATA at a copy), then run them again"), done.stdout[-2000:]
+    assert int(lines[0].split()[0]) >= 1
