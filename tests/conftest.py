@@ -10,6 +10,8 @@ to get it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from repro.text.data_files import DataError, default_data_dir, fetch_command, resolve_data_dir
@@ -77,3 +79,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _exercises_cuda(item):
             item.add_marker(pytest.mark.cuda)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """A venv (seeing this machine's torch and other dependencies) with only the wheel's repro in it, outside the
+    checkout: built once per test session, for every test that runs the installed wheel."""
+    import subprocess
+    import sys
+    import venv
+
+    from repro.checkout import REPO_ROOT
+
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp / "dist"), "-q"], capture_output=True, text=True, timeout=300)
+    if built.returncode != 0 and "bdist_wheel" in built.stderr:
+        pytest.skip("this Python cannot build wheels without network (setuptools lacks bdist_wheel)")
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("repro_llm_systems-*.whl"))
+    venv.create(tmp / "venv", system_site_packages=True, with_pip=True)
+    python = tmp / "venv" / "bin" / "python"
+    # --ignore-installed: the venv sees this machine's packages (torch is never installed twice), among them maybe
+    # an editable install of a checkout, which pip would take for this wheel, already installed
+    done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp / "venv"

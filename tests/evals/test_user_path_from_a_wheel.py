@@ -13,7 +13,6 @@ from pathlib import Path
 from repro.results import REPO_ROOT
 from repro.testing import needs
 from test_data_fetch import mirror  # noqa: F401 - a fixture
-from tests.foundation.test_packaging import installed  # noqa: F401 - a fixture
 
 pytestmark = needs("datasets", "tokenizers", "transformers", "lm_eval", "accelerate")
 
