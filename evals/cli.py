@@ -1,10 +1,10 @@
 """``python -m evals``: the evaluation harnesses from the command line.
 
-Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else ``../shared/data``
-beside a checkout, else the per-user data directory: :func:`repro.text.data_files.default_data_dir`), prints a
-table, and writes result rows with provenance to ``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to
-change the root, ``--no-write`` to skip). Bad input, and an optional package a command needs but that is not installed (``datasets``, ``tokenizers``,
-``lm-eval``), print one line and exit with status 2.
+Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else ``../shared/data`` beside a
+checkout, else the per-user data directory: :func:`repro.text.data_files.default_data_dir`), prints a table, and writes
+result rows with provenance to ``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root,
+``--no-write`` to skip). Bad input, and an optional package a command needs but that is not installed (``datasets``,
+``tokenizers``, ``lm-eval``), print one line and exit with status 2.
 """
 
 from __future__ import annotations

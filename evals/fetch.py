@@ -6,13 +6,13 @@
 
 A mirror is either a data directory as this command writes it (``MIRROR/tokenizers/gpt2-vocab.json``,
 ``MIRROR/race/SHA256SUMS`` and every ``MIRROR/race/RACE/...`` file it lists; a site fetches once and serves that
-folder), or the sources' own file names (``MIRROR/encoder.json``, ``MIRROR/RACE.tar.gz``, ...); each data set is
-looked for in the first layout, then the second. Sources and pinned sha256 are in :mod:`evals.data_sources` and
-:mod:`repro.text.data_files`; RACE's per-passage files are checked against the pinned ``race/SHA256SUMS``. A download goes to
-``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server offers
-it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
-renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already
-present with the right sha256 are kept. Without network, one line says what to download from where by hand.
+folder), or the sources' own file names (``MIRROR/encoder.json``, ``MIRROR/RACE.tar.gz``, ...); each data set is looked
+for in the first layout, then the second. Sources and pinned sha256 are in :mod:`evals.data_sources` and
+:mod:`repro.text.data_files`; RACE's per-passage files are checked against the pinned ``race/SHA256SUMS``. A download
+goes to ``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server
+offers it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
+renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already present
+with the right sha256 are kept. Without network, one line says what to download from where by hand.
 """
 
 from __future__ import annotations

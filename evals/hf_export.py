@@ -47,8 +47,8 @@ def _qkv_to_hf(fused: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def gpt2_state(state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
-    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (without lm_head, tied to wte): the inverse of
-    :func:`evals.hf_convert.convert_gpt2`, by the same name table."""
+    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (without lm_head, tied to wte): the
+    inverse of :func:`evals.hf_convert.convert_gpt2`, by the same name table."""
     from evals.hf_convert import gpt2_names
 
     out = {}

@@ -1,11 +1,11 @@
 """Evaluation results as tidy rows with provenance, written through :mod:`repro.results`.
 
-A row is ``{"metric", "value", "unit", "stderr", "task", "definition", "model", "checkpoint_sha256",
-"data_sha256", "settings"}`` (``stderr``: the standard error lm-eval would report beside the value, in the value's
-unit, or None where lm-eval reports none: :mod:`evals.stderr`); :func:`write_rows` adds the run id and provenance (git commit, torch version, device, date, ...) and
-writes them to ``results/evals/<task>/<run_id>.jsonl`` (or under ``--results-dir``), beside -- not inside -- the
-``results/runs/`` tree that ``repro reproduce`` owns (the registered experiments ``eval_wikitext_lambada`` and
-``eval_race`` write there through the runner).
+A row is ``{"metric", "value", "unit", "stderr", "task", "definition", "model", "checkpoint_sha256", "data_sha256",
+"settings"}`` (``stderr``: the standard error lm-eval would report beside the value, in the value's unit, or None where
+lm-eval reports none: :mod:`evals.stderr`); :func:`write_rows` adds the run id and provenance (git commit, torch
+version, device, date, ...) and writes them to ``results/evals/<task>/<run_id>.jsonl`` (or under ``--results-dir``),
+beside -- not inside -- the ``results/runs/`` tree that ``repro reproduce`` owns (the registered experiments
+``eval_wikitext_lambada`` and ``eval_race`` write there through the runner).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     right = {3, 5}  # numbers align right
 
     def line(cells) -> str:
-        return "|" + "|".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))) + "|"
+        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "|" + "|".join(padded) + "|"
 
     rule = "|" + "|".join(("-" * (w - 1) + ":") if i in right else "-" * w for i, w in enumerate(widths)) + "|"
     return "\n".join([line(header), rule, *(line(cells) for cells in lines)])

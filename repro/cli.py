@@ -266,7 +266,8 @@ FORWARDED = {
     "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
                   "model.safetensors)"),
     "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
-    "corpus": ("repro.training.corpus", "tokenize text into a corpus for repro train (= python -m repro.training.corpus)"),
+    "corpus": ("repro.training.corpus", "tokenize text into a corpus for repro train (= python -m "
+               "repro.training.corpus)"),
     "consolidate": ("repro.training.consolidate", "a repro train checkpoint as one state dict file (= python -m "
                     "repro.training.consolidate)"),
     "zero-report": ("repro.harness.zero_report", "where a ZeRO rank's memory goes (same as python -m repro.harness.zero_report)"),

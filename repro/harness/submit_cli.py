@@ -51,8 +51,8 @@ def add_submit_parser(sub, scale_help: str) -> argparse.ArgumentParser:
     p.add_argument("--sbatch-arg", action="append", metavar="OPTION",
                    help="one more sbatch option, --name=value or --flag, e.g. --sbatch-arg=--account=abc "
                    "(repeatable; default: none; the options above are set with their own flags)")
-    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only, writing nothing (needs no "
-                   "Slurm; default: submit)")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only, writing nothing "
+                   "(needs no Slurm; default: submit)")
     p.add_argument("--write-only", action="store_true", help="write slurm/EXP.sbatch (and, installed from a wheel, "
                    "the launcher it runs, slurm/launch.sh) and print the sbatch command lines, submitting nothing: "
                    "to submit them by hand (needs no Slurm; default: submit)")

@@ -1,13 +1,14 @@
 """What the trainer reports: Megatron-LM's ``iteration ... |`` lines on rank 0, every step as JSONL, TensorBoard.
 
 A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (a timestamp, time
-per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU
-(TFLOP/s/GPU)`` on GPUs, ``throughput per CPU rank (TFLOP/s/rank)`` on a CPU, where no GPU is counted, tokens/s, MFU, the largest rank's peak memory, learning rate, lm loss, loss scale, grad norm,
-skipped iterations; the lm loss of a line is the interval's mean, as Megatron's, and :attr:`TrainingLog.last_window`
-says which iterations the last line averaged); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL
-file gets one record per iteration (and per validation), appended, so a requeued job continues the same file;
-TensorBoard scalars go to ``tensorboard_dir`` and W&B gets the same numbers (``wandb``: ``wandb.init``'s arguments);
-the start check refuses either when its package is not installed.
+per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU (TFLOP/s/GPU)``
+on GPUs, ``throughput per CPU rank (TFLOP/s/rank)`` on a CPU, where no GPU is counted, tokens/s, MFU, the largest
+rank's peak memory, learning rate, lm loss, loss scale, grad norm, skipped iterations; the lm loss of a line is the
+interval's mean, as Megatron's, and :attr:`TrainingLog.last_window` says which iterations the last line averaged);
+:func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL file gets one record per
+iteration (and per validation), appended, so a requeued job continues the same file; TensorBoard scalars go to
+``tensorboard_dir`` and W&B gets the same numbers (``wandb``: ``wandb.init``'s arguments); the start check refuses
+either when its package is not installed.
 """
 
 from __future__ import annotations

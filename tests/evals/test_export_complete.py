@@ -84,7 +84,8 @@ def test_tied_weights_are_stored_once_and_transformers_gives_the_same_logits(dat
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", torch_dtype=torch.float64).eval()
     assert hf_model.lm_head.weight.data_ptr() == hf_model.transformer.wte.weight.data_ptr()  # tied on load
     reference = ReferenceGPT(config).double().eval()
-    reference.load_state_dict({k: v.double() for k, v in torch.load(checkpoint / "model.pt", weights_only=True).items()})
+    state = torch.load(checkpoint / "model.pt", weights_only=True)
+    reference.load_state_dict({k: v.double() for k, v in state.items()})
     ids = torch.randint(0, 50257, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(hf_model(ids).logits, reference(ids), rtol=0, atol=1e-10)

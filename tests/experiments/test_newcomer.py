@@ -25,9 +25,10 @@ CLEAN = ("REPRO_DATA", "REPRO_DATA_MIRROR", "REPRO_RESULTS_DIR", "REPRO_EXTRA_EX
 
 
 def _bare_checkout(where: Path) -> Path:
-    """The working tree's files a commit would hold (as they are now, edits included), nothing else: no data, no results of
-    runs made here, no ../shared beside it."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    """The working tree's files a commit would hold (as they are now, edits included), nothing else: no data, no
+    results of runs made here, no ../shared beside it."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                            capture_output=True, check=True).stdout
     checkout = where / "repro"
     for name in filter(None, listed.decode().split("\0")):
         source = REPO_ROOT / name

@@ -81,7 +81,7 @@ def test_the_wheels_data_directory_tokenizer_and_version(installed, tmp_path, da
     assert sorted(p.name for p in shipped.iterdir()) == ["gpt2-merges.txt", "gpt2-vocab.json"]
     (tmp_path / "a.txt").write_text("Hello world.\n")
     corpus = _run(installed, tmp_path, "corpus", "--input", "a.txt", "--output-prefix", "c", "--no-progress", env=env)
-    assert corpus.returncode == 0 and "5 tokens" in corpus.stdout, corpus.stderr  # Hello, world, ., newline, <|endoftext|>
+    assert corpus.returncode == 0 and "5 tokens" in corpus.stdout, corpus.stderr  # 4 BPE + <|endoftext|>
     make = ("import torch; from evals.checkpoints import save_consolidated; from repro.models import GPTConfig, "
             "GPTModel, merge_state_dicts; c = GPTConfig(vocab_size=50257, hidden_size=16, num_layers=1, "
             "num_attention_heads=2, max_position_embeddings=16); "
