@@ -40,7 +40,8 @@ def test_fetch_train_evaluate_export_outside_the_checkout(installed, data_dir, t
                   "--global-batch-size", "8", "--data-path", "wt-valid", "--save", "ckpt")
     assert "training done: iteration 10" in trained
     table = run("python", "-m", "evals", "lambada", "--checkpoint", "ckpt", "--limit", "8")
-    assert table.startswith("|task") and "|stderr|" in table.splitlines()[0] and "±" in table
+    header = [cell.strip() for cell in table.splitlines()[0].split("|")[1:-1]]
+    assert header == ["task", "definition", "metric", "value", "", "stderr", "unit"] and "±" in table, table
     assert "perplexity" in run("python", "-m", "evals", "wikitext", "--checkpoint", "ckpt", "--limit", "1",
                                "--max-tokens", "2000")
     assert (tmp_path / "results" / "evals").is_dir()  # results beside the user, not in site-packages
