@@ -130,7 +130,9 @@ class TrainingLog:
             f" [{stamp}] iteration {last['iteration']:>{width}}/{self.total_iters:>{width}}",
             f"consumed samples: {last['consumed_samples']:>8}",
             f"elapsed time per iteration (ms): {1000 * mean('iteration_s'):.1f}",
-            f"throughput per {self.per} (TFLOP/s/{self.per.split()[-1]}): {mean('tflops_per_rank'):.4f}",
+            # a CPU rank's TFLOP/s are small (1e-5..1e-2): six decimals, so that a slow step does not print 0
+            f"throughput per {self.per} (TFLOP/s/{self.per.split()[-1]}): "
+            f"{mean('tflops_per_rank'):.{4 if self.per == 'GPU' else 6}f}",
             f"tokens per second: {mean('tokens_per_s'):.1f}",
             f"MFU: {100 * sum(mfus) / len(mfus):.1f} %" if mfus else "MFU: n/a",
             *memory,
