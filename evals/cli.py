@@ -1,10 +1,10 @@
 """``python -m evals``: the evaluation harnesses from the command line.
 
-Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else
-``<repo>/../shared/data``), prints a table, and writes result rows with provenance to
-``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root, ``--no-write`` to skip).
-Bad input, and an optional package a command needs but that is not installed (``datasets``, ``tokenizers``,
-``lm-eval``), print one line and exit with status 2.
+Every command reads the verified data directory (``--data-dir``, else ``$REPRO_DATA``, else ``../shared/data`` beside a
+checkout, else the per-user data directory: :func:`repro.text.data_files.default_data_dir`), prints a table, and writes
+result rows with provenance to ``results/evals/<command>/<run_id>.jsonl`` (``--results-dir`` to change the root,
+``--no-write`` to skip). Bad input, and an optional package a command needs but that is not installed (``datasets``,
+``tokenizers``, ``lm-eval``), print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from repro.cliargs import OneLineParser, non_negative_int, positive_float, positive_int, seed
 from repro.optional import MissingPackage
+from repro.text.data_files import DEFAULT_DATA_DIR_TEXT
 
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
@@ -38,11 +39,9 @@ examples:
 
 
 def _print_rows(rows: Sequence[dict[str, Any]]) -> None:
-    for r in rows:
-        value = r["value"]
-        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
-        print(f"  {r.get('task', r.get('dataset', '')):<12} {r['metric']:<24} "
-              f"{r.get('definition', r.get('split', '')):<32} {shown:>14} {r['unit']}")
+    from evals.records import table
+
+    print(table(rows))
 
 
 def _write(args, rows, task: str, started: float, config: dict) -> None:
@@ -86,7 +85,8 @@ def _eval_spec(args, task: str):
     return EvalSpec(task=task, checkpoint=args.checkpoint, data_dir=args.data_dir, tp=args.tp, seq_len=args.seq_len,
                     stride=getattr(args, "stride", 32), batch_size=args.batch_size, limit=args.limit,
                     max_tokens=getattr(args, "max_tokens", None), split=getattr(args, "split", "test"),
-                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet)
+                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet,
+                    bootstrap_iters=args.bootstrap_iters)
 
 
 def cmd_eval(args) -> list[dict]:
@@ -223,7 +223,7 @@ def check_paths(args: argparse.Namespace) -> str | None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro eval", description=__doc__,
                                      epilog=EPILOG)
-    parser.add_argument("--data-dir", default=None, help="data directory (default $REPRO_DATA, else ../shared/data)")
+    parser.add_argument("--data-dir", default=None, help=f"data directory (default: {DEFAULT_DATA_DIR_TEXT})")
     parser.add_argument("--results-dir", type=_results_dir, default=None,
                         help="results root (default $REPRO_RESULTS_DIR or results/)")
     parser.add_argument("--no-write", action="store_true", help="print only; do not append result rows")
@@ -242,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--batch-size", type=positive_int, default=8, help="sequences per forward pass")
         p.add_argument("--limit", type=positive_int, default=None,
                        help="first N passages / articles only, N >= 1 (quick runs; default: all)")
+        p.add_argument("--bootstrap-iters", type=non_negative_int, default=100_000, metavar="N",
+                       help="resamples for a perplexity's standard error, as lm-eval's --bootstrap_iters "
+                            "(0: no standard errors at all, as there)")
 
     from evals.tasks import TASKS
 

@@ -1,14 +1,18 @@
 """``repro data fetch``: every file the suite reads, downloaded from its public source and checked before use.
 
-    repro data fetch                                  # everything, into $REPRO_DATA (else ../shared/data)
+    repro data fetch                                  # everything, into the default data directory (--help)
     repro data fetch --only tokenizers --only lambada --data-dir ~/repro-data
     repro data fetch --mirror http://mirror.internal/repro-data   # the same files, served from your own mirror
 
-Sources and pinned sha256 are in :mod:`evals.data_sources` and :mod:`repro.text.data_files`. A download goes to
-``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server offers
-it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
-renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already
-present with the right sha256 are kept. Without network, one line says what to download from where by hand.
+A mirror is either a data directory as this command writes it (``MIRROR/tokenizers/gpt2-vocab.json``,
+``MIRROR/race/SHA256SUMS`` and every ``MIRROR/race/RACE/...`` file it lists; a site fetches once and serves that
+folder), or the sources' own file names (``MIRROR/encoder.json``, ``MIRROR/RACE.tar.gz``, ...); each data set is looked
+for in the first layout, then the second. Sources and pinned sha256 are in :mod:`evals.data_sources` and
+:mod:`repro.text.data_files`; RACE's per-passage files are checked against the pinned ``race/SHA256SUMS``. A download
+goes to ``DIR/.fetch/<file>.part`` first and continues from there when run again (HTTP ``Range``, where the server
+offers it); a file enters the data directory only after its sha256 matched (written to a temporary name, fsynced,
+renamed), so an interrupted or corrupted download never leaves a file that passes as complete. Files already present
+with the right sha256 are kept. Without network, one line says what to download from where by hand.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Callable, Sequence
 
 from repro.atomic_files import atomic_write
 from repro.cliargs import OneLineParser
-from repro.text.data_files import ENV_VAR, REPO_ROOT, DataFile, sha256_file
+from repro.text.data_files import DEFAULT_DATA_DIR_TEXT, DataFile, default_data_dir, sha256_file
 from evals.data_sources import NAMES, SOURCES, Source
 
 MIRROR_ENV = "REPRO_DATA_MIRROR"
@@ -40,6 +44,17 @@ CHUNK = 1 << 20
 
 class FetchError(ValueError):
     """A download that could not be made or checked: one line, naming the file and what to do."""
+
+
+class NotOnMirror(FetchError):
+    """The server answered that it has no such file (HTTP 404 or 410; a file:// path that does not exist)."""
+
+
+def _not_found(err: BaseException) -> bool:
+    if isinstance(err, urllib.error.HTTPError):
+        return err.code in (404, 410)
+    reason = getattr(err, "reason", err)
+    return isinstance(reason, FileNotFoundError) or isinstance(err, FileNotFoundError)
 
 
 def _sha(data: bytes) -> str:
@@ -56,8 +71,10 @@ def download(url: str, part: Path, *, say: Callable[[str], None], timeout_s: flo
     except urllib.error.HTTPError as err:
         if err.code == 416 and have:  # nothing left to send: the part is whole
             return part
-        raise FetchError(f"{url}: HTTP {err.code} {err.reason}") from None
+        raise (NotOnMirror if _not_found(err) else FetchError)(f"{url}: HTTP {err.code} {err.reason}") from None
     except (urllib.error.URLError, OSError) as err:
+        if _not_found(err):
+            raise NotOnMirror(f"{url}: no such file") from None
         reason = getattr(err, "reason", err)
         raise FetchError(f"cannot reach {url} ({reason})") from None
     with response:
@@ -95,6 +112,13 @@ def install(data: bytes, target: DataFile, root: Path, origin: str) -> None:
 def _present(target: DataFile, root: Path) -> bool:
     path = root / target.relpath
     return path.is_file() and sha256_file(path) == target.sha256
+
+
+def _race_whole(root: Path) -> bool:
+    """Whether every RACE test/dev file the data directory's manifest lists is there (by name; readers check)."""
+    manifest = root / "race" / "SHA256SUMS"
+    lines = manifest.read_text().splitlines() if manifest.is_file() else []
+    return all((root / "race" / line.split(maxsplit=1)[1]).is_file() for line in lines if line.strip())
 
 
 def _race(archive: Path, source: Source, root: Path, origin: str) -> None:
@@ -170,13 +194,75 @@ def mirror_url(text: str | None) -> str | None:
     raise ValueError(f"{text!r} is neither a URL (http://, https://, ftp://, file://) nor an existing folder")
 
 
+def _part_of(relpath: str, root: Path) -> Path:
+    return root / ".fetch" / f"{relpath.replace('/', '--')}.part"
+
+
+def _from_data_directory(source: Source, root: Path, mirror: str, say: Callable[[str], None]) -> None:
+    """``source``'s files from a mirror laid out as a data directory: each at its own path under ``mirror``,
+    checked against its pinned sha256; for RACE, also every test/dev file the pinned manifest lists, checked
+    against it. :class:`NotOnMirror` when the first file asked for is not there (the mirror has the other layout)."""
+    asked = 0
+    for member in source.members:
+        if _present(member.target, root):
+            continue
+        url = f"{mirror}/{member.target.relpath}"
+        part = _part_of(member.target.relpath, root)
+        try:
+            download(url, part, say=say)
+        except NotOnMirror:
+            if asked == 0:
+                raise
+            raise FetchError(f"{url}: no such file, though the mirror has other files of {source.name} in a data "
+                             "directory's layout (an incomplete mirror)") from None
+        asked += 1
+        try:
+            install(part.read_bytes(), member.target, root, url)
+        finally:  # a whole download that failed its check is not a part to resume
+            part.unlink(missing_ok=True)
+    if source.name != "race":
+        return
+    manifest = next(m.target for m in source.members if m.member == "RACE/")
+    lines = (root / manifest.relpath).read_text().splitlines()
+    fetched = 0
+    for digest, rel in (line.split(maxsplit=1) for line in lines if line.strip()):
+        path = root / "race" / rel
+        if path.is_file() and sha256_file(path) == digest:
+            continue
+        url = f"{mirror}/race/{rel}"
+        part = _part_of(f"race/{rel}", root)
+        download(url, part, say=lambda message: None)  # ~2,800 small files: one line for all of them below
+        data = part.read_bytes()
+        part.unlink(missing_ok=True)
+        if _sha(data) != digest:
+            raise FetchError(f"race/{rel} from {url} has sha256 {_sha(data)}, expected {digest} (the pinned "
+                             "race/SHA256SUMS); nothing more was installed")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, [data])
+        fetched += 1
+    say(f"  {fetched} RACE test/dev file(s) from {mirror}/race/RACE/, each checked against race/SHA256SUMS")
+
+
 def fetch_source(source: Source, root: Path, *, mirror: str | None, say: Callable[[str], None]) -> str:
-    """Make ``source``'s files present and verified under ``root``; returns what was done."""
-    if all(_present(m.target, root) for m in source.members):
+    """Make ``source``'s files present and verified under ``root``; returns what was done. From a mirror, its
+    data-directory layout is tried first, then the sources' file names."""
+    if all(_present(m.target, root) for m in source.members) and (source.name != "race" or _race_whole(root)):
         return "already there"
-    url = f"{mirror.rstrip('/')}/{source.filename}" if mirror else source.url
-    part = root / ".fetch" / f"{source.filename}.part"
-    download(url, part, say=say)
+    if mirror:
+        try:
+            _from_data_directory(source, root, mirror.rstrip("/"), say)
+            return "installed"
+        except NotOnMirror as err:
+            layout = str(err)
+        url = f"{mirror.rstrip('/')}/{source.filename}"
+        try:
+            part = download(url, root / ".fetch" / f"{source.filename}.part", say=say)
+        except NotOnMirror:
+            raise FetchError(f"the mirror has neither a data directory's file ({layout}) nor the source's file "
+                             f"name ({url}: no such file)") from None
+    else:
+        url = source.url
+        part = download(url, root / ".fetch" / f"{source.filename}.part", say=say)
     if source.name == "race":
         _race(part, source, root, url)
     elif source.is_archive:
@@ -224,11 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="\n".join(__doc__.split("\n")[2:6]))
     parser.add_argument("--only", action="append", choices=NAMES, metavar="NAME",
                         help=f"only these sources (repeatable: {', '.join(NAMES)}; default: all)")
-    parser.add_argument("--data-dir", default=None, help=f"where to put them (default: ${ENV_VAR}, else "
-                        "<repo>/../shared/data); created when missing")
+    parser.add_argument("--data-dir", default=None, help=f"where to put them (default: {DEFAULT_DATA_DIR_TEXT}); "
+                        "created when missing")
     parser.add_argument("--mirror", default=None, metavar="URL",
-                        help="fetch every file from URL/<file name> instead of its source; URL is http(s)://, "
-                             f"ftp:// or file://, or a local folder (default: ${MIRROR_ENV}, else the sources)")
+                        help="fetch every file from URL instead of its source: a data directory as this command "
+                             "writes it (URL/tokenizers/gpt2-vocab.json, URL/race/SHA256SUMS, ...), else the sources' "
+                             "file names (URL/encoder.json, URL/RACE.tar.gz, ...); URL is http(s)://, ftp:// or "
+                             f"file://, or a local folder (default: ${MIRROR_ENV}, else the sources)")
     return parser
 
 
@@ -250,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"repro data fetch: error: {origin} {err}", file=sys.stderr)
         return 2
-    root = Path(args.data_dir or os.environ.get(ENV_VAR) or REPO_ROOT.parent / "shared" / "data")
+    root = Path(args.data_dir) if args.data_dir is not None else default_data_dir()[0]
     problem = writable_dir_problem(root)
     if problem is not None:
         print(f"repro data fetch: error: {root} {problem}", file=sys.stderr)

@@ -188,9 +188,9 @@ def bert_hf_state(state: Mapping[str, torch.Tensor], config: BertConfig) -> dict
         if ours in enc and (theirs.startswith("bert.") or architecture.endswith("ForPreTraining")):
             out[theirs] = enc[ours]
     if architecture.endswith("ForPreTraining"):
+        # the decoder's weight and bias are not stored: Hugging Face ties them to the word embeddings and to
+        # cls.predictions.bias (tie_word_embeddings), so each tensor is written once
         out["cls.predictions.bias"] = enc["lm_head.bias"][:vocab]
-        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]  # tied
-        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
     if multiple_choice:
         out["classifier.weight"], out["classifier.bias"] = state["head.weight"], state["head.bias"]
     if architecture.endswith("Model"):  # the bare encoder: Hugging Face names it without the prefix

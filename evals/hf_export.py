@@ -8,28 +8,35 @@ BERT (the harness's own, RACE finetuning's ``--save``, Megatron-LM's): :mod:`eva
 or ``MegatronBert*`` (pre-LN, Megatron's placement), ``*ForMultipleChoice`` for RACE's finetuned model.
 
 Written as ``config.json`` + ``model.safetensors`` (written here: an 8-byte header length, a JSON header, the raw
-little-endian tensors). A model with the vocabulary of the data directory's tokenizer (GPT-2's BPE, BERT's uncased
-WordPiece) also gets the tokenizer's files, so that ``AutoTokenizer`` and lm-eval's ``HFLM`` load the directory as
-it is.
+little-endian tensors; a tied tensor once, under the name Hugging Face loads it by: ``transformer.wte.weight``, not
+``lm_head.weight``, which ``tie_word_embeddings`` ties to it) and the tokenizer's files, so that ``AutoTokenizer``
+and lm-eval's ``HFLM`` load the directory as it is: GPT-2's BPE for a GPT whose vocabulary holds GPT-2's 50,257
+tokens (also one padded above them, as Megatron's ``make-vocab-size-divisible-by`` or nanoGPT's 50,304), from the
+data directory or, for an installed wheel, its own copies; BERT's uncased WordPiece for a BERT of its 30,522 tokens,
+from the data directory. Where those files are nowhere, the command refuses in one line and writes nothing; a model
+whose vocabulary no tokenizer here fits (a toy vocabulary) is written without one, and the command says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import struct
 import sys
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
 
 from repro.cliargs import OneLineParser
 from repro.models.config import GPTConfig
+from repro.text.data_files import DEFAULT_DATA_DIR_TEXT
 
 GPT2_VOCAB = 50257
-BERT_VOCAB = "bert-large-uncased-vocab.txt"
+BERT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece
 _DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
 
@@ -40,8 +47,8 @@ def _qkv_to_hf(fused: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def gpt2_state(state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
-    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (lm_head tied to wte): the inverse of
-    :func:`evals.hf_convert.convert_gpt2`, by the same name table."""
+    """Consolidated repro GPT state dict -> ``GPT2LMHeadModel`` state dict (without lm_head, tied to wte): the
+    inverse of :func:`evals.hf_convert.convert_gpt2`, by the same name table."""
     from evals.hf_convert import gpt2_names
 
     out = {}
@@ -51,7 +58,7 @@ def gpt2_state(state: Mapping[str, torch.Tensor], config: GPTConfig) -> dict[str
             tensor = _qkv_to_hf(tensor, config.num_attention_heads)
         out[theirs] = tensor.t() if transposed else tensor
     out["transformer.wte.weight"] = out["transformer.wte.weight"][: config.vocab_size]
-    out["lm_head.weight"] = out["transformer.wte.weight"]
+    # lm_head.weight is not stored: GPT2LMHeadModel ties it to wte (tie_word_embeddings), as GPT-2's own files do
     return {k: v.detach().to(torch.float32).contiguous() for k, v in out.items()}
 
 
@@ -69,8 +76,8 @@ def gpt2_config_json(config: GPTConfig) -> dict:
 
 
 def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> None:
-    """The safetensors layout: u64 header length, JSON header (dtype, shape, byte offsets), tensor bytes. Tied
-    tensors are written once each under each name (safetensors has no aliasing)."""
+    """The safetensors layout: u64 header length, JSON header (dtype, shape, byte offsets), tensor bytes. Every name
+    gets its own bytes (safetensors has no aliasing): a tied tensor's second name is left out by the caller."""
     header: dict = {"__metadata__": dict(metadata)}
     blobs, offset = [], 0
     for name in sorted(tensors):
@@ -117,33 +124,47 @@ def _load_any(checkpoint: str | Path):
     return architecture, load_checkpoint(checkpoint, expect=architecture)
 
 
-def _copy_tokenizer(out: Path, tokenizer_dir: Path, architecture: str, vocab_size: int,
-                    max_length: int) -> str | None:
-    """The tokenizer's files, when the model's vocabulary is the data directory's; the tokenizer's name, if so."""
-    gpt2_files = all((tokenizer_dir / name).is_file() for name in ("gpt2-vocab.json", "gpt2-merges.txt"))
-    if architecture == "gpt" and vocab_size == GPT2_VOCAB and gpt2_files:
-        shutil.copyfile(tokenizer_dir / "gpt2-vocab.json", out / "vocab.json")
-        shutil.copyfile(tokenizer_dir / "gpt2-merges.txt", out / "merges.txt")
-        name = "GPT-2"
-        config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
-                  "unk_token": "<|endoftext|>"}
-    elif architecture != "gpt" and (tokenizer_dir / BERT_VOCAB).is_file() and vocab_size == len(
-            (tokenizer_dir / BERT_VOCAB).read_text(encoding="utf-8").splitlines()):
-        shutil.copyfile(tokenizer_dir / BERT_VOCAB, out / "vocab.txt")
-        name = "BERT uncased WordPiece"
-        config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "unk_token": "[UNK]",
-                  "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}
-    else:
-        return None
-    (out / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": max_length}) + "\n")
-    return name
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """The tokenizer an export carries: its name, the files (name in OUT -> source) and tokenizer_config.json."""
+
+    name: str
+    files: dict[str, Path]
+    config: dict
 
 
-def export_hf(checkpoint: str | Path, out: str | Path, *,
-              tokenizer_dir: Path | None = None) -> tuple[str, str | None]:
-    """Write ``out`` (config.json, model.safetensors, and the tokenizer when given and it is the model's) from any
-    GPT or BERT checkpoint the harness reads; returns (the Hugging Face class written, the tokenizer's name or
-    None when none was written)."""
+def tokenizer_for(architecture: str, vocab_size: int, data_dir: str | os.PathLike | None = None
+                  ) -> TokenizerFiles | None:
+    """GPT-2's BPE for a GPT of at least its 50,257 tokens (a padded vocabulary too: the ids above are never
+    produced), BERT's uncased WordPiece for a BERT of exactly its 30,522; None for any other vocabulary. Files
+    checked against their pinned sha256; :class:`~repro.text.data_files.DataError` (one line naming the fetch)
+    when they are nowhere."""
+    from repro.text.data_files import BERT_VOCAB, data_path, gpt2_tokenizer_files
+
+    if architecture == "gpt" and vocab_size >= GPT2_VOCAB:
+        vocab, merges = gpt2_tokenizer_files(data_dir)
+        return TokenizerFiles("GPT-2", {"vocab.json": vocab, "merges.txt": merges}, {
+            "tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+            "unk_token": "<|endoftext|>"})
+    if architecture != "gpt" and vocab_size == BERT_VOCAB_SIZE:
+        return TokenizerFiles("BERT uncased WordPiece", {"vocab.txt": data_path(BERT_VOCAB, data_dir)}, {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": True, "unk_token": "[UNK]", "sep_token": "[SEP]",
+            "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"})
+    return None
+
+
+def _write_tokenizer(out: Path, tokenizer: TokenizerFiles, max_length: int) -> None:
+    for name, source in tokenizer.files.items():
+        shutil.copyfile(source, out / name)
+    (out / "tokenizer_config.json").write_text(json.dumps({**tokenizer.config, "model_max_length": max_length})
+                                               + "\n")
+
+
+def export_hf(checkpoint: str | Path, out: str | Path, *, with_tokenizer: bool = False,
+              data_dir: str | os.PathLike | None = None) -> tuple[str, str | None]:
+    """Write ``out`` (config.json, model.safetensors, and with ``with_tokenizer`` the tokenizer that fits the model,
+    :func:`tokenizer_for`, found before anything is written) from any GPT or BERT checkpoint the harness reads;
+    returns (the Hugging Face class written, the tokenizer's name or None when none was written)."""
     from evals.checkpoint_formats import checkpoint_format
     from evals.hf_bert import bert_architecture, bert_config_json, bert_hf_state
 
@@ -159,14 +180,15 @@ def export_hf(checkpoint: str | Path, out: str | Path, *,
     else:
         state, hf_class = bert_hf_state(loaded.state_dict, config), bert_architecture(loaded.state_dict, config)
         config_json = bert_config_json(config, hf_class)
+    tokenizer = tokenizer_for(architecture, config.vocab_size, data_dir) if with_tokenizer else None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_safetensors(out / "model.safetensors", state,
                       {"format": "pt", "exported_from": str(checkpoint), "source": loaded.source})
     (out / "config.json").write_text(json.dumps(config_json, indent=1) + "\n")
-    tokenizer = None if tokenizer_dir is None else _copy_tokenizer(out, tokenizer_dir, architecture, config.vocab_size,
-                                                              config.max_position_embeddings)
-    return hf_class, tokenizer
+    if tokenizer is not None:
+        _write_tokenizer(out, tokenizer, config.max_position_embeddings)
+    return hf_class, tokenizer.name if tokenizer is not None else None
 
 
 def out_overlap_problem(checkpoint: str | Path, out: str | Path) -> str | None:
@@ -182,21 +204,18 @@ def out_overlap_problem(checkpoint: str | Path, out: str | Path) -> str | None:
     return None
 
 
-def _tokenizer_dir(data_dir: str | None) -> tuple[Path | None, str | None]:
-    """(the tokenizer directory or None, an error line or None): a data directory given by --data-dir or a set
-    $REPRO_DATA must exist; without either, a missing default only means no tokenizer is copied."""
-    import os
-
+def _data_dir_problem(data_dir: str | None) -> str | None:
+    """An error line when --data-dir, or a set $REPRO_DATA, names a directory that cannot be read (even where an
+    installed wheel's own tokenizer copies would do: a setting that names nothing usable is a mistake)."""
     from repro.text.data_files import ENV_VAR, resolve_data_dir
 
+    if data_dir is None and not os.environ.get(ENV_VAR):
+        return None
     try:
-        return resolve_data_dir(data_dir) / "tokenizers", None
+        resolve_data_dir(data_dir)
     except (ValueError, OSError) as err:
-        if data_dir is not None:
-            return None, f"--data-dir {data_dir}: {err}"
-        if os.environ.get(ENV_VAR):
-            return None, f"{ENV_VAR}={os.environ[ENV_VAR]}: {err}"
-        return None, None  # no data directory here: the weights and config alone
+        return f"--data-dir {data_dir}: {err}" if data_dir is not None else f"{ENV_VAR}={os.environ[ENV_VAR]}: {err}"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,9 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "newest checkpoint) or one iter_N inside it, the harness's own (convert-hf, race-finetune "
                         "--save), or Megatron-LM's")
     parser.add_argument("out", help="the Hugging Face directory to write (created; files in it are replaced)")
-    parser.add_argument("--data-dir", default=None, help="where the tokenizer files are (default: $REPRO_DATA, else "
-                        "../shared/data); copied only for a model with the tokenizer's vocabulary (GPT-2's 50257, "
-                        "BERT's uncased 30522)")
+    parser.add_argument("--data-dir", default=None, help=f"where the tokenizer files are (default: "
+                        f"{DEFAULT_DATA_DIR_TEXT}; an installed wheel also carries GPT-2's): GPT-2's BPE for a GPT of "
+                        "at least its 50257 tokens, BERT's uncased WordPiece for a BERT of its 30522; a model of "
+                        "another vocabulary is written without a tokenizer")
     return parser
 
 
@@ -225,15 +245,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"repro export-hf: error: {args.out} {problem}", file=sys.stderr)
         return 2
-    tokenizers, error = _tokenizer_dir(args.data_dir)
+    error = _data_dir_problem(args.data_dir)
     if error is not None:
         print(f"repro export-hf: error: {error}", file=sys.stderr)
         return 2
     try:
-        hf_class, tokenizer = export_hf(args.checkpoint, args.out, tokenizer_dir=tokenizers)
-    except ValueError as err:
+        hf_class, tokenizer = export_hf(args.checkpoint, args.out, with_tokenizer=True, data_dir=args.data_dir)
+    except ValueError as err:  # a DataError too: the tokenizer's files are nowhere (nothing was written)
         print(f"repro export-hf: error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}/config.json and model.safetensors ({hf_class})" + (
-        f" and the {tokenizer} tokenizer" if tokenizer else ""))
+        f" and the {tokenizer} tokenizer" if tokenizer else "; no tokenizer: none here has the model's vocabulary "
+        f"(GPT-2's is 50257 tokens, BERT's 30522)"))
     return 0

@@ -16,7 +16,7 @@ On the OpenAI file, strict and lm-eval coincide except where the two tokenize th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from evals.scoring import CausalLM, ContinuationScore, score_continuations
@@ -76,6 +76,9 @@ class LambadaResult:
     num_correct: int
     mean_logprob: float  # mean over examples of log p(target tokens | context)
     num_target_tokens: int
+    #: per example: greedy decoding reproduced the target; log p(target | context) (for the standard errors)
+    correct: tuple[bool, ...] = field(default=(), compare=False, repr=False)
+    logprobs: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def accuracy(self) -> float:
@@ -94,6 +97,8 @@ def summarize(definition: str, scores: Sequence[ContinuationScore]) -> LambadaRe
         num_correct=sum(s.is_greedy for s in scores),
         mean_logprob=math.fsum(s.logprob for s in scores) / len(scores),
         num_target_tokens=sum(s.num_tokens for s in scores),
+        correct=tuple(s.is_greedy for s in scores),
+        logprobs=tuple(s.logprob for s in scores),
     )
 
 

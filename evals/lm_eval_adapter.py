@@ -97,13 +97,15 @@ def local_task(task_name: str, jsonl_path: str | Path):
     return ConfigurableTask(config=config)
 
 
-def run_lm_eval(lm, tasks: Sequence[Any]) -> dict[str, dict[str, Any]]:
-    """Run lm-eval's evaluator (zero-shot, no bootstrap) on ``tasks``; returns its per-task metrics."""
+def run_lm_eval(lm, tasks: Sequence[Any], *, bootstrap_iters: int = 0) -> dict[str, dict[str, Any]]:
+    """Run lm-eval's evaluator (zero-shot; standard errors only with ``bootstrap_iters`` > 0, as lm-eval's own
+    setting) on ``tasks``; returns its per-task metrics."""
     evaluate = require("lm_eval.evaluator", "lm-eval's evaluator").evaluate
 
     # a plain {name: task} dict: lm-eval's TaskManager would index every YAML it ships (tens of seconds)
     task_dict = {task.config.task: task for task in tasks}
-    output = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=0, log_samples=False, verbosity="ERROR")
+    output = evaluate(lm=lm, task_dict=task_dict, bootstrap_iters=bootstrap_iters, log_samples=False,
+                      verbosity="ERROR")
     return output["results"]
 
 

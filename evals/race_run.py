@@ -19,6 +19,7 @@ from evals.checkpoints import save_consolidated
 from evals.loaders import load_race
 from evals.multiple_choice import MultipleChoiceModel
 from evals.race_data import LEVELS, questions_of, tokenize_questions
+from evals.stderr import mean_stderr
 from evals.race_finetune import FinetuneConfig, accuracy_by_level, finetune, predict
 from evals.records import row
 from repro.text.tokenization import bert_tokenizer, check_vocab_compatible
@@ -104,8 +105,10 @@ def run_race_finetune(spec: RaceFinetuneSpec) -> list[dict[str, Any]]:
         accuracy = accuracy_by_level(predict(model, data, progress=spec.progress, device=spec.device),
                                      data.labels, data.levels)
         for level, result in accuracy.items():
+            scores = [1.0] * result["correct"] + [0.0] * (result["total"] - result["correct"])  # lm-eval's mean_stderr
+            error = mean_stderr(scores)
             rows.append(row("accuracy", 100.0 * result["accuracy"], "%", definition=f"megatron_finetune_{split}_{level}",
-                            data_sha256=",".join(split_shas), **kw))
+                            data_sha256=",".join(split_shas), stderr=None if error is None else 100.0 * error, **kw))
             rows.append(row("questions", result["total"], "count", definition=f"megatron_finetune_{split}_{level}",
                             data_sha256=",".join(split_shas), **kw))
     if spec.save_to:

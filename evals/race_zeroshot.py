@@ -81,10 +81,15 @@ class RaceZeroShotResult:
     labels: tuple[int, ...]
     levels: tuple[str, ...]
 
-    def accuracy(self, level: str = "all") -> float:
+    def correct(self, level: str = "all") -> list[bool]:
+        """Per document of ``level`` (or all): whether the prediction is the answer."""
         picked = [p == y for p, y, lv in zip(self.predictions, self.labels, self.levels) if level in ("all", lv)]
         if not picked:
             raise ValueError(f"no RACE documents of level {level!r}")
+        return picked
+
+    def accuracy(self, level: str = "all") -> float:
+        picked = self.correct(level)
         return sum(picked) / len(picked)
 
 

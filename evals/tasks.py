@@ -54,6 +54,7 @@ class EvalSpec:
     split: str = "test"
     levels: tuple[str, ...] = ("middle", "high")
     progress: bool = True
+    bootstrap_iters: int = 100_000  # lm-eval's: resamples for a perplexity's standard error (0: no stderr at all)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -62,6 +63,8 @@ class EvalSpec:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name}={value} must be >= 1")
+        if self.bootstrap_iters < 0:
+            raise ValueError(f"bootstrap_iters={self.bootstrap_iters} must be >= 0")
 
 
 def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
@@ -71,8 +74,20 @@ def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
     return settings
 
 
+def _accuracy_stderr(correct, spec: EvalSpec) -> float | None:
+    """lm-eval's ``mean_stderr`` of per-example 0/1 scores (none with ``bootstrap_iters`` 0, as lm-eval)."""
+    from evals.stderr import mean_stderr
+
+    return mean_stderr([float(c) for c in correct]) if spec.bootstrap_iters > 0 else None
+
+
+def _percent(fraction: float | None) -> float | None:
+    return None if fraction is None else 100.0 * fraction
+
+
 def _wikitext(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[dict[str, Any]]:
-    """Megatron's token and adjusted perplexity (overlapping windows), lm-eval's word/byte perplexity per article."""
+    """Megatron's token and adjusted perplexity (overlapping windows), lm-eval's word/byte perplexity per article;
+    no standard errors, as lm-eval computes none for a weighted perplexity or bits per byte."""
     from evals import wikitext as wikitext_mod
     from evals.records import row
     from evals.loaders import load_wikitext
@@ -106,16 +121,20 @@ def _lambada(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[d
     from evals import lambada as lambada_mod
     from evals.records import row
     from evals.loaders import load_lambada
+    from evals.stderr import perplexity_stderrs
 
     loaded_text = load_lambada(spec.data_dir)
     results = lambada_mod.evaluate_lambada(model, tokenizer, loaded_text.records[: spec.limit],
                                            batch_size=spec.batch_size, progress=spec.progress)
     kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
     rows: list[dict[str, Any]] = []
-    for definition, result in results.items():
+    perplexity_errors = perplexity_stderrs([r.logprobs for r in results.values()], iters=spec.bootstrap_iters)
+    for (definition, result), perplexity_error in zip(results.items(), perplexity_errors):
         rows += [
-            row("accuracy", 100.0 * result.accuracy, "%", definition=definition, **kw),
-            row("last_word_perplexity", result.perplexity, "perplexity", definition=definition, **kw),
+            row("accuracy", 100.0 * result.accuracy, "%", definition=definition,
+                stderr=_percent(_accuracy_stderr(result.correct, spec)), **kw),
+            row("last_word_perplexity", result.perplexity, "perplexity", definition=definition,
+                stderr=perplexity_error, **kw),
             row("examples", result.num_examples, "count", definition=definition, **kw),
         ]
     return rows
@@ -134,7 +153,8 @@ def _race_zeroshot(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> 
         shas.append(loaded_race.data_sha256)
     result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
     kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
-    rows = [row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}", **kw)
+    rows = [row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}",
+                stderr=_percent(_accuracy_stderr(result.correct(level), spec)), **kw)
             for level in (*spec.levels, "all")]
     return rows + [row("documents", len(docs), "count", definition="lm_eval_zeroshot_all", **kw)]
 

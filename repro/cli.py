@@ -27,13 +27,15 @@ import sys
 from pathlib import Path
 
 from repro import results as R
-from repro.cliargs import OneLineParser, positive_float
+from repro.about import VersionAction
+from repro.cliargs import OneLineParser
 from repro.experiments import EXTRA_ENV, SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.harness.machine_fit import DEVICES, NeedsGPU
 from repro.harness.resources import cpu_scale_of, format_time, resources_of
 from repro.harness.runner import budget_for, plan_run
-from repro.harness.submit import SlurmMissing, SubmitError, check_sbatch_arg
+from repro.harness.submit import SlurmMissing, SubmitError
+from repro.harness.submit_cli import add_submit_parser, run_submit
 from repro.optional import MissingPackage
 from repro.paths import writable_dir_problem
 
@@ -147,44 +149,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from repro.harness import submit as S
-
-    reg = _registry(args)
-    exp = reg.get(args.experiment)
-    scale = _scale(args.scale) if args.scale is not None else cpu_scale_of(exp)
-    if args.wait and args.dry_run:
-        raise ValueError("--wait with --dry-run: a dry run submits nothing, so there is no job to wait for")
-    extra = [check_sbatch_arg(arg) for arg in args.sbatch_arg or ()]
-    options = dict(points=args.point, gpus_per_node=args.gpus_per_node, nodes=args.nodes,
-                   cpus_per_task=args.cpus_per_task, cpu=args.cpu, array=args.array, partition=args.partition,
-                   max_parallel=args.max_parallel,
-                   time_limit=args.time, mem_gb=args.mem, extra=extra,
-                   log_dir=R.results_dir(args.results_dir) / "slurm-logs")
-    S.plans(exp, scale, write_files=False, **options)  # every value checked before Slurm is looked for
-    if not args.dry_run:
-        S.require("sbatch")  # before anything is written
-    jobs = S.plans(exp, scale, write_files=not args.dry_run, **options)
-    for job in jobs:
-        print(f"sbatch command ({len(job.points)} point(s): {', '.join(job.points)}): " + " ".join(job.argv))
-    if args.dry_run:
-        return 0
-    env = {"REPRO_DEVICE": "cpu"} if args.cpu else {}
-    if args.results_dir or os.environ.get(R.RESULTS_ENV):
-        env["REPRO_RESULTS_DIR"] = str(R.results_dir(args.results_dir).resolve())
-    ids = []
-    for job in jobs:
-        job_id = S.submit(job, env=env)
-        ids.append(job_id)
-        print(f"submitted job {job_id} ({'array, ' if job.array else ''}log {job.log_pattern})")
-    if not args.wait:
-        return 0
-    say = lambda message: print(message, flush=True)  # noqa: E731 - a line at a time, as the jobs change
-    say(f"waiting for job {', '.join(ids)} (state changes as they happen, a summary every {args.progress_every:g} s "
-        f"without one; --timeout {args.timeout:g} s; Ctrl-C stops the waiting, not the jobs)")
-    states = S.wait_all(ids, timeout_s=args.timeout, say=say, progress_s=args.progress_every)
-    for state in states:
-        print(state.describe())
-    return 0 if all(s.ok for s in states) else 1
+    exp = _registry(args).get(args.experiment)
+    return run_submit(args, exp, _scale(args.scale) if args.scale is not None else cpu_scale_of(exp))
 
 
 def cmd_figures(args: argparse.Namespace) -> int:
@@ -244,6 +210,7 @@ def _results_dir(text: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="repro", description="Reproduce the papers' figures and tables.")
+    parser.add_argument("--version", action=VersionAction, help="print repro's version, its commit and torch's")
     parser.add_argument("--results-dir", type=_results_dir, default=None,
                         help="results root: runs/, figures/, claims.md, slurm-logs/ (default: $REPRO_RESULTS_DIR, "
                         "else results/ of the checkout)")
@@ -264,47 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto: GPU points on a GPU when this machine has one, else CPU; cpu runs GPU points on CPU")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("submit", help="submit an experiment to Slurm, sized from its points' resources",
-                       description="One job per distinct resource shape of the chosen points (node and paper scales; "
-                       "an array over that shape's points), or one job for a ci/smoke scale. Each job asks for the "
-                       "nodes, tasks per node (= world size / nodes), GPUs per node, CPUs per task, memory and time "
-                       "the points declare (repro list --scale S shows them); the options below override them. Logs: "
-                       "<results>/slurm-logs/repro-EXP-<array job id>_<task>.out for an array task, "
-                       "repro-EXP-<job id>.out for a single job.")
-    p.add_argument("experiment", metavar="EXP", help="experiment name, as `repro list` shows it")
-    p.add_argument("--scale", help=RUN_SCALE_HELP.format(command="submit") + "; node and paper are the cluster "
-                   "sizes")
-    p.add_argument("--point", "--points", nargs="+", action="extend", metavar="POINT",
-                   help="only these points (default: every point of the scale)")
-    p.add_argument("--gpus-per-node", metavar="N", help="GPUs per node, >= 0 (default: as declared); nodes are "
-                   "re-derived at one rank per GPU unless --nodes is given")
-    p.add_argument("--nodes", metavar="N", help="nodes, >= 1, dividing each point's world size (default: as declared)")
-    p.add_argument("--cpus-per-task", metavar="N", help="CPUs per rank, >= 1 (default: as declared)")
-    p.add_argument("--cpu", action="store_true", help="run GPU points on CPU (REPRO_DEVICE=cpu, no GPUs asked; "
-                   "default: GPU points get GPUs)")
-    p.add_argument("--array", action=argparse.BooleanOptionalAction, default=None,
-                   help="one point per array task (default: when a job has several points, or only some of the "
-                   "scale's; --no-array runs a whole scale of one shape in one job)")
-    p.add_argument("--max-parallel", metavar="N", help="at most N array tasks at once, Slurm's array throttle "
-                   "(--array=0-7%%N; default: as many as the cluster lets run)")
-    p.add_argument("--partition", help="Slurm partition, or several separated by commas (default: the cluster's "
-                   "default partition)")
-    p.add_argument("--time", help="time limit per job: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, > 0 "
-                   "(default: as declared)")
-    p.add_argument("--mem", metavar="GIB", help="GiB per node, >= 0; 0 = all of the node's (default: as declared)")
-    p.add_argument("--sbatch-arg", action="append", metavar="OPTION",
-                   help="one more sbatch option, --name=value or --flag, e.g. --sbatch-arg=--account=abc "
-                   "(repeatable; default: none; the options above are set with their own flags)")
-    p.add_argument("--dry-run", action="store_true", help="print the sbatch command lines only (needs no Slurm; "
-                   "default: submit)")
-    p.add_argument("--wait", action="store_true", help="wait for the jobs, printing every state change and a "
-                   "summary while nothing changes, then their final states and exit codes (default: return once "
-                   "submitted)")
-    p.add_argument("--timeout", type=positive_float, default=3600.0, metavar="SECONDS",
-                   help="how long --wait waits; the jobs go on after it")
-    p.add_argument("--progress-every", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="while waiting, print a summary after this many seconds without a state change")
-    p.set_defaults(func=cmd_submit)
+    add_submit_parser(sub, RUN_SCALE_HELP.format(command="submit")).set_defaults(func=cmd_submit)
     p = sub.add_parser("figures", help="draw the figures")
     p.add_argument("--scale", default="any", help=REPORT_SCALE_HELP.format(what="draw", where="figure"))
     p.add_argument("--only", action="append", metavar="FIGURE", help="only this figure (repeatable; default: all "
@@ -343,6 +270,10 @@ FORWARDED = {
     "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
                   "model.safetensors)"),
     "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
+    "corpus": ("repro.training.corpus", "tokenize text into a corpus for repro train (= python -m "
+               "repro.training.corpus)"),
+    "consolidate": ("repro.training.consolidate", "a repro train checkpoint as one state dict file (= python -m "
+                    "repro.training.consolidate)"),
     "zero-report": ("repro.harness.zero_report", "where a ZeRO rank's memory goes (same as python -m repro.harness.zero_report)"),
 }
 

@@ -9,6 +9,11 @@ A missing package raises :class:`MissingPackage` (an ``ImportError``, so ``excep
 working) whose message is one line naming the package, what needed it and the ``pip install`` that fixes it; the
 command-line entry points print that line and exit with status 2. Tests that need one of these packages skip and
 name it (:func:`repro.testing.needs`).
+
+A package that is installed but fails to import (a broken install: a dependency missing or of the wrong build, an
+error raised while it loads) is not a missing one: :class:`BrokenPackage` (a :class:`MissingPackage`, so the entry
+points still print one line and exit 2) names the error and the reinstall that fixes it, and a test that reaches it
+fails with that line instead of skipping, so a broken environment cannot pass as a machine without the package.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ class MissingPackage(ImportError):
     """An optional package is not installed (or cannot be imported); the message says which and how to install it."""
 
 
+class BrokenPackage(MissingPackage):
+    """An optional package is installed but raises when imported; the message names the error and the reinstall."""
+
+
 def pip_name(module: str) -> str:
     """The ``pip install`` name of the package that provides ``module`` (``lm_eval.api`` -> ``lm-eval``)."""
     top = module.split(".")[0]
@@ -46,17 +55,24 @@ def require(module: str, purpose: str) -> ModuleType:
     except ImportError as err:
         missing = err.name or ""
         if missing and (module == missing or module.startswith(missing + ".")):
-            why = "which is not installed"
-        else:  # installed, but one of its own imports failed: say which
-            why = f"which cannot be imported here ({type(err).__name__}: {err})"
-        raise MissingPackage(f"{purpose} needs the package {pip!r}, {why}; install it with: pip install {pip}",
-                             name=module) from None
+            raise MissingPackage(f"{purpose} needs the package {pip!r}, which is not installed; install it with: "
+                                 f"pip install {pip}", name=module) from None
+        raise _broken(module, purpose, err) from None  # installed, but one of its own imports failed
+    except Exception as err:  # noqa: BLE001 - whatever a broken install raises while it loads
+        raise _broken(module, purpose, err) from None
     spec = getattr(imported, "__spec__", None)
     if spec is not None and spec.origin in (None, "namespace"):  # a bare folder of that name, not the package
         folders = ", ".join(getattr(imported, "__path__", []))
         raise MissingPackage(f"{purpose} needs the package {pip!r}, which is not installed (the folder {folders} "
                              f"has its name but no code); install it with: pip install {pip}", name=module)
     return imported
+
+
+def _broken(module: str, purpose: str, err: BaseException) -> BrokenPackage:
+    pip = pip_name(module)
+    reason = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+    return BrokenPackage(f"{purpose} needs the package {pip!r}, which is installed but cannot be imported ({reason}); "
+                         f"repair the install, e.g. pip install --force-reinstall {pip}", name=module)
 
 
 def torch_version() -> tuple[int, int]:

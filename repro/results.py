@@ -31,17 +31,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from repro.checkout import REPO_ROOT, in_checkout  # noqa: F401 - re-exported: results, assets and tests ask here
 from repro.vocabulary import RESERVED_ROW_KEYS, Row
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
-REPO_ROOT = Path(__file__).resolve().parents[1]
 KEY_COLUMNS = ["experiment", "scale", "point", "run_id", "metric", "value", "unit"]
-
-
-def in_checkout() -> bool:
-    """Whether the code runs from a checkout of the repository (editable install, PYTHONPATH) rather than from an
-    installed wheel, whose parent folder is site-packages."""
-    return (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "repro").is_dir()
 
 
 def results_dir(override: str | os.PathLike | None = None) -> Path:

@@ -2,15 +2,24 @@
 
 A test whose code reaches an optional package that is not installed (:class:`repro.optional.MissingPackage`, in
 the test or in a fixture) skips with that package's one-line message instead of failing; tests that need one in a
-subprocess say so with :func:`repro.testing.needs`.
+subprocess say so with :func:`repro.testing.needs`. A package that is installed but broken
+(:class:`repro.optional.BrokenPackage`) fails the test with its one line: a broken environment is not a machine
+without the package. Tests that need the evaluation data skip without it, and the run ends with one line saying how
+to get it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from repro.text.data_files import DataError, resolve_data_dir
-from repro.optional import MissingPackage
+from repro.text.data_files import DataError, default_data_dir, fetch_command, resolve_data_dir
+from repro.optional import BrokenPackage, MissingPackage
+
+
+#: the start of every skip for want of the evaluation data (counted in the run's last lines)
+NO_DATA = "evaluation data not available"
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +27,25 @@ def data_dir():
     try:
         return resolve_data_dir()
     except DataError as err:  # the evaluation data is not part of the repository
-        pytest.skip(f"evaluation data not available: {err}")
+        pytest.skip(f"{NO_DATA}: {err}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line for all the tests that skipped for want of the evaluation data: how many, and how to get it."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", ())
+               if NO_DATA in str(getattr(r, "longrepr", "") or "")]
+    if skipped:
+        where = default_data_dir()[0]
+        terminalreporter.write_line(f"{len(skipped)} test(s) skipped for want of the evaluation data in {where}: get "
+                                    f"it with `{fetch_command(None)}` (or point $REPRO_DATA at a copy), then run "
+                                    "them again")
+
+
+def _skip_or_fail(err: MissingPackage):
+    """A package that is not installed: skip, naming it; one installed but broken: fail, in one line."""
+    if isinstance(err, BrokenPackage):
+        pytest.fail(str(err), pytrace=False)
+    pytest.skip(str(err))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -26,7 +53,7 @@ def pytest_runtest_setup(item):
     try:
         return (yield)
     except MissingPackage as err:
-        pytest.skip(str(err))
+        _skip_or_fail(err)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -34,7 +61,7 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except MissingPackage as err:
-        pytest.skip(str(err))
+        _skip_or_fail(err)
 
 
 def _exercises_cuda(item) -> bool:
@@ -52,3 +79,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _exercises_cuda(item):
             item.add_marker(pytest.mark.cuda)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """A venv (seeing this machine's torch and other dependencies) with only the wheel's repro in it, outside the
+    checkout: built once per test session, for every test that runs the installed wheel."""
+    import subprocess
+    import sys
+    import venv
+
+    from repro.checkout import REPO_ROOT
+
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp / "dist"), "-q"], capture_output=True, text=True, timeout=300)
+    if built.returncode != 0 and "bdist_wheel" in built.stderr:
+        pytest.skip("this Python cannot build wheels without network (setuptools lacks bdist_wheel)")
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("repro_llm_systems-*.whl"))
+    venv.create(tmp / "venv", system_site_packages=True, with_pip=True)
+    python = tmp / "venv" / "bin" / "python"
+    # --ignore-installed: the venv sees this machine's packages (torch is never installed twice), among them maybe
+    # an editable install of a checkout, which pip would take for this wheel, already installed
+    done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return tmp / "venv"

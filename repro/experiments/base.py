@@ -116,7 +116,9 @@ class Experiment:
     ``budget_s[scale]`` is the wall-clock budget of the whole scale in seconds (the ``ci`` budgets of all
     experiments together must stay under 20 minutes on 2 CPU cores); ``metrics``, when given, lists every
     ``metric`` its rows may carry, and the runner rejects a row with any other metric; ``decided_at`` names the
-    claims only one scale can decide.
+    claims only one scale can decide; ``data`` names the data sets its points read (``repro data fetch --only``
+    names: tokenizers, lambada, wikitext103, race), so ``repro reproduce`` sets it aside, saying so in one line,
+    where they are not in the data directory.
     """
 
     name: str
@@ -133,6 +135,8 @@ class Experiment:
     #: point); at any other scale the claim is "not decidable", and the report takes its verdict from that scale's
     #: rows where they exist. Claims not listed are decided at every scale.
     decided_at: Mapping[str, str] = field(default_factory=dict)
+    #: the data sets every point reads from the data directory (:data:`repro.text.data_files.DATASETS`' names)
+    data: Sequence[str] = ()
 
     def __reduce_ex__(self, protocol):
         """Ranks started from a forkserver or by spawn receive the experiment pickled. One loaded from a ``.py``

@@ -151,6 +151,7 @@ EXPERIMENT = Experiment(
     claims=claims,
     description=__doc__ or "",
     budget_s={"ci": 40.0, "paper": 11 * 3600.0},
+    data=("race", "tokenizers"),  # RACE's files; BERT's WordPiece (finetuning) and GPT-2's BPE (zero-shot)
     metrics=("questions", "accuracy", "documents", "finetune_first_loss", "finetune_last_loss", "finetune_steps",
              "finetune_seconds"),
 )

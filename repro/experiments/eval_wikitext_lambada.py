@@ -169,6 +169,7 @@ EXPERIMENT = Experiment(
     claims=claims,
     description=__doc__ or "",
     budget_s={"ci": 140.0, "paper": 3600.0},  # ci measured 98 s (2026-11-22)
+    data=("wikitext103", "lambada", "tokenizers"),
     metrics=("original_tokens", "bpe_tokens", "bpe_targets", "lambada_examples", "token_perplexity",
              "adjusted_perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "words", "accuracy",
              "last_word_perplexity", "examples", "train_loss"),

@@ -24,6 +24,7 @@ from repro import results as R
 from repro.claims_render import plain_headline, render_markdown
 from repro.experiments import Registry
 from repro.experiments.base import Experiment
+from repro.harness.data_check import set_aside_for_data
 from repro.harness.machine_fit import NeedsGPU
 from repro.harness.runner import RunReport, budget_for, plan_run, run_experiment
 from repro.optional import MissingPackage
@@ -159,8 +160,12 @@ def reproduce(reg: Registry, scale: str, *, root: Path | None = None, force: boo
     figure_dir = root / "figures"
     before_figs = {p.name: _digest(p) for p in figure_dir.glob("*.png")} if figure_dir.exists() else {}
     out = Reproduction()
+    out.skipped.update(set_aside_for_data(experiments, say=say))  # no data here: one line, and they are skipped
     start = time.perf_counter()
     for index, exp in enumerate(experiments, 1):
+        if exp.name in out.skipped:
+            say(f"[{index}/{len(experiments)}] {exp.name}: skipped, it {out.skipped[exp.name]}")
+            continue
         run_scale = scale_to_run(exp, scale)
         budget, declared = budget_for(exp, run_scale)
         points = len(exp.points.get(run_scale, ()))
@@ -205,6 +210,8 @@ def _summarise(out: Reproduction, scale: str, say: Callable[[str], None]) -> Non
         failed = [o.point for o in r.outcomes if o.status == "failed"]
         gpu = [o.point for o in r.outcomes if o.status == "needs GPU"]
         status = "ok" if not failed else f"FAILED: {', '.join(failed)}"
+        if r.over_budget:  # it ran, but slower than its scale promises (the ci total is the sum of these)
+            status += f", OVER BUDGET by {r.elapsed_s - r.budget_s:.1f} s"
         if gpu:
             status += f" ({len(gpu)} point(s) need a GPU)"
         budget = f"{r.budget_s:.0f}" if r.budget_s else "-"

@@ -31,6 +31,19 @@ Progress = Callable[[str], None]
 DEFAULT_BUDGET_S = 10.0
 
 
+#: the longest error a progress line shows; `repro run EXP --point P` prints a failed point's whole error
+SHORT_ERROR_CHARS = 200
+
+
+def short_error(message: str, run_args: str) -> str:
+    """A failed point's error as the progress line shows it once: its first line, cut at
+    :data:`SHORT_ERROR_CHARS` with a pointer to the command that prints all of it."""
+    first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+    if len(first) <= SHORT_ERROR_CHARS:
+        return first
+    return f"{first[:SHORT_ERROR_CHARS].rstrip()}... (the whole error: repro run {run_args})"
+
+
 def budget_for(experiment: Experiment, scale: str) -> tuple[float, bool]:
     """(budget in seconds, whether it was declared) of ``experiment`` at ``scale``."""
     declared = experiment.budget_s.get(scale)
@@ -266,7 +279,8 @@ def run_experiment(
                 message += f" ({kept} row(s) written before the failure are kept in {path.name})"
             outcomes.append(PointOutcome(point.name, "failed", kept, elapsed,
                                          message + "\n" + traceback.format_exc()))
-            say(f"  FAIL {label} after {elapsed:.1f} s: {message.splitlines()[0]}")
+            again = f"{experiment.name} --scale {scale} --point {point.name}"
+            say(f"  FAIL {label} after {elapsed:.1f} s: {short_error(message, again)}")
             continue
         finally:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from repro.checkout import in_checkout
 from repro.experiments.base import Experiment
 from repro.harness.resources import Job, Overrides, jobs_for, parse_overrides
 from repro.harness.sbatch import SLURM_DIR, log_name, sbatch_path, write
@@ -55,10 +56,12 @@ class SubmitError(RuntimeError):
 def require(tool: str = "sbatch") -> str:
     path = shutil.which(tool)
     if path is None:
+        # the local test cluster's script is in the repository, not in a wheel: named where it exists
+        local = ("start the local test cluster with `sudo slurm/local/start.sh`" if in_checkout() else
+                 "start a local test cluster with slurm/local/start.sh from a checkout of the repository")
         raise SlurmMissing(
             f"`{tool}` is not on PATH: `repro submit` needs a Slurm cluster. Run locally with "
-            "`repro run EXP --scale ci`, print the commands with `repro submit EXP --dry-run`, or start the "
-            "local test cluster with `sudo slurm/local/start.sh`"
+            "`repro run EXP --scale ci`, print the commands with `repro submit EXP --dry-run`, or " + local
         )
     return path
 

@@ -1,8 +1,11 @@
 """Where the evaluation data lives and how it is verified before use.
 
-The data is never downloaded: it is read from a data directory (``--data-dir``, else the environment variable
-``REPRO_DATA``, else ``<repo>/../shared/data``). Every file is checked against the sha256 recorded in its folder's
-SOURCE.md before it is read, so a number can always be traced to the exact bytes it was computed on.
+The data is never downloaded at run time: it is read from a data directory, which one function decides for every
+reader (the evaluations, the corpus tool, the experiments, ``repro export-hf``) and for ``repro data fetch``, the
+one writer: :func:`default_data_dir` (``$REPRO_DATA``, else ``../shared/data`` beside a checkout, else the per-user
+data directory of an installed wheel), unless a command's ``--data-dir`` names another. Every file is checked
+against the sha256 recorded in its folder's SOURCE.md before it is read, so a number can always be traced to the
+exact bytes it was computed on.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.checkout import REPO_ROOT, in_checkout, user_data_dir
+
 ENV_VAR = "REPRO_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[2]  # repro/text/data_files.py -> the checkout
+#: the default data directory in words, for every --data-dir's help (:func:`default_data_dir`)
+DEFAULT_DATA_DIR_TEXT = ("$REPRO_DATA, else ../shared/data beside a checkout, else the per-user data directory "
+                         "($XDG_DATA_HOME/repro or ~/.local/share/repro)")
 
 
 @dataclass(frozen=True)
@@ -77,36 +84,70 @@ BERT_VOCAB = DataFile(
 ALL_FILES = (WIKITEXT_TEST, WIKITEXT_VALID, LAMBADA_TEST, RACE_MANIFEST, *RACE_TRAIN.values(),
              GPT2_VOCAB, GPT2_MERGES, BERT_VOCAB)
 
+#: the data sets by the name ``repro data fetch --only`` takes, and the files each one puts in the data directory
+#: (RACE's test and dev files besides, pinned by race/SHA256SUMS)
+DATASETS: dict[str, tuple[DataFile, ...]] = {
+    "tokenizers": (GPT2_VOCAB, GPT2_MERGES, BERT_VOCAB),
+    "lambada": (LAMBADA_TEST,),
+    "wikitext103": (WIKITEXT_TEST, WIKITEXT_VALID),
+    "race": (RACE_MANIFEST, *RACE_TRAIN.values()),
+}
+
 
 class DataError(ValueError):
     """The data directory is missing, incomplete or holds bytes other than the pinned ones."""
 
 
-def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data directory: the argument, else ``$REPRO_DATA``, else ``<repo>/../shared/data``.
+def default_data_dir() -> tuple[Path, str]:
+    """(the data directory when no ``--data-dir`` names one, where that choice came from): ``$REPRO_DATA``; else
+    ``<checkout>/../shared/data`` when repro runs from a checkout; else, for an installed wheel, the per-user data
+    directory (:func:`repro.checkout.user_data_dir`: ``$XDG_DATA_HOME/repro`` or ``~/.local/share/repro`` on
+    Linux), never a folder inside the installation. ``repro data fetch`` writes there and every reader reads there,
+    so a fetch without options is what the rest finds."""
+    if os.environ.get(ENV_VAR, "").strip():
+        return Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    if in_checkout():
+        return REPO_ROOT.parent / "shared" / "data", "the checkout's default ../shared/data"
+    return user_data_dir(), "the per-user default"
 
-    Raises :class:`DataError` naming the files expected there when the directory does not exist.
+
+def fetch_command(data_dir: str | os.PathLike | None = None, names: tuple[str, ...] | list[str] = ()) -> str:
+    """The ``repro data fetch`` command line that fills ``data_dir`` (None: the default one) with ``names``."""
+    only = "".join(f" --only {name}" for name in names)
+    return f"repro data fetch{only}" + (f" --data-dir {data_dir}" if data_dir is not None else "")
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data directory: the argument, else :func:`default_data_dir`.
+
+    Raises :class:`DataError` (one line: where the path came from and the ``repro data fetch`` that fills it) when
+    the directory does not exist.
     """
     if data_dir is not None:
         path, origin = Path(data_dir), "--data-dir"
         if not os.fspath(data_dir).strip():
             raise DataError(f"data directory {os.fspath(data_dir)!r} (from --data-dir) is empty: give a path (or "
-                            f"leave the option out for ${ENV_VAR})")
-    elif os.environ.get(ENV_VAR):
-        path, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+                            f"leave the option out for the default, {DEFAULT_DATA_DIR_TEXT})")
     else:
-        path, origin = REPO_ROOT.parent / "shared" / "data", "the default <repo>/../shared/data"
+        path, origin = default_data_dir()
     if path.exists() and not path.is_dir():
         raise DataError(f"data directory {str(path)!r} (from {origin}) is a file, not a directory; pass the folder "
                         f"that holds tokenizers/, lambada/, race/ and wikitext103/")
     if not path.is_dir():
-        raise DataError(
-            f"data directory {str(path)!r} (from {origin}) does not exist; it must hold "
-            + ", ".join(f.relpath for f in ALL_FILES)
-            + " and race/RACE/{test,dev}/{middle,high}/*.txt; "
-            f"pass --data-dir or set {ENV_VAR}, or download them there with: repro data fetch --data-dir {path}"
-        )
+        raise DataError(f"data directory {str(path)!r} (from {origin}) does not exist; download the data into it "
+                        f"with: {fetch_command(path if data_dir is not None else None)} (or pass --data-dir, or set "
+                        f"{ENV_VAR}, to read it from elsewhere)")
     return path.resolve()
+
+
+def missing_datasets(names: tuple[str, ...] | list[str], data_dir: str | os.PathLike | None = None) -> list[str]:
+    """Those of the data sets ``names`` (keys of :data:`DATASETS`) whose files are not all in the data directory
+    (by name only: a reader still checks every file's sha256 before use). A missing directory misses them all."""
+    try:
+        root = resolve_data_dir(data_dir)
+    except DataError:
+        return list(names)
+    return [name for name in names if not all((root / f.relpath).is_file() for f in DATASETS[name])]
 
 
 def _data_root_of(path: Path) -> Path:
@@ -132,8 +173,16 @@ _VERIFIED: dict[tuple[str, int, int], str] = {}
 def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
     """Check ``path`` exists and its sha256 equals ``expected``; return the path. Raises :class:`DataError`."""
     if not path.is_file():
+        root = _data_root_of(path)
+        names = [name for name, files in DATASETS.items() if any(root / f.relpath == path for f in files)]
+        if not names and path.parent.name in ("tokenizers", "lambada", "race", "wikitext103"):
+            names = [path.parent.name]
+        elif not names and "RACE" in path.parts:
+            names = ["race"]
+        default = default_data_dir()[0]
+        where = None if default.exists() and default.resolve() == root.resolve() else root
         raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing; download it with: "
-                        f"repro data fetch --data-dir {_data_root_of(path)}")
+                        f"{fetch_command(where, names)}")
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     actual = _VERIFIED.get(key) or sha256_file(path)
@@ -173,6 +222,26 @@ def race_split_files(split: str, level: str, data_dir: str | os.PathLike | None 
         raise DataError(f"manifest {str(manifest)!r} lists no files under {prefix}")
     rels = sorted(pinned, key=lambda rel: int(Path(rel).stem))
     return [verify_sha256(root / "race" / rel, pinned[rel], f"RACE {split}/{level}") for rel in rels]
+
+
+#: where an installed wheel carries GPT-2's tokenizer files: its build copies them from the data directory, checked
+#: against their pinned sha256 (setup.py), with their license (openai/gpt-2's Modified MIT License, which allows it:
+#: GPT2_TOKENIZER_LICENSE beside this file); a checkout has no such folder and reads the data directory
+SHIPPED_GPT2_DIR = Path(__file__).resolve().parent / "gpt2_tokenizer"
+
+
+def gpt2_tokenizer_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, Path]:
+    """(vocabulary, merges) of GPT-2's BPE, each checked against its pinned sha256: the data directory's, else the
+    copies an installed wheel carries (:data:`SHIPPED_GPT2_DIR`; the same pinned bytes); the data directory's
+    :class:`DataError` (naming the fetch) when neither has them."""
+    try:
+        return data_path(GPT2_VOCAB, data_dir), data_path(GPT2_MERGES, data_dir)
+    except DataError:
+        shipped = [(SHIPPED_GPT2_DIR / Path(f.relpath).name, f) for f in (GPT2_VOCAB, GPT2_MERGES)]
+        if not all(path.is_file() for path, _ in shipped):
+            raise
+    vocab, merges = (verify_sha256(path, pinned.sha256, pinned.description) for path, pinned in shipped)
+    return vocab, merges
 
 
 def checksum_of(paths: list[Path]) -> str:

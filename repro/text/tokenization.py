@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from repro.text.data_files import BERT_VOCAB, GPT2_MERGES, GPT2_VOCAB, data_path
+from repro.text.data_files import BERT_VOCAB, data_path, gpt2_tokenizer_files
 from repro.optional import require
 
 if TYPE_CHECKING:  # the library itself is imported by the two builders only (it is optional)
@@ -47,9 +47,9 @@ class TextTokenizer:
 
 
 def gpt2_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
-    """GPT-2 byte-level BPE (50,257 tokens) from the verified vocab and merges files."""
-    vocab = data_path(GPT2_VOCAB, data_dir)
-    merges = data_path(GPT2_MERGES, data_dir)
+    """GPT-2 byte-level BPE (50,257 tokens) from the verified vocab and merges files (the data directory's, else
+    an installed wheel's copies)."""
+    vocab, merges = gpt2_tokenizer_files(data_dir)
     tk = require("tokenizers", "the GPT-2 tokenizer")
     backend = tk.Tokenizer(tk.models.BPE.from_file(str(vocab), str(merges)))
     backend.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -80,14 +80,35 @@ def bert_tokenizer(data_dir: str | os.PathLike | None = None) -> TextTokenizer:
     )
 
 
-def check_vocab_compatible(tokenizer: TextTokenizer, model_vocab_size: int) -> None:
-    """A model must have a row for every token id the tokenizer can emit, and not be built for another vocabulary.
+#: the most a model's vocabulary may exceed its tokenizer's, as a share of the tokenizer's (padding is a few rows)
+MAX_PADDING_SHARE = 0.125
 
-    ``model_vocab_size`` is the model's unpadded vocabulary size (Megatron pads the embedding to a multiple of
-    128 * tp; padding rows are never predicted by the evaluation, which slices them off).
+
+def check_vocab_compatible(tokenizer: TextTokenizer, model_vocab_size: int) -> None:
+    """A model must have a row for every token id the tokenizer can emit: a tokenizer larger than the model's
+    vocabulary is refused (its ids above the model's rows have no logit).
+
+    A vocabulary larger than the tokenizer's is accepted: Megatron-LM pads GPT-2's 50,257 to a multiple of
+    ``make-vocab-size-divisible-by`` x tp and nanoGPT trains 50,304 rows; the ids above the tokenizer's are never
+    produced as targets. Such a model is scored as lm-eval and Megatron score it: the log-softmax and the greedy
+    argmax run over all of the model's ``model_vocab_size`` logits (lm-eval's ``HFLM`` takes ``log_softmax`` of every
+    logit the model returns; Megatron's evaluation runs its vocab-parallel cross-entropy and argmax over the padded
+    vocabulary), so a padded row the model gives weight to lowers the scores, as it does there. (Repro's own
+    tensor-parallel padding, beyond ``model_vocab_size``, is masked out: it is not part of the model's vocabulary.)
+    Padding adds a few rows (under 128 x tp for Megatron, 47 for nanoGPT); a model more than
+    :data:`MAX_PADDING_SHARE` larger than the tokenizer was built for another one (BERT's 30,522 WordPiece tokens
+    on GPT-2's 50,257 rows) and is refused too.
     """
-    if model_vocab_size != tokenizer.vocab_size:
+    if model_vocab_size - tokenizer.vocab_size > tokenizer.vocab_size * MAX_PADDING_SHARE:
         raise ValueError(
             f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocab_size is "
-            f"{model_vocab_size}; they must be equal (was the model trained with another tokenizer?)"
+            f"{model_vocab_size}, {model_vocab_size - tokenizer.vocab_size} more: padding (Megatron's "
+            "make-vocab-size-divisible-by x tp, nanoGPT's 50304) adds at most "
+            f"{MAX_PADDING_SHARE:.1%} of the tokenizer's; was the model trained with another tokenizer?"
+        )
+    if tokenizer.vocab_size > model_vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{model_vocab_size}: ids {model_vocab_size}..{tokenizer.vocab_size - 1} would have no logit; the model's "
+            "vocabulary must hold the tokenizer's (it may be padded above it), was it trained with another tokenizer?"
         )

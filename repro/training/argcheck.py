@@ -14,6 +14,7 @@ from repro.optional import available
 from repro.paths import name_problem
 from repro.training.checkpoint_kinds import describe_foreign
 from repro.training.failfast import UsageError
+from repro.training.megatron_names import resolve_global_batch
 
 #: the longest --timeout-s / --watchdog-s: beyond it, a timedelta or a C++ timeout overflows
 MAX_WAIT_S = 30 * 24 * 3600.0
@@ -262,6 +263,7 @@ def check_args(args: argparse.Namespace) -> None:
         _agrees(args, "--micro-batch-size", size, f"batch keys ({keys}) with dp {dp}")
         _agrees(args, "--micro-batches", steps, f"batch keys ({keys}) with dp {dp}")
         args.micro_batch_size, args.micro_batches = size, steps
+    resolve_global_batch(args, dp, from_config=batch is not None)  # Megatron's --global-batch-size
     startcheck.check_data(args)
     config = startcheck.model_config(args)
     startcheck.check_memory(args, config, launch=launch, dp=dp)

@@ -48,6 +48,18 @@ def iteration_dir(directory: str | os.PathLike, iteration: int) -> Path:
     return Path(directory) / f"iter_{iteration:07d}"
 
 
+def remove_unfinished(directory: str | os.PathLike) -> list[Path]:
+    """Remove the ``iter_*.partial`` folders of saves that never finished in ``directory`` (a second Ctrl-C or a
+    kill during a save exits without tidying up); returns what was removed. They were never published (the
+    newest-pointer never named them), so no load could have read them."""
+    import shutil
+
+    found = sorted(p for p in Path(directory).glob("iter_*.partial") if p.is_dir() and not p.is_symlink())
+    for folder in found:
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
+
+
 def _rng_state(trainer) -> dict[str, Any]:
     state = {"torch": torch.get_rng_state(), "tracker": trainer.rng_tracker._state.clone()}
     if trainer.device.type == "cuda":

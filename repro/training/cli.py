@@ -36,9 +36,9 @@ from repro.cliargs import (
 )
 from repro.dist import init_distributed, init_parallel
 from repro.dist.launch import RendezvousFailed
-from repro.models import GPTConfig
 from repro.training.argcheck import check_args, explicit_options
 from repro.training.log import arguments_block
+from repro.training.megatron_names import add_megatron_options, names
 from repro.training.failfast import (
     EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
 )
@@ -57,8 +57,8 @@ SYNTHETIC_VALID_START = 2**40
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     g = parser.add_argument_group("layout")
-    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
-    g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size (stages)")
+    g.add_argument(*names("--tp"), type=positive_int, default=1, help="tensor-parallel size")
+    g.add_argument(*names("--pp"), type=positive_int, default=1, help="pipeline-parallel size (stages)")
     g.add_argument("--dp", type=positive_int, default=None, help="data-parallel size; default: world / (tp x pp)")
     g.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
                    help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
@@ -75,18 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
     g = parser.add_argument_group("model")
-    g.add_argument("--layers", type=positive_int, default=4, help="transformer layers")
-    g.add_argument("--hidden", type=positive_int, default=64, help="hidden size")
-    g.add_argument("--heads", type=positive_int, default=4, help="attention heads")
-    g.add_argument("--vocab", type=positive_int, default=None,
+    g.add_argument(*names("--layers"), type=positive_int, default=4, help="transformer layers")
+    g.add_argument(*names("--hidden"), type=positive_int, default=64, help="hidden size")
+    g.add_argument(*names("--heads"), type=positive_int, default=4, help="attention heads")
+    g.add_argument(*names("--vocab"), type=positive_int, default=None,
                    help="the model's vocabulary; every token id of --data and --valid-data must be below it "
                         "(default: 256 with synthetic data, else the vocab_size of the --data corpus's index, "
                         "GPT-2's 50257)")
-    g.add_argument("--seq-len", type=positive_int, default=32, help="sequence length")
+    g.add_argument(*names("--seq-len"), type=positive_int, default=32, help="sequence length")
     g.add_argument("--dropout", type=probability, default=0.0,
-                   help="hidden and attention dropout probability, in [0, 1)")
+                   help="hidden and attention dropout probability, in [0, 1) (--hidden-dropout and "
+                        "--attention-dropout set them apart)")
     g = parser.add_argument_group("training")
-    g.add_argument("--steps", "--train-iters", dest="steps", type=positive_int, default=20,
+    g.add_argument(*names("--steps"), dest="steps", type=positive_int, default=20,
                    help="iterations to train in all (a resumed run continues up to this count)")
     g.add_argument("--micro-batches", type=positive_int, default=4, help="micro-batches per step per dp rank")
     g.add_argument("--micro-batch-size", type=positive_int, default=2, help="sequences per micro-batch")
@@ -101,15 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clip the global gradient norm to this (0: no clipping)")
     g.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="autocast dtype over fp32 master weights (fp16 with dynamic loss scaling)")
-    g.add_argument("--activation-checkpointing", action="store_true",
+    g.add_argument(*names("--activation-checkpointing"), action="store_true",
                    help="recompute each layer in backward (default: off, activations are kept)")
     g.add_argument("--seed", type=seed, default=0,
                    help="seed of the weights, dropout, synthetic data and corpus shuffling, in [0, 2**63)")
     g = parser.add_argument_group("data")
-    g.add_argument("--data", default="synthetic",
+    g.add_argument(*names("--data"), default="synthetic",
                    help="'synthetic' (a learnable random corpus) or the prefix of a token file written by "
                         "python -m repro.training.corpus")
-    g.add_argument("--valid-data", default=None,
+    g.add_argument(*names("--valid-data"), default=None,
                    help="prefix of the held-out token file; default: held-out synthetic samples (with --data "
                         "synthetic) or none")
     g.add_argument("--eval-interval", type=positive_int, default=None,
@@ -135,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wandb-exp-name", default=None,
                    help="the W&B run's name (default: the --save directory's name, else W&B's own)")
     g.add_argument("--wandb-save-dir", default=None,
-                   help="where W&B keeps its files (default: DIR/wandb with --save DIR, else W&B's ./wandb)")
+                   help="the folder W&B makes its wandb/ folder in, as Megatron's (default: the --save DIR, so the "
+                        "run lands in DIR/wandb/; without --save, W&B's ./wandb)")
     g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
                    "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
                    "default: no checkpoints")
@@ -161,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit with code 124 when this rank makes no progress for this long in a step (each pipeline "
                         "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
                         "a hang that no collective times out; at least 1 s, at most 30 days; default: --timeout-s + 10")
+    add_megatron_options(parser)
     return parser
 
 
@@ -194,6 +197,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     from repro.zero.checkpoint import CheckpointWriteError
     from repro.training.log import TrainingLog
     from repro.training.loop import NonFiniteTraining, train_loop
+    from repro.training.startcheck import model_config
     from repro.training.trainer import PipelineTrainer, TrainSettings
 
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
@@ -207,9 +211,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
         def setup():
             groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp, timeout_s=args.timeout_s)
             source, validation, vocab = _sources(args)
-            config = GPTConfig(vocab_size=vocab, hidden_size=args.hidden, num_layers=args.layers,
-                               num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
-                               hidden_dropout=args.dropout, attention_dropout=args.dropout)
+            config = model_config(args)  # the GPT the options describe, as the start-up checks sized it
             device = select_device(args.device, local_rank=launch.local_rank)
             settings = TrainSettings(
                 steps=args.steps, micro_batches=args.micro_batches, micro_batch_size=args.micro_batch_size,
@@ -242,12 +244,17 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
             # only now, with the load done, does anything go into --save or the logs
             if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
                 from repro.atomic_files import atomic_write
+                from repro.training.checkpoint import remove_unfinished
+
+                for folder in remove_unfinished(args.save):  # a save a second Ctrl-C (or a kill) cut short
+                    print(f"removed {folder}: an unfinished save of an earlier run (never published)", flush=True)
 
                 atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
             jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
             log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
                               tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
-                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None)
+                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None,
+                              per="GPU" if trainer.device.type == "cuda" else "CPU rank")
             try:
                 if resumed is not None:
                     log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
@@ -278,7 +285,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 if not outcome.losses:
                     log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
                     return 0
-                log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
+                log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
                 log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
                 return 0
             finally:
@@ -301,11 +308,22 @@ def _resolved_arguments(args: argparse.Namespace, groups) -> dict:
     return json.loads(json.dumps(values, default=str))
 
 
+def _done_line(iteration: int, loss: float, window: tuple[int, int, float] | None) -> str:
+    """The closing line: the last iteration's own loss, and, where the last log line averaged several iterations
+    (--log-interval > 1, as Megatron's lines do), that it is not the mean printed above."""
+    line = f"training done: iteration {iteration} lm loss {loss:.6E} (iteration {iteration} alone"
+    if window is not None and window[0] != window[1]:
+        line += f"; the last log line's {window[2]:.6E} is the mean of iterations {window[0]}-{window[1]}"
+    return line + ")"
+
+
 def _wandb_settings(args: argparse.Namespace, resolved: dict) -> dict:
     """``wandb.init``'s arguments: Megatron's --wandb-project / --wandb-exp-name / --wandb-save-dir, the DeepSpeed
     config's group and team, and the resolved arguments as the run's config."""
     name = args.wandb_exp_name or (Path(args.save).name if args.save else None)
-    directory = args.wandb_save_dir or (str(Path(args.save) / "wandb") if args.save else None)
+    # W&B makes a wandb/ folder inside the directory it is given (its dir=, as Megatron passes --wandb-save-dir):
+    # the --save directory itself, so that the run lands in DIR/wandb/, not DIR/wandb/wandb/
+    directory = args.wandb_save_dir or args.save
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
     return {"project": args.wandb_project, "name": name, "dir": directory, "group": args.wandb_group,

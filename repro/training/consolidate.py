@@ -10,6 +10,11 @@ stage_layers`), and the last stage's copy of the tied word embedding is dropped:
 consolidated GPT (``ReferenceGPT``), which the evaluation harness and the Hugging Face export read. Nothing is
 unpickled beyond tensors (``torch.load(weights_only=True)``), and every file is checked against the manifest.
 
+On the command line (``repro consolidate CKPT OUT.pt``, = ``python -m repro.training.consolidate``) the result is
+one file, ``{"config": GPTConfig's fields, "model": the state dict, "meta": where it came from}``, that
+``torch.load(OUT, weights_only=True)`` reads back and ``ReferenceGPT(GPTConfig(**d["config"]))`` loads; the
+evaluation harness and ``repro export-hf`` need no such step (they read the checkpoint as it is).
+
 A checkpoint is untrusted input: :func:`load_state_file` and :func:`config_from_dict` (shared with the evaluation
 harness's readers) turn a file that is not a weights file, or a config that is not one, into one
 :class:`CheckpointError` sentence naming the file, never the reader's own exception.
@@ -195,3 +200,44 @@ def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int
                 raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no model state")
             by_mp[pp_rank * grid.tp + tp_rank] = model
     return by_mp
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``repro consolidate CKPT OUT.pt``: the newest checkpoint under CKPT as one file (module docstring)."""
+    import io
+    import sys
+
+    from repro.atomic_files import atomic_write
+    from repro.cliargs import OneLineParser
+    from repro.paths import name_problem
+
+    parser = OneLineParser(prog="repro consolidate", description="One GPT state dict and its config from a "
+                           "checkpoint of repro train, whatever its tp x pp x dp layout and ZeRO stage (= python -m "
+                           "repro.training.consolidate). Read it back with torch.load(OUT, weights_only=True).")
+    parser.add_argument("checkpoint", help="repro train's --save directory (its newest checkpoint) or one iter_N "
+                        "inside it")
+    parser.add_argument("out", help="the file to write (replaced atomically): {'config', 'model', 'meta'}")
+    args = parser.parse_args(argv)
+    problem = name_problem(args.out) or ("is a directory; it must name a file" if Path(args.out).is_dir() else None)
+    if problem is not None:
+        print(f"repro consolidate: error: OUT {args.out!r} {problem}", file=sys.stderr)
+        return 2
+    try:
+        trained = load_trained_gpt(args.checkpoint)
+        buffer = io.BytesIO()
+        torch.save({"config": dataclasses.asdict(trained.config), "model": trained.state_dict,
+                    "meta": {**trained.meta, "source": str(trained.path), "sha256": trained.sha256}}, buffer)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(args.out), [buffer.getvalue()])
+    except (CheckpointError, OSError) as err:
+        print(f"repro consolidate: error: {err}", file=sys.stderr)
+        return 2
+    meta, config = trained.meta, trained.config
+    print(f"wrote {args.out}: the {config.num_layers}-layer GPT (hidden {config.hidden_size}, vocabulary "
+          f"{config.vocab_size}) of {trained.path}, iteration {meta['iteration']}, trained at tp {meta['tp']} x pp "
+          f"{meta['pp']} x dp {meta['dp']}, ZeRO stage {meta['zero_stage']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -41,8 +41,8 @@ import numpy as np
 from tqdm import tqdm
 
 from repro.text.data_files import (
-    ALL_FILES, GPT2_MERGES, GPT2_VOCAB, WIKITEXT_TEST, WIKITEXT_VALID, DataError, data_path, resolve_data_dir,
-    sha256_file, verify_sha256,
+    ALL_FILES, DEFAULT_DATA_DIR_TEXT, GPT2_MERGES, GPT2_VOCAB, WIKITEXT_TEST, WIKITEXT_VALID, DataError, data_path,
+    gpt2_tokenizer_files, resolve_data_dir, sha256_file, verify_sha256,
 )
 from repro.text.detokenize import wikitext_detokenize
 from repro.text.tokenization import TextTokenizer, gpt2_tokenizer
@@ -67,8 +67,9 @@ class CorpusError(ValueError):
 
 
 def default_vocab_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """``<data dir>/tokenizers``; the data dir is ``data_dir``, else ``$REPRO_DATA``, else ``<repo>/../shared/data``."""
-    return resolve_data_dir(data_dir) / "tokenizers"
+    """The folder of GPT-2's tokenizer files: ``<data dir>/tokenizers`` (the data dir is ``data_dir``, else
+    :func:`repro.text.data_files.default_data_dir`), else the copies an installed wheel carries."""
+    return gpt2_tokenizer_files(data_dir)[0].parent
 
 
 def wikitext103_file(split: str, data_dir: str | os.PathLike | None = None) -> Path:
@@ -323,7 +324,7 @@ class TokenCorpus:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, as for every other bad input
-        self.exit(2, f"repro corpus: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _sha256_hex(text: str) -> str:
@@ -342,7 +343,8 @@ def _output_prefix(text: str) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m repro.training.corpus", description=__doc__.split("\n\n")[0],
+    parser = _Parser(prog="repro corpus", description=__doc__.split("\n\n")[0] + " (repro corpus = python -m "
+                     "repro.training.corpus)",
                      epilog=f"worked example:\n  {WIKITEXT103_EXAMPLE}",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -354,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-prefix", required=True, type=_output_prefix, metavar="PREFIX",
                         help="writes PREFIX.bin and PREFIX.idx.json (directories are created)")
     parser.add_argument("--data-dir", type=Path, default=None, metavar="DIR",
-                        help="data directory (default: $REPRO_DATA, else <repo>/../shared/data)")
+                        help=f"data directory (default: {DEFAULT_DATA_DIR_TEXT})")
     parser.add_argument("--vocab-dir", type=Path, default=None, metavar="DIR",
                         help="folder with gpt2-vocab.json and gpt2-merges.txt (default: <data dir>/tokenizers)")
     parser.add_argument("--documents", choices=DOCUMENT_MODES, default=None,

@@ -1,12 +1,14 @@
 """What the trainer reports: Megatron-LM's ``iteration ... |`` lines on rank 0, every step as JSONL, TensorBoard.
 
 A line every ``log_interval`` iterations averages the interval as Megatron's ``training_log`` does (a timestamp, time
-per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU
-(TFLOP/s/GPU)``, tokens/s, MFU, the largest rank's peak memory, learning rate, lm loss, loss scale, grad norm,
-skipped iterations); :func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL
-file gets one record per iteration (and per validation), appended, so a requeued job continues the same file;
-TensorBoard scalars go to ``tensorboard_dir`` and W&B gets the same numbers (``wandb``: ``wandb.init``'s arguments);
-the start check refuses either when its package is not installed.
+per iteration, model TFLOP/s per rank by the paper's formula under Megatron's key ``throughput per GPU (TFLOP/s/GPU)``
+on GPUs, ``throughput per CPU rank (TFLOP/s/rank)`` on a CPU, where no GPU is counted, tokens/s, MFU, the largest
+rank's peak memory, learning rate, lm loss, loss scale, grad norm, skipped iterations; the lm loss of a line is the
+interval's mean, as Megatron's, and :attr:`TrainingLog.last_window` says which iterations the last line averaged);
+:func:`arguments_block` is Megatron's list of arguments, printed once at the start. The JSONL file gets one record per
+iteration (and per validation), appended, so a requeued job continues the same file; TensorBoard scalars go to
+``tensorboard_dir`` and W&B gets the same numbers (``wandb``: ``wandb.init``'s arguments); the start check refuses
+either when its package is not installed.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ class TrainingLog:
 
     def __init__(self, *, total_iters: int, log_interval: int = 1, jsonl: str | Path | None = None,
                  tensorboard_dir: str | Path | None = None, enabled: bool = True, stream: TextIO | None = None,
-                 wandb: dict[str, Any] | None = None) -> None:
+                 wandb: dict[str, Any] | None = None, per: str = "GPU") -> None:
         if not isinstance(log_interval, int) or log_interval < 1:
             raise ValueError(f"log_interval={log_interval!r} must be a positive integer")
         self.total_iters, self.log_interval, self.enabled = total_iters, log_interval, enabled
         self.stream = stream if stream is not None else sys.stdout
+        #: what one rank is in the throughput key: "GPU" (Megatron's key), or "CPU rank" on a CPU
+        self.per = per
+        #: (first iteration, last iteration, mean lm loss) of the last printed line; None before the first
+        self.last_window: tuple[int, int, float] | None = None
         self._window: list[dict[str, Any]] = []
         self._jsonl = None
         self._tb = None
@@ -82,6 +88,9 @@ class TrainingLog:
         self._window.append(record)
         if record["iteration"] % self.log_interval == 0 or record["iteration"] == self.total_iters:
             self.print(self.line(self._window))
+            window = self._window
+            self.last_window = (window[0]["iteration"], window[-1]["iteration"],
+                                sum(r["lm_loss"] for r in window) / len(window))
             self._window = []
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -121,7 +130,9 @@ class TrainingLog:
             f" [{stamp}] iteration {last['iteration']:>{width}}/{self.total_iters:>{width}}",
             f"consumed samples: {last['consumed_samples']:>8}",
             f"elapsed time per iteration (ms): {1000 * mean('iteration_s'):.1f}",
-            f"throughput per GPU (TFLOP/s/GPU): {mean('tflops_per_rank'):.4f}",
+            # a CPU rank's TFLOP/s are small (1e-5..1e-2): six decimals, so that a slow step does not print 0
+            f"throughput per {self.per} (TFLOP/s/{self.per.split()[-1]}): "
+            f"{mean('tflops_per_rank'):.{4 if self.per == 'GPU' else 6}f}",
             f"tokens per second: {mean('tokens_per_s'):.1f}",
             f"MFU: {100 * sum(mfus) / len(mfus):.1f} %" if mfus else "MFU: n/a",
             *memory,

@@ -72,7 +72,8 @@ class PreemptionFlag:
 
         if not first:  # the second Ctrl-C: leave now, saving nothing
             print(f"interrupted again ({name}): exiting now with code {EXIT_INTERRUPTED}, without saving (the last "
-                  "checkpoint is as it was)", file=sys.stderr, flush=True)
+                  "checkpoint is as it was; a save cut short is left as iter_N.partial/, which the next run with "
+                  "this --save removes)", file=sys.stderr, flush=True)
             os._exit(EXIT_INTERRUPTED)
         print("interrupted (SIGINT): stopping after this step, then saving (Ctrl-C again to exit at once)",
               file=sys.stderr, flush=True)

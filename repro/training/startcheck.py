@@ -107,9 +107,11 @@ def model_config(args: argparse.Namespace):
     from repro.models import GPTConfig
 
     try:
+        dropout = {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}
+        dropout.update({k: v for k in dropout if (v := getattr(args, k, None)) is not None})  # Megatron's two
         config = GPTConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
                            num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
-                           hidden_dropout=args.dropout, attention_dropout=args.dropout)
+                           make_vocab_size_divisible_by=getattr(args, "make_vocab_size_divisible_by", 128), **dropout)
         config.check_tensor_parallel(args.tp)
     except ValueError as err:
         raise UsageError(f"--heads {args.heads} --hidden {args.hidden} --tp {args.tp}: {err}") from None

@@ -145,4 +145,40 @@ def test_the_missing_data_error_names_the_fetch_command(tmp_path):
 
     done = subprocess.run([sys.executable, "-m", "evals", "count"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "REPRO_DATA": str(tmp_path)})
-    assert done.returncode == 2 and f"repro data fetch --data-dir {tmp_path}" in done.stderr, done.stderr
+    # $REPRO_DATA names the directory, and `repro data fetch` fills the same one: no --data-dir to add
+    assert done.returncode == 2 and "download it with: repro data fetch --only tokenizers" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_mirror_laid_out_as_a_data_directory(data_dir, tmp_path):
+    """What `repro data fetch` writes is itself a mirror (a site fetches once and serves it): every data set, RACE's
+    2,796 test/dev files too, comes from file://DATA_DIR and passes its pinned sha256 (or the pinned manifest)."""
+    target = tmp_path / "data"
+    done = _fetch(target, "--mirror", data_dir.as_uri())
+    assert done.returncode == 0, done.stdout + done.stderr
+    for data_file in ALL_FILES:
+        data_path(data_file, target)
+    assert sum(len(race_split_files(s, level, target)) for s in ("test", "dev") for level in ("middle", "high")) \
+        == len((data_dir / "race" / "SHA256SUMS").read_text().splitlines())
+    assert f"downloaded {data_dir.as_uri()}/tokenizers/gpt2-vocab.json" in done.stdout
+    assert not (target / ".fetch").exists()
+
+
+def test_a_data_directory_mirror_is_checked_file_by_file(data_dir, tmp_path):
+    """A data-directory mirror with a changed RACE test file: refused against the pinned manifest, in one line; a
+    mirror with neither layout names both places it looked."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(data_dir / "race", mirror / "race")
+    first = (mirror / "race" / "SHA256SUMS").read_text().split()[1]
+    (mirror / "race" / first).chmod(0o644)
+    (mirror / "race" / first).write_text("not the pinned passage")
+    done = _fetch(tmp_path / "data", "--only", "race", "--mirror", str(mirror))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"race/{first} from" in done.stderr and "the pinned race/SHA256SUMS" in done.stderr
+    assert not (tmp_path / "data" / "race" / first).exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = _fetch(tmp_path / "data", "--only", "lambada", "--mirror", str(empty))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "neither a data directory's file" in done.stderr and "lambada/lambada_test.jsonl" in done.stderr
+    assert "lambada_test.jsonl: no such file" in done.stderr

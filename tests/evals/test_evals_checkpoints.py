@@ -109,9 +109,23 @@ def test_tokenizer_and_model_vocab_must_agree(tmp_path, gpt2_tok, bert_tok):
     model = tiny_gpt(dtype=torch.float32)
     save_consolidated(tmp_path, merge_state_dicts([model.state_dict()], config), architecture="gpt", config=config)
     with pytest.raises(ValueError, match="tokenizer 'bert-uncased-wordpiece' has 30522 tokens but the model's "
-                                         "vocab_size is 50257"):
+                                         "vocab_size is 50257, 19735 more"):
         load_gpt_for_eval(tmp_path, bert_tok)
     load_gpt_for_eval(tmp_path, gpt2_tok)  # the matching tokenizer loads
-    with pytest.raises(ValueError, match="50257"):
-        check_vocab_compatible(gpt2_tok, 50304)
     assert isinstance(gpt2_tok, TextTokenizer)
+
+
+@pytest.mark.parametrize("model_vocab, refused", [
+    (50256, "ids 50256..50256 would have no logit"),  # a tokenizer larger than the model: refused
+    (50257, None),  # equal
+    (50304, None),  # nanoGPT's padding (and Megatron's at tp 1, divisible by 128)
+    (51200, None),  # Megatron's at tp 8
+    (56539, None),  # the most padding accepted: 12.5 % of 50257 rows
+    (56540, "6283 more"),  # beyond: built for another tokenizer
+])
+def test_a_padded_vocabulary_is_accepted_a_larger_tokenizer_refused(gpt2_tok, model_vocab, refused):
+    if refused is None:
+        check_vocab_compatible(gpt2_tok, model_vocab)
+    else:
+        with pytest.raises(ValueError, match=refused):
+            check_vocab_compatible(gpt2_tok, model_vocab)

@@ -28,7 +28,8 @@ def test_help_explains_every_command(capsys):
 def test_missing_data_dir_is_one_clear_line(tmp_path, capsys):
     assert main(["--no-write", "--data-dir", str(tmp_path / "none"), "count"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("repro eval: error: data directory") and "lambada/lambada_test.jsonl" in err
+    assert err.startswith("repro eval: error: data directory") and err.count("\n") == 1
+    assert f"repro data fetch --data-dir {tmp_path / 'none'}" in err
 
 
 @needs("datasets", "tokenizers")  # the CLI reads LAMBADA (one line, exit 2 without them)
@@ -47,7 +48,20 @@ def test_lambada_rows_written_with_provenance(tmp_path, data_dir, capsys):
     first = rows[0]
     assert len(first["checkpoint_sha256"]) == 64 and first["data_sha256"].startswith("4aa8d02c")
     assert first["provenance"]["git_commit"] and first["settings"]["limit"] == 6
-    assert "accuracy" in capsys.readouterr().out
+    # every row carries lm-eval's standard error: mean_stderr of the 0/1 scores for an accuracy (in %, as the
+    # value), the bootstrap for a perplexity, none for a count
+    for r in accuracy:
+        p = r["value"] / 100
+        assert r["stderr"] == pytest.approx(100 * (p * (1 - p) / 5) ** 0.5, rel=1e-12)  # sample stddev / sqrt(6)
+    assert all(r["stderr"] > 0 for r in rows if r["metric"] == "last_word_perplexity")
+    assert all(r["stderr"] is None for r in rows if r["unit"] == "count")
+    out = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(out) if line.startswith("|task"))
+    assert out[header].split("|")[1:-1] == [c.ljust(len(c)) for c in out[header].split("|")[1:-1]]
+    assert [c.strip() for c in out[header].split("|")[1:-1]] == ["task", "definition", "metric", "value", "",
+                                                                "stderr", "unit"]
+    shown = [line for line in out[header + 2:] if line.startswith("|lambada")]
+    assert len(shown) == len(rows) and all("±" in line for line in shown if "|accuracy" in line)
 
 
 @needs("datasets", "tokenizers")

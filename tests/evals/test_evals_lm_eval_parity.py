@@ -93,7 +93,10 @@ def test_race_prompts_identical_to_lm_eval(data_dir):
         assert module.doc_to_target(theirs_doc) == doc.label
 
 
-def test_hf_gpt2_through_lm_eval_hflm(gpt2_tok, subsets, tmp_path):
+@pytest.mark.parametrize("vocab_size", [50257, 50304])
+def test_hf_gpt2_through_lm_eval_hflm(vocab_size, gpt2_tok, subsets, tmp_path):
+    """Also a vocabulary padded above the tokenizer's (nanoGPT's 50,304 rows for GPT-2's 50,257 tokens): lm-eval
+    takes the log-softmax and the argmax over every logit, the padded rows' too, and so does the harness."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # lm-eval's HFLM imports it
     from lm_eval.models.huggingface import HFLM
@@ -101,7 +104,7 @@ def test_hf_gpt2_through_lm_eval_hflm(gpt2_tok, subsets, tmp_path):
     from evals.model_builders import load_gpt_for_eval
 
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=16, n_layer=2, n_head=2,
+    config = transformers.GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=2, n_head=2,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     hf_model = transformers.GPT2LMHeadModel(config)
     sharpen(hf_model.transformer.wte.weight)
@@ -114,3 +117,25 @@ def test_hf_gpt2_through_lm_eval_hflm(gpt2_tok, subsets, tmp_path):
     mine = ours(model, gpt2_tok, subsets)
     assert 0 < mine["acc"] < 1
     assert_same(mine, theirs(hflm, subsets))
+
+
+def test_standard_errors_are_lm_evals(tiny_lm, gpt2_tok, subsets, monkeypatch):
+    """lm-eval's own evaluator, asked for standard errors (2,000 bootstrap resamples, its single-process path),
+    against the ones the harness puts in its rows: mean_stderr for the accuracies, the bootstrap for LAMBADA's
+    perplexity (the same resamples), none for WikiText's weighted perplexities."""
+    from evals.stderr import mean_stderr, perplexity_stderrs
+
+    monkeypatch.setenv("DISABLE_MULTIPROC", "1")
+    tasks = [local_task(name, subsets[name]) for name in ("lambada_openai", "wikitext", "race")]
+    results = run_lm_eval(as_lm_eval_model(tiny_lm, gpt2_tok, batch_size=8), tasks, bootstrap_iters=2000)
+    lam, wiki, race = (results[f"repro_local_{n}"] for n in ("lambada_openai", "wikitext", "race"))
+    mine = lambada.evaluate_lambada(tiny_lm, gpt2_tok, subsets["texts"], definitions=["lm_eval"],
+                                    progress=False)["lm_eval"]
+    assert mean_stderr([float(c) for c in mine.correct]) == pytest.approx(lam["acc_stderr,none"], rel=1e-12)
+    assert perplexity_stderrs([mine.logprobs], iters=2000)[0] == pytest.approx(lam["perplexity_stderr,none"],
+                                                                                rel=1e-6)
+    race_mine = evaluate_race_zeroshot(tiny_lm, gpt2_tok, documents_of(subsets["race_records"], "high"),
+                                       progress=False)
+    assert mean_stderr([float(c) for c in race_mine.correct("high")]) == pytest.approx(race["acc_stderr,none"],
+                                                                                       rel=1e-12)
+    assert {wiki[f"{m}_stderr,none"] for m in ("word_perplexity", "byte_perplexity", "bits_per_byte")} == {"N/A"}

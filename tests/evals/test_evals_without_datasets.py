@@ -59,3 +59,22 @@ def test_requiring_a_bare_folder_names_it_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(MissingPackage, match=r"testing needs the package 'not_a_real_package', which is not installed "
                                              r"\(the folder .*not_a_real_package has its name but no code\)"):
         require("not_a_real_package", "testing")
+
+
+BROKEN = "raise RuntimeError('pyarrow was built against another numpy')\n"
+
+
+def test_a_broken_datasets_fails_the_tests_in_one_line_an_absent_one_skips(tmp_path):
+    """``datasets`` installed but raising on import is a broken environment: a test that reads data through it fails,
+    naming the error in one line (not a skip, which would pass the run; not a traceback); the same test skips where
+    ``datasets`` is absent (the folder's test above)."""
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "__init__.py").write_text(BROKEN)
+    test = "tests/evals/test_evals_cli.py::test_lambada_rows_written_with_provenance"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", test],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"})
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-3000:]
+    assert ("needs the package 'datasets', which is installed but cannot be imported (RuntimeError: pyarrow was "
+            "built against another numpy); repair the install" in proc.stdout), proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout

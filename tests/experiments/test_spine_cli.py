@@ -83,9 +83,12 @@ def test_submit_sizes_the_job_and_asks_gpus_only_when_needed(fake_registry: Regi
 def test_submit_dry_run_prints_every_job(fake_env, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm needed
     assert main(["submit", "fake_sum", "--scale", "paper", "--time", "2:00:00", "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    *lines, note = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["sbatch command (1 point(s)", "sbatch command (1 point(s)"]
     assert all("--time=02:00:00" in line and "--parsable" in line for line in lines)
+    # the lines name slurm/fake_sum.sbatch, which no one has written: said, with the command that writes it
+    assert note.startswith("note: ") and "fake_sum.sbatch does not exist yet (--dry-run writes nothing)" in note
+    assert note.endswith("repro submit fake_sum --scale paper --write-only")
 
 
 def test_submit_throttles_an_array(fake_env, capsys, monkeypatch, tmp_path):

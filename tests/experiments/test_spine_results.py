@@ -94,6 +94,7 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkey
 def test_results_go_to_the_current_directory_outside_a_checkout(tmp_path, monkeypatch):
     """Installed from a wheel, the package's parent is site-packages: results never go there (issue 34), but to
     $REPRO_RESULTS_DIR, else results/ in the current directory; in a checkout, to its results/."""
+    import repro.checkout
     import repro.results as R
 
     monkeypatch.delenv(R.RESULTS_ENV, raising=False)
@@ -101,6 +102,7 @@ def test_results_go_to_the_current_directory_outside_a_checkout(tmp_path, monkey
     site = tmp_path / "site-packages"
     (site / "repro").mkdir(parents=True)
     monkeypatch.setattr(R, "REPO_ROOT", site)
+    monkeypatch.setattr(repro.checkout, "REPO_ROOT", site)  # where in_checkout looks (repro.checkout decides it)
     monkeypatch.chdir(tmp_path)
     assert not R.in_checkout() and R.results_dir() == tmp_path / "results"
     monkeypatch.setenv(R.RESULTS_ENV, str(tmp_path / "elsewhere"))

@@ -16,7 +16,7 @@ from tests.foundation.test_import_cycles import _graph
 #: bottom to top; a unit is a top-level module or package of repro, or evals
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.optional", "repro.paths", "repro.machine", "repro.atomic_files", "repro.cliargs", "repro.timing",
-     "repro.claims_scope", "repro.gpu_plans", "repro.vocabulary"),                # the ground: no repro imports
+     "repro.claims_scope", "repro.gpu_plans", "repro.vocabulary", "repro.checkout"),  # the ground: no repro imports
     ("repro.dist", "repro.text"),                                                 # collectives; data and tokenizers
     ("repro.tensor_parallel",),                                                   # Megatron's layers and mappings
     ("repro.zero",),                                                              # ZeRO, for any nn.Module
@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.claims", "repro.claims_render", "repro.cross_hardware"),              # the claims report
     ("repro.experiments", "repro.figures"),                                       # experiments and figures
     ("repro.harness",),                                                           # what runs the experiments
-    ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing"),        # entry points
+    ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing", "repro.about"),  # entry points
 )
 
 #: arrows that point up, module to module, each with its reason (a debt, not a design): none today

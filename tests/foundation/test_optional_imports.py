@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.optional import MissingPackage, available, pip_name, require
+from repro.optional import BrokenPackage, MissingPackage, available, pip_name, require
 from repro.results import REPO_ROOT
 from repro.testing import needs
 
@@ -163,9 +163,15 @@ def test_require_names_the_package_and_its_pip_install(tmp_path, monkeypatch):
     assert pip_name("lm_eval.api.model") == "lm-eval" and pip_name("megatron.core") == "megatron-core"
     (tmp_path / "repro_broken_package.py").write_text("import repro_missing_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(MissingPackage, match=r"cannot be imported here \(ModuleNotFoundError: No module named "
-                                             r"'repro_missing_dependency'\); install it with: pip install"):
+    # installed but broken (a dependency missing, or an error while it loads): a BrokenPackage, not a missing one
+    with pytest.raises(BrokenPackage, match=r"which is installed but cannot be imported \(ModuleNotFoundError: No "
+                                            r"module named 'repro_missing_dependency'\); repair the install, e\.g\. "
+                                            r"pip install --force-reinstall repro_broken_package"):
         require("repro_broken_package", "this test")
+    (tmp_path / "repro_raising_package.py").write_text("raise RuntimeError('compiled against another numpy')\n")
+    with pytest.raises(BrokenPackage, match=r"\(RuntimeError: compiled against another numpy\)"):
+        require("repro_raising_package", "this test")
+    assert not isinstance(missing.value, BrokenPackage)
     assert require("json", "this test").dumps([]) == "[]"
     assert available("json") and not available("repro_no_such_package") and not available("repro_nope.sub")
 

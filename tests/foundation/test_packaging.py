@@ -1,15 +1,16 @@
 """repro installed from a wheel, outside the checkout (issue 34): the wheel carries what it needs beside the packages
-(the Slurm launcher and batch files, the papers' claims), results go to the current directory (never next to
-site-packages), and the commands a user starts with work there: repro list, a ci experiment, the claims report,
-repro submit --dry-run. Also: every package folder is listed in pyproject.toml (its packages are listed, not found,
-since two of them are folders outside repro/)."""
+(the Slurm launcher and batch files, the papers' claims, GPT-2's tokenizer files and the commit it was built from),
+results go to the current directory and data to the per-user data directory (never next to site-packages), and the
+commands a user starts with work there: repro list, a ci experiment, the claims report, repro submit --dry-run and
+--write-only, repro --version, repro data fetch from a data-directory mirror, repro corpus and repro export-hf
+without a data directory. Also: every package folder is listed in pyproject.toml (its packages are listed, not found,
+since two of them are folders outside repro/). The venv is the session's ``installed`` fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
@@ -25,33 +26,16 @@ def test_every_package_folder_is_listed():
     assert folders <= listed, f"package folders missing from pyproject.toml: {sorted(folders - listed)}"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A venv (seeing this machine's torch and other dependencies) with only the wheel's repro in it."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp / "dist"), "-q"], capture_output=True, text=True, timeout=300)
-    if built.returncode != 0 and "bdist_wheel" in built.stderr:
-        pytest.skip("this Python cannot build wheels without network (setuptools lacks bdist_wheel)")
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((tmp / "dist").glob("repro_llm_systems-*.whl"))
-    venv.create(tmp / "venv", system_site_packages=True, with_pip=True)
-    python = tmp / "venv" / "bin" / "python"
-    done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return tmp / "venv"
-
-
-def _run(venv_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REPRO_RESULTS_DIR", "REPRO_ROOT")}
-    return subprocess.run([str(venv_dir / "bin" / "repro"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+def _run(venv_dir: Path, cwd: Path, *args: str, env: dict | None = None,
+         program: str = "repro") -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "REPRO_RESULTS_DIR", "REPRO_ROOT", "REPRO_DATA", "REPRO_DATA_MIRROR")}
+    return subprocess.run([str(venv_dir / "bin" / program), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**clean, **(env or {})})
 
 
 def test_the_wheel_works_outside_the_checkout(installed, tmp_path):
-    where = subprocess.run([str(installed / "bin" / "python"), "-c", "import repro; print(repro.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    where = _run(installed, tmp_path, "-c", "import repro; print(repro.__file__)", program="python")
     assert str(installed) in where.stdout, where.stdout + where.stderr  # the wheel's repro, not the checkout's
     listed = _run(installed, tmp_path, "list")
     assert listed.returncode == 0 and "zero_memory_tables" in listed.stdout, listed.stderr
@@ -63,4 +47,46 @@ def test_the_wheel_works_outside_the_checkout(installed, tmp_path):
     claims = _run(installed, tmp_path, "claims")  # the papers' claims come from the wheel
     assert claims.returncode == 0 and (tmp_path / "results" / "claims.md").exists(), claims.stderr[-2000:]
     dry = _run(installed, tmp_path, "submit", "zero_memory_tables", "--dry-run")
-    assert dry.returncode == 0 and str(tmp_path / "slurm" / "zero_memory_tables.sbatch") in dry.stdout, dry.stdout
+    batch = tmp_path / "slurm" / "zero_memory_tables.sbatch"
+    assert dry.returncode == 0 and str(batch) in dry.stdout, dry.stdout
+    # the lines name ./slurm/zero_memory_tables.sbatch, which does not exist here: said, and how to write it
+    assert f"note: {batch} does not exist yet" in dry.stdout and "--write-only" in dry.stdout and not batch.exists()
+    written = _run(installed, tmp_path, "submit", "zero_memory_tables", "--write-only")
+    assert written.returncode == 0 and batch.is_file() and (tmp_path / "slurm" / "launch.sh").is_file(), \
+        written.stderr
+    assert "note:" not in written.stdout and "sbatch command" in written.stdout
+    (tmp_path / "no-slurm").mkdir()
+    refused = _run(installed, tmp_path, "submit", "zero_memory_tables", env={"PATH": str(tmp_path / "no-slurm")})
+    assert refused.returncode == 2 and "`sbatch` is not on PATH" in refused.stderr, refused.stderr
+    assert "from a checkout of the repository" in refused.stderr and "`sudo slurm/local/start.sh`" not in \
+        refused.stderr  # the wheel has no slurm/local/
+
+
+def test_the_wheels_data_directory_tokenizer_and_version(installed, tmp_path, data_dir):
+    """Installed: the data directory is the per-user one ($XDG_DATA_HOME/repro), never inside the install, and
+    repro data fetch fills it from a mirror laid out as a data directory; without GPT-2's tokenizer there, the
+    corpus tool and repro export-hf use the wheel's own copies (a complete Hugging Face directory); repro --version
+    names the commit the wheel was built from."""
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+    version = _run(installed, tmp_path, "--version", env=env)
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith(f"repro 0.1.0 (commit {commit.stdout.strip()}")
+    assert "installed), torch " in version.stdout, version.stdout
+    fetched = _run(installed, tmp_path, "data", "fetch", "--only", "lambada", "--mirror", data_dir.as_uri(), env=env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "xdg" / "repro" / "lambada" / "lambada_test.jsonl").is_file()
+    assert f"data directory {tmp_path / 'xdg' / 'repro'}:" in fetched.stdout
+    assert not list(installed.rglob("lambada_test.jsonl"))  # nothing inside the install
+    shipped = next(installed.glob("lib/python*/site-packages/repro/text/gpt2_tokenizer"))
+    assert sorted(p.name for p in shipped.iterdir()) == ["gpt2-merges.txt", "gpt2-vocab.json"]
+    (tmp_path / "a.txt").write_text("Hello world.\n")
+    corpus = _run(installed, tmp_path, "corpus", "--input", "a.txt", "--output-prefix", "c", "--no-progress", env=env)
+    assert corpus.returncode == 0 and "5 tokens" in corpus.stdout, corpus.stderr  # 4 BPE + <|endoftext|>
+    make = ("import torch; from evals.checkpoints import save_consolidated; from repro.models import GPTConfig, "
+            "GPTModel, merge_state_dicts; c = GPTConfig(vocab_size=50257, hidden_size=16, num_layers=1, "
+            "num_attention_heads=2, max_position_embeddings=16); "
+            "save_consolidated('gpt', merge_state_dicts([GPTModel(c).state_dict()], c), architecture='gpt', config=c)")
+    assert _run(installed, tmp_path, "-c", make, env=env, program="python").returncode == 0
+    exported = _run(installed, tmp_path, "export-hf", "gpt", "hf", env=env)
+    assert exported.returncode == 0 and "and the GPT-2 tokenizer" in exported.stdout, exported.stderr
+    assert {"vocab.json", "merges.txt", "tokenizer_config.json"} <= {p.name for p in (tmp_path / "hf").iterdir()}

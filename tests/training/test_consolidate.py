@@ -60,3 +60,25 @@ def test_a_save_directory_and_one_iteration_are_both_checkpoints(layouts):
     assert is_training_checkpoint(root) and is_training_checkpoint(root / "iter_0000001")
     assert load_trained_gpt(root / "iter_0000001").state_dict.keys() == load_trained_gpt(root).state_dict.keys()
     assert not is_training_checkpoint(root.parent)
+
+
+def test_the_command_line_writes_one_file_torch_loads_back(layouts, tmp_path):
+    """``repro consolidate`` (= python -m repro.training.consolidate) on the tp 2 x pp 2 checkpoint: one file,
+    read with weights_only=True, whose config builds the GPT its state dict loads into; bad input is one line."""
+    out = tmp_path / "gpt.pt"
+    done = subprocess.run([sys.executable, "-m", "repro.training.consolidate", str(layouts["tp2pp2"]), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "trained at tp 2 x pp 2 x dp 1" in done.stdout, done.stderr
+    payload = torch.load(out, weights_only=True)
+    from repro.models import GPTConfig
+
+    model = ReferenceGPT(GPTConfig(**payload["config"]))
+    model.load_state_dict(payload["model"], strict=True)
+    expected = load_trained_gpt(layouts["tp2pp2"]).state_dict
+    assert all(torch.equal(payload["model"][k], v) for k, v in expected.items())
+    assert payload["meta"]["iteration"] == 1 and payload["meta"]["tp"] == 2
+    for argv, words in (([str(tmp_path / "none"), str(out)], "holds no checkpoint of repro train"),
+                        ([str(layouts["one"]), str(tmp_path)], "is a directory; it must name a file")):
+        bad = subprocess.run([sys.executable, "-m", "repro", "consolidate", *argv], capture_output=True, text=True,
+                             timeout=120)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and words in bad.stderr, bad.stderr

@@ -84,3 +84,19 @@ def test_ctrl_c_before_training_is_one_line():
         assert proc.returncode == 130, (delay, output)
         assert "Traceback" not in output and len(output.strip().splitlines()) == 1, (delay, output)
         assert "interrupted (SIGINT)" in output
+
+
+def test_a_save_cut_short_is_removed_by_the_next_run(tmp_path):
+    """What a second Ctrl-C (or a kill) during a save leaves, DIR/iter_N.partial/, is never published; the next run
+    with that --save removes it, saying so, and only that (a symlink of that name is not followed)."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "iter_0000004.partial").mkdir(parents=True)
+    (ckpt / "iter_0000004.partial" / "rank00000.pt").write_bytes(b"half a checkpoint")
+    (tmp_path / "elsewhere").mkdir()
+    (ckpt / "iter_0000009.partial").symlink_to(tmp_path / "elsewhere")
+    done = subprocess.run([*TRAIN, "--steps", "2", "--save", str(ckpt), "--load", str(ckpt)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"removed {ckpt / 'iter_0000004.partial'}: an unfinished save of an earlier run" in done.stdout
+    assert not (ckpt / "iter_0000004.partial").exists() and (tmp_path / "elsewhere").is_dir()
+    assert latest_iteration(ckpt) == 2

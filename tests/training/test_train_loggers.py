@@ -49,7 +49,7 @@ def test_wandb_gets_the_run_its_config_and_every_iteration(tmp_path):
     calls = _train(tmp_path, "--wandb-project", "repro-test", "--save", str(ckpt))
     init, *logs, finish = calls
     assert init["call"] == "init" and init["project"] == "repro-test" and init["mode"] == "offline"
-    assert init["name"] == "ckpt" and init["dir"] == str(ckpt / "wandb") and init["config"]["hidden"] == 32
+    assert init["name"] == "ckpt" and init["dir"] == str(ckpt) and init["config"]["hidden"] == 32
     steps = [c["step"] for c in logs if "lm loss" in c["values"]]
     assert steps == [1, 2, 3] and all("learning rate" in c["values"] for c in logs if "lm loss" in c["values"])
     assert any("lm loss validation" in c["values"] and c["step"] == 3 for c in logs)
