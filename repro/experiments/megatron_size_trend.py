@@ -295,6 +295,7 @@ EXPERIMENT = Experiment(
     figure=figure,
     description=__doc__ or "",
     budget_s={"ci": 60.0, "paper": 1500.0},
+    data=("wikitext103", "tokenizers"),  # trains on WikiText-103 valid, scores on test, with GPT-2's BPE
     metrics=METRICS,
     decided_at={CLAIM: "paper"},
 )
