@@ -68,14 +68,22 @@ def _model_parallel_rank(groups) -> int:
 
 def save_training_checkpoint(
     directory: str | os.PathLike, trainer, *, extra: dict[str, Any] | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, guard: Callable[[], str | None] | None = None,
 ) -> Path:
     """Collective over every rank: write ``DIR/iter_<iteration>`` and move the newest-pointer to it.
 
     ``progress(phase)`` is called as each phase starts ("writing rank00001.pt", "agreeing that every rank wrote its
-    file"): a heartbeat, and what the watchdog names when the save hangs."""
+    file"): a heartbeat, and what the watchdog names when the save hangs. ``guard()`` (given on every rank or on
+    none; rank 0's answer counts) says why this run may no longer write into ``directory`` (its lock was taken
+    over, :mod:`repro.training.dirlock`): every rank then raises :class:`CheckpointWriteError` before a byte is
+    written."""
     report = progress or (lambda phase: None)
     groups, s = trainer.groups, trainer.settings
+    if guard is not None:
+        report("checking that this run still holds the directory")
+        agreed = agree_on_failure(guard() if groups.rank == 0 else None, groups.world, trainer.device)
+        if agreed is not None:
+            raise CheckpointWriteError(f"{agreed[1]}; nothing was published")
     path = iteration_dir(directory, trainer.iteration)
     payload = {
         "model": trainer.stage.state_dict() if s.zero_stage == 0 else None,

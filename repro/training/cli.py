@@ -189,12 +189,7 @@ def _sources(args: argparse.Namespace):
 
 def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | None = None) -> int:
     """Run the training this rank takes part in; returns the process's exit code (0, or 75 when preempted)."""
-    from repro.dist.device import select_device
-    from repro.training.checkpoint import load_training_checkpoint
-    from repro.zero.checkpoint import CheckpointWriteError
-    from repro.training.log import TrainingLog
-    from repro.training.loop import NonFiniteTraining, train_loop
-    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.training.dirlock import hold_directory
 
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
     try:
@@ -202,6 +197,25 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     except RendezvousFailed as err:  # nobody to agree with: each rank says it
         print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
         return EXIT_HUNG
+    # --save belongs to this job from here until the process ends: rank 0 takes it, every rank learns the outcome
+    # (a second run is refused in one line before it loads or writes anything)
+    lock = agree_on_setup(lambda: hold_directory(args.save) if args.save and launch.rank == 0 else None)
+    try:
+        return _train_holding(args, launch, lock, on_action=on_action)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
+    """:func:`train` once the run holds its --save directory (``lock`` on rank 0, None elsewhere)."""
+    from repro.dist.device import select_device
+    from repro.training.checkpoint import load_training_checkpoint
+    from repro.zero.checkpoint import CheckpointWriteError
+    from repro.training.log import TrainingLog
+    from repro.training.loop import NonFiniteTraining, train_loop
+    from repro.training.trainer import PipelineTrainer, TrainSettings
+
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():
@@ -261,7 +275,9 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 try:
                     outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
                                          save_interval=args.save_interval, validation=validation,
-                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan)
+                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan,
+                                         save_guard=(lock.check if lock is not None else lambda: None)
+                                         if args.save else None)
                 except CheckpointWriteError as err:  # every rank raises it, with the same reason
                     log.error(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
                               f"{EXIT_WRITE_FAILED})")

@@ -90,13 +90,13 @@ def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
     preemption: PreemptionFlag | None = None, activity: Callable[[str], None] | None = None,
-    save_at_end: bool = True, on_nan: str = "stop",
+    save_at_end: bool = True, on_nan: str = "stop", save_guard: Callable[[], str | None] | None = None,
 ) -> Outcome:
     """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
     with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved. ``activity``
     is told what starts next (the module's docstring). ``on_nan`` (:data:`ON_NAN`): a non-finite loss or gradient
     norm raises :class:`NonFiniteTraining` once its step is read (before validation or a save), or is logged and
-    trained past."""
+    trained past. ``save_guard``: see :func:`~repro.training.checkpoint.save_training_checkpoint`'s ``guard``."""
     if on_nan not in ON_NAN:
         raise ValueError(f"on_nan={on_nan!r} must be one of {ON_NAN}")
     doing = activity or (lambda what: None)
@@ -114,7 +114,8 @@ def train_loop(
     def checkpoint() -> None:
         started, iteration = time.perf_counter(), trainer.iteration
         path = save_training_checkpoint(
-            save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"))
+            save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"),
+            guard=save_guard)
         outcome.saved.append(str(path))
         log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
                   f"({time.perf_counter() - started:.2f} s)")
