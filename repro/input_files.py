@@ -151,9 +151,9 @@ def name_inside_problem(name: object) -> str | None:
         return f"names {name!r}, which holds a NUL byte"
     pure = PurePosixPath(name.replace("\\", "/"))
     if pure.is_absolute() or Path(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
-        return f"names {name!r}, an absolute path: only names inside the directory are allowed"
+        return f"names {name!r}, an absolute path, which leaves the directory (only names inside it are read)"
     if ".." in pure.parts:
-        return f"names {name!r}, which climbs out with '..': only names inside the directory are allowed"
+        return f"names {name!r}, whose '..' leaves the directory (only names inside it are read)"
     return None
 
 
@@ -166,14 +166,16 @@ def resolves_inside_problem(root: str | os.PathLike, path: str | os.PathLike) ->
         return f"cannot be resolved ({err})"
     if real == real_root or real_root in real.parents:
         return None
-    return f"is a symlink (or lies under one) to {str(real)!r}, outside {str(real_root)!r}"
+    return (f"is a symlink (or lies under one) to {str(real)!r}, which leaves the directory {str(real_root)!r} "
+            "(only files inside it are read)")
 
 
 def inside(root: str | os.PathLike, name: object, *, what: str = "", error: type[Exception] = InputFileError,
-           kind: str = "file", missing_ok: bool = False) -> Path:
+           kind: str = "file", missing_ok: bool = False, within: str | os.PathLike | None = None) -> Path:
     """``root / name`` after checking that ``name`` stays inside ``root`` (lexically and with its symlinks
-    followed) and is a regular file (``kind="file"``) or a directory (``kind="dir"``); else ``error`` naming the
-    entry. ``missing_ok``: a name that does not exist is returned unchecked (the caller says it is missing)."""
+    followed; ``within``: a directory above ``root`` that bounds it instead) and is a regular file
+    (``kind="file"``) or a directory (``kind="dir"``); else ``error`` naming the entry. ``missing_ok``: a name that
+    does not exist is returned unchecked (the caller says it is missing)."""
     label = f"{what}: " if what else ""
     problem = name_inside_problem(name)
     if problem is not None:
@@ -183,7 +185,7 @@ def inside(root: str | os.PathLike, name: object, *, what: str = "", error: type
         if missing_ok:
             return path
         raise error(f"{label}{str(path)!r} does not exist")
-    problem = resolves_inside_problem(root, path)
+    problem = resolves_inside_problem(root if within is None else within, path)
     if problem is not None:
         raise error(f"{label}entry {name!r}: {str(path)!r} {problem}")
     problem = (regular_file_problem if kind == "file" else directory_problem)(path)

@@ -32,43 +32,18 @@ from repro.models.sharding import merge_state_dicts
 from repro.pipeline.partition import stage_layers
 from repro.training.checkpoint import find_checkpoint, read_trainer_meta
 from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, verify_checkpoint
+from repro.zero.weights_file import load_weights, torch_load_reason
 
 #: the last stage's copy of the word embedding (pp > 1): equal to the first stage's, kept once
 _OUTPUT_COPY = "output_word_embeddings."
-#: the lines of torch.load's errors that explain weights_only in general, not what is wrong with this file
-_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please file an issue",
-                      "(1) Re-running", "(2) Alternatively")  # the last two: torch 2.4's wording
 #: the JSON types a config field's annotation allows (bool is refused where an int or a float is meant)
 _FIELD_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
                 "float | None": (int, float, type(None))}
 
 
-def torch_load_reason(err: BaseException) -> str:
-    """What ``torch.load`` found wrong, in one short line: the first line of its error that is not its general
-    paragraph on ``weights_only`` (at most 160 characters)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    useful = [line.split("WeightsUnpickler error: ", 1)[-1] for line in lines
-              if not line.startswith(_TORCH_BOILERPLATE)]
-    if not lines:
-        return f"{type(err).__name__} (the file is empty or cut short)"
-    text = (useful or lines)[0]
-    return (text.split(". ")[0] if len(text) > 120 else text)[:160]
-
-
-def load_weights(path: Path) -> Any:
-    """``torch.load(path, weights_only=True)``; anything it refuses or cannot read is one :class:`CheckpointError`
-    "'<path>' is not a PyTorch weights file (or holds objects other than tensors): <reason>"."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError, TypeError, AttributeError,
-            ImportError, KeyError, IndexError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{str(path)!r} is not a PyTorch weights file (or holds objects other than tensors): "
-                              f"{torch_load_reason(err)}") from None
-
-
 def load_state_file(path: Path) -> dict[str, torch.Tensor]:
     """A file of named tensors (a state dict) read by :func:`load_weights`; another object is refused, named."""
-    state = load_weights(path)
+    state = load_weights(path, error=CheckpointError)
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not a dict of named tensors")
     for name, value in state.items():
@@ -186,7 +161,7 @@ def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int
                 raise CheckpointError(f"corrupt checkpoint {path}: trainer.json says tp={grid.tp}, pp={grid.pp}, "
                                       f"dp={grid.dp}, but the manifest lists no {name}")
             try:
-                payload = load_weights(path / name)
+                payload = load_weights(path / name, error=CheckpointError)
             except CheckpointError as err:
                 raise CheckpointError(f"corrupt checkpoint {path}: {err}") from None
             extra = payload.get("extra") if isinstance(payload, dict) else None

@@ -33,9 +33,11 @@ import torch
 import torch.distributed as dist
 
 from repro.atomic_files import atomic_write
+from repro.input_files import inside, name_inside_problem, open_regular, read_config
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.zero.reshard import reshard_states
+from repro.zero.weights_file import load_weights
 
 MANIFEST = "manifest.json"
 FORMAT = "repro-zero-checkpoint/1"
@@ -67,7 +69,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _digest(path: Path) -> str:
     sha = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, error=CheckpointError) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
@@ -185,15 +187,18 @@ def _gather_files(size: int, sha256: str, group: CommGroup) -> list[tuple[int, s
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    """The checked manifest of a checkpoint directory: a regular file inside it, a JSON object of this format whose
+    files table names only files inside the directory (``..``, absolute names are refused, naming the entry)."""
     path = Path(directory) / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         partial = Path(directory).with_name(Path(directory).name + ".partial")
         hint = f" (an unfinished save left {partial})" if partial.exists() else ""
         raise CheckpointError(f"incomplete checkpoint {directory}: no {MANIFEST}, the save did not finish{hint}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from err
+        path = inside(directory, MANIFEST, what=f"checkpoint {directory}", error=CheckpointError)
+        manifest = json.loads(read_config(path, error=CheckpointError).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} holds a JSON {type(manifest).__name__}, "
                               "not an object")
@@ -205,12 +210,19 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             for entry in files.values()):
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} has no files table of "
                               "{name: {bytes, sha256}}")
+    for name in files:
+        problem = name_inside_problem(name)
+        if problem is not None:
+            raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST}'s files table: entry {problem}")
     return manifest
 
 
 def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
-    path = directory / name
-    if not path.exists():
+    """``directory / name`` checked: a regular file inside the directory (no symlink out of it), of the size and
+    sha256 the manifest records."""
+    path = inside(directory, name, what=f"corrupt checkpoint {directory}: {MANIFEST}", error=CheckpointError,
+                  missing_ok=True)
+    if not os.path.lexists(path):
         raise CheckpointError(f"corrupt checkpoint {directory}: {name} listed in the manifest is missing")
     size = path.stat().st_size
     if size != expected["bytes"]:
@@ -230,7 +242,10 @@ def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def _load_payload(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    payload = load_weights(path, error=CheckpointError)
+    if not isinstance(payload, dict) or not isinstance(payload.get("optimizer"), dict):
+        raise CheckpointError(f"{str(path)!r} holds no optimizer state (a {type(payload).__name__})")
+    return payload
 
 
 def _fit_error(state: dict[str, Any], optimizer) -> str | None:
