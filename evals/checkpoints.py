@@ -202,7 +202,10 @@ def check_state(state: Mapping[str, torch.Tensor], config, architecture: str, wh
                     else str(want))
             raise CheckpointError(f"{prefix}: tensor {name!r} has shape {shape}, the config needs {need}")
     for name, tensor in state.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; a "
+                                  "model's weights are floating point")
+        if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values (nan or inf)")
 
 

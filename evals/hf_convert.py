@@ -114,17 +114,29 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
         if path.suffix != ".safetensors":
-            state.update(load_state_file(path))
+            tensors = load_state_file(path)
+            _check_finite(tensors, path)
+            state.update(tensors)
             continue
         try:
-            state.update(read_safetensors(path))
+            tensors = read_safetensors(path)
         except CheckpointError:
             raise
         except Exception as err:  # noqa: BLE001 - struct, json, key, type and reshape errors alike
             reason = (str(err).strip().splitlines() or [""])[0][:160]
             raise CheckpointError(f"{str(path)!r} is not a safetensors file that can be read "
                                   f"({type(err).__name__}: {reason})") from None
+        _check_finite(tensors, path)
+        state.update(tensors)
     return state
+
+
+def _check_finite(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Every floating-point tensor of one weights file is finite; else a CheckpointError naming the file and the
+    tensor (not the config the weights are later checked against)."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{str(path)!r}: tensor {name!r} holds non-finite values (nan or inf)")
 
 
 def _qkv_to_repro(fused: torch.Tensor, heads: int) -> torch.Tensor:
@@ -201,8 +213,10 @@ def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
     hf_config = read_json(hf_file(directory, "config.json"))
     if not isinstance(hf_config, dict):
         raise CheckpointError(f"{where} holds a JSON {type(hf_config).__name__}, not an object")
+    files = weight_files(directory)
     state = read_hf_weights(directory)
-    weights = where  # the weights are checked against config.json
+    # a tensor the weights lack or hold as integers is named with the file; shapes are checked against config.json
+    weights = repr(str(files[0])) if len(files) == 1 else f"the weight files of {str(directory)!r}"
     if expect == "gpt":
         config = gpt2_config(hf_config, where)
         converted = convert_gpt2(state, config, weights)
@@ -217,7 +231,7 @@ def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
                                   f"{(hf_config.get('architectures') or ['BERT'])[0]}, not a *ForMultipleChoice model")
     else:
         raise ValueError(f"Hugging Face conversion supports 'gpt' (GPT-2) and 'bert', not {expect!r}")
-    check_state(converted, config, expect, weights)
+    check_state(converted, config, expect, where)
     return LoadedState(architecture=expect, config=config, state_dict=converted,
-                       sha256=files_sha256(weight_files(directory)), source="huggingface",
+                       sha256=files_sha256(files), source="huggingface",
                        meta={"hf_model_type": hf_config.get("model_type")})

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from repro.input_files import open_regular
 from repro.vocabulary import RESERVED_ROW_KEYS, Row
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
@@ -270,7 +271,7 @@ def read_run(path: Path) -> list[dict[str, Any]]:
     ``path:line``: a corrupt run file is refused before anything is computed from it."""
     records = []
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, what="run file", error=ValueError) as handle:
             for number, raw in enumerate(handle, 1):
                 records.extend(_parse_line(path, number, raw))
     except OSError as err:

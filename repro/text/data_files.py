@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from repro.input_files import check_regular_file, directory_problem, inside, open_regular
+
 ENV_VAR = "REPRO_DATA"
 REPO_ROOT = Path(__file__).resolve().parents[2]  # repro/text/data_files.py -> the checkout
 
@@ -96,9 +98,11 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
         path, origin = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
     else:
         path, origin = REPO_ROOT.parent / "shared" / "data", "the default <repo>/../shared/data"
-    if path.exists() and not path.is_dir():
-        raise DataError(f"data directory {str(path)!r} (from {origin}) is a file, not a directory; pass the folder "
-                        f"that holds tokenizers/, lambada/, race/ and wikitext103/")
+    kind = directory_problem(path, missing_ok=True)  # a regular file, a FIFO, a symlink loop or dangling link
+    if kind is not None and kind != "does not exist" and "missing" not in kind:
+        kind = kind.replace("is a regular file, not", "is a file, not")
+        raise DataError(f"data directory {str(path)!r} (from {origin}) {kind}; pass the folder that holds "
+                        f"tokenizers/, lambada/, race/ and wikitext103/")
     if not path.is_dir():
         raise DataError(
             f"data directory {str(path)!r} (from {origin}) does not exist; it must hold "
@@ -118,8 +122,9 @@ def _data_root_of(path: Path) -> Path:
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """The sha256 of a regular file (a FIFO or a device is refused, :class:`DataError`: it would never end)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, what="data file", error=DataError) as handle:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
@@ -131,9 +136,10 @@ _VERIFIED: dict[tuple[str, int, int], str] = {}
 
 def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
     """Check ``path`` exists and its sha256 equals ``expected``; return the path. Raises :class:`DataError`."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing; download it with: "
                         f"repro data fetch --data-dir {_data_root_of(path)}")
+    check_regular_file(path, what=f"data file ({what or 'see SOURCE.md'})", error=DataError)
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     actual = _VERIFIED.get(key) or sha256_file(path)
@@ -165,14 +171,15 @@ def race_split_files(split: str, level: str, data_dir: str | os.PathLike | None 
     manifest = data_path(RACE_MANIFEST, root)
     prefix = f"RACE/{split}/{level}/"
     pinned = {}
-    for line in manifest.read_text().splitlines():
+    for line in manifest.read_text().splitlines():  # verified against its pinned sha256 just above
         digest, rel = line.split(maxsplit=1)
         if rel.startswith(prefix):
             pinned[rel] = digest
     if not pinned:
         raise DataError(f"manifest {str(manifest)!r} lists no files under {prefix}")
     rels = sorted(pinned, key=lambda rel: int(Path(rel).stem))
-    return [verify_sha256(root / "race" / rel, pinned[rel], f"RACE {split}/{level}") for rel in rels]
+    return [verify_sha256(inside(root / "race", rel, what=f"manifest {str(manifest)!r}", error=DataError,
+                                 missing_ok=True), pinned[rel], f"RACE {split}/{level}") for rel in rels]
 
 
 def checksum_of(paths: list[Path]) -> str:

@@ -91,13 +91,16 @@ def is_training_checkpoint(directory: str | os.PathLike) -> bool:
     """A checkpoint ``repro train`` wrote: an ``iter_N`` directory (manifest and trainer.json) or a save directory
     whose newest-pointer names one."""
     path = Path(directory)
-    if (path / "manifest.json").is_file() and (path / "trainer.json").is_file():
+    if os.path.lexists(path / "manifest.json") and os.path.lexists(path / "trainer.json"):
         return True
+    if not os.path.lexists(path / "latest_checkpointed_iteration.txt") or not any(
+            os.path.lexists(folder / "manifest.json") for folder in path.glob("iter_*")):
+        return False  # no pointer, or Megatron-LM's (same name) without repro train's manifests
     try:
         found = find_checkpoint(path)
     except (CheckpointError, OSError):
-        return False
-    return found is not None and (found / "trainer.json").is_file()
+        return True  # its pointer or iteration is broken: repro train's reader says how, in one line
+    return found is not None and os.path.lexists(found / "trainer.json")
 
 
 def _stage_names(state: dict[str, torch.Tensor], layers: range) -> dict[str, torch.Tensor]:
@@ -140,6 +143,10 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
             pickle.UnpicklingError) as err:  # a shard that does not fit the others or trainer.json
         raise CheckpointError(f"corrupt checkpoint {path}: its model shards do not fit trainer.json (tp={tp}, "
                               f"pp={pp}): {type(err).__name__}: {torch_load_reason(err)}") from None
+    for name, tensor in full.items():  # repro train saves fp32 weights: anything else was put there by another hand
+        if tensor.dtype != torch.float32:
+            raise CheckpointError(f"corrupt checkpoint {path}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}"
+                                  "; repro train saves its weights in float32")
     digest = ",".join(f"{name}:{entry['sha256'][:16]}" for name, entry in sorted(manifest["files"].items()))
     return TrainedGPT(path=path, config=config, state_dict={k: v.float() for k, v in full.items()},
                       meta={"iteration": meta["iteration"], "tp": tp, "pp": pp, "dp": dp,
