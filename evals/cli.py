@@ -321,6 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from evals.tasks import task_of_command
 
     try:
+        from repro.environment import check_environment
+
+        check_environment()  # the environment's settings, before any work
         problem = check_paths(args)
         if problem is not None:
             raise ValueError(problem)
