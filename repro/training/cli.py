@@ -42,7 +42,7 @@ from repro.training.log import arguments_block
 from repro.training.failfast import (
     EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
 )
-from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
+from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted, note_rank
 from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
@@ -252,6 +252,7 @@ def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
                 if groups.rank == 0:
                     print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
                           f"train: at iteration {trainer.iteration} of --steps {args.steps}", flush=True)
+                preemption.finish()
                 return 0
             # only now, with the load done, does anything go into --save or the logs
             if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
@@ -293,9 +294,11 @@ def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
                     return EXIT_PREEMPTED
                 if not outcome.losses:
                     log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                    preemption.finish()
                     return 0
                 log.print(f"training done: iteration {trainer.iteration} lm loss {outcome.losses[-1]:.6E}")
                 log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
+                preemption.finish()
                 return 0
             finally:
                 log.close()
@@ -381,6 +384,7 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
         else:
             time.sleep(SILENT_RANK_GRACE_S)
         return 2
+    note_rank("started")  # for repro.dist.torchrun: a signal after every started rank finished is no failure
     code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:
         note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1
