@@ -339,4 +339,7 @@ def load_training_checkpoint(
     _set_rng_state(trainer, extra["rng"])
     trainer.iteration = int(extra["iteration"])
     trainer.consumed_samples = int(extra["consumed_samples"])
+    good = meta.get("known_good")
+    trainer.known_good_iteration = (good if isinstance(good, int) and not isinstance(good, bool)
+                                    and 0 <= good <= trainer.iteration else None)
     return path

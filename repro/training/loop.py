@@ -43,7 +43,9 @@ class Validation:
 
 class NonFiniteTraining(RuntimeError):
     """A step's loss or gradient norm was inf or NaN, and not on an fp16 step the loss scaler skipped. Raised before
-    any later save, so the last checkpoint is the last good one."""
+    any later save. The newest checkpoint is not therefore good: it holds the updates that led to the non-finite
+    values (weights near 1e30 are finite); the newest *known good* one is ``trainer.known_good_iteration``, whose
+    weights gave a finite loss in the step after it."""
 
     def __init__(self, iteration: int, what: str, value: float) -> None:
         super().__init__(f"iteration {iteration}: {what} is {value}")
@@ -91,12 +93,16 @@ def train_loop(
     save_interval: int | None = None, validation: Validation | None = None,
     preemption: PreemptionFlag | None = None, activity: Callable[[str], None] | None = None,
     save_at_end: bool = True, on_nan: str = "stop", save_guard: Callable[[], str | None] | None = None,
+    resumed: bool = False,
 ) -> Outcome:
     """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
     with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved. ``activity``
     is told what starts next (the module's docstring). ``on_nan`` (:data:`ON_NAN`): a non-finite loss or gradient
     norm raises :class:`NonFiniteTraining` once its step is read (before validation or a save), or is logged and
-    trained past. ``save_guard``: see :func:`~repro.training.checkpoint.save_training_checkpoint`'s ``guard``."""
+    trained past. ``save_guard``: see :func:`~repro.training.checkpoint.save_training_checkpoint`'s ``guard``.
+
+    A checkpoint (one saved here, or the one the trainer ``resumed`` from) becomes known good once the step after
+    it reads a finite loss: ``trainer.known_good_iteration``, saved in each checkpoint's trainer.json."""
     if on_nan not in ON_NAN:
         raise ValueError(f"on_nan={on_nan!r} must be one of {ON_NAN}")
     doing = activity or (lambda what: None)
@@ -110,12 +116,15 @@ def train_loop(
     peak = device_peak_flops(trainer.device)  # None on a CPU or an unknown GPU: no MFU
     world = trainer.groups.world
     first = trainer.iteration
+    #: checkpoints whose next step has not been read yet (their weights' loss decides whether they are good)
+    unconfirmed: set[int] = {first} if resumed else set()
 
     def checkpoint() -> None:
         started, iteration = time.perf_counter(), trainer.iteration
         path = save_training_checkpoint(
             save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"),
-            guard=save_guard)
+            guard=save_guard, extra={"known_good": trainer.known_good_iteration})
+        unconfirmed.add(iteration)
         outcome.saved.append(str(path))
         log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
                   f"({time.perf_counter() - started:.2f} s)")
@@ -149,6 +158,9 @@ def train_loop(
             for what, value in (("lm loss", loss), ("grad norm", norm)):
                 if bad is None and not skipped and value is not None and not math.isfinite(value):
                     bad = NonFiniteTraining(record["iteration"], what, value)
+            if bad is None and math.isfinite(loss) and record["iteration"] - 1 in unconfirmed:
+                unconfirmed.discard(record["iteration"] - 1)  # its weights gave this finite loss
+                trainer.known_good_iteration = record["iteration"] - 1
         pending.clear()
         window_start = time.perf_counter()
         if bad is not None:
