@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--on-nan", choices=ON_NAN, default="stop",
                    help="stop (default): a loss or gradient norm that is inf or NaN (not an fp16 step the loss scaler "
                         "skipped) stops the run with one line naming the iteration and exit code 3, before any "
-                        "later save, so the last checkpoint is the last good one; continue: log it and train on "
+                        "later save; the line names the newest checkpoint known good (its weights gave a finite "
+                        "loss in the step after it) and how to resume from it; continue: log it and train on "
                         "(Megatron's 'number of nan iterations')")
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
@@ -136,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the W&B run's name (default: the --save directory's name, else W&B's own)")
     g.add_argument("--wandb-save-dir", default=None,
                    help="where W&B keeps its files (default: DIR/wandb with --save DIR, else W&B's ./wandb)")
-    g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
-                   "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
-                   "default: no checkpoints")
+    g.add_argument("--save", default=None, help="directory for checkpoints, held by this job for its life (the lock "
+                   "file DIR/repro-train.lock: a second run is refused, naming the holder; a dead run's lock is taken "
+                   "over); a save that cannot be written, e.g. on a full disk, stops the run with one line and exit "
+                   "code 74, the previous checkpoint intact; default: no checkpoints")
     g.add_argument("--save-interval", type=positive_int, default=None,
                    help="checkpoint every this many iterations (and always at the end and on preemption; "
                         "default: only then)")
