@@ -53,6 +53,7 @@ def iteration_dir(path: str | Path) -> Path:
             return path
         raise MegatronCheckpointError(f"{str(path)!r} is not a Megatron checkpoint: neither {TRACKER} nor "
                                       "mp_rank_XX folders are in it")
+    tracker = inside(path, TRACKER, what=f"Megatron checkpoint {str(path)!r}", error=MegatronCheckpointError)
     raw = read_pointer(tracker, error=MegatronCheckpointError)
     text = raw.decode("utf-8", errors="replace").strip()
     if text == "release":
@@ -100,7 +101,7 @@ def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:
 
 def first_file(directory: Path) -> Path:
     for name in ("mp_rank_00", "mp_rank_00_000"):
-        if (directory / name / SHARD_FILE).is_file():
+        if os.path.lexists(directory / name / SHARD_FILE):  # whatever it is: the reader refuses a special file
             return directory / name / SHARD_FILE
     expected = [str(directory / name / SHARD_FILE) for name in ("mp_rank_00", "mp_rank_00_000")]
     raise MegatronCheckpointError(f"Megatron checkpoint {str(directory)!r} has no rank-0 shard: expected "

@@ -43,6 +43,8 @@ def read_deepspeed_config(path: str):
     try:
         data = json.loads(read_config(path, what="--deepspeed-config", error=UsageError).decode("utf-8"),
                           object_pairs_hook=unique)
+    except UsageError:
+        raise  # not a regular file, or over the config cap (repro.input_files): its own line
     except OSError as err:
         raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
     except UnicodeDecodeError as err:

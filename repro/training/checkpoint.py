@@ -151,6 +151,7 @@ def find_checkpoint(directory: str | os.PathLike) -> Path | None:
     pointer = directory / LATEST
     if not os.path.lexists(pointer):
         return None
+    pointer = inside(directory, LATEST, what=f"checkpoint directory {directory}", error=CheckpointError)
     raw = read_pointer(pointer, what="the pointer file", error=CheckpointError).strip()
     text = raw.decode("ascii", "replace")
     if not raw.isdigit():
@@ -167,13 +168,13 @@ def find_checkpoint(directory: str | os.PathLike) -> Path | None:
 _META_LOWEST = {"iteration": 0, "tp": 1, "pp": 1, "dp": 1, "zero_stage": 0, "global_batch_size": 1}
 
 
-def read_trainer_meta(path: Path) -> dict[str, Any]:
+def read_trainer_meta(path: Path, *, within: str | os.PathLike | None = None) -> dict[str, Any]:
     """The checked ``trainer.json`` of an iteration directory: a regular file inside it, a JSON object whose layout
     (iteration, tp, pp, dp, ZeRO stage, global batch) is whole numbers in range, naming the file and key."""
     meta_path = path / TRAINER
     if not os.path.lexists(meta_path):
         raise CheckpointError(f"{path} is not a training checkpoint: no {TRAINER} (a bare ZeRO checkpoint?)")
-    meta_path = inside(path, TRAINER, what=f"checkpoint {path}", error=CheckpointError)
+    meta_path = inside(path, TRAINER, what=f"checkpoint {path}", error=CheckpointError, within=within)
     try:
         meta = json.loads(read_config(meta_path, error=CheckpointError).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
@@ -236,11 +237,11 @@ def _files_to_read(meta: dict[str, Any], groups) -> list[int]:
     return [old.rank(GridCoord(groups.tp_rank, d, groups.pp_rank)) for d in ranks]
 
 
-def _read(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
+def _read(path: Path, manifest: dict[str, Any], rank: int, within: Path) -> dict[str, Any]:
     name = rank_file_name(rank)
     if name not in manifest["files"]:
         raise CheckpointError(f"corrupt checkpoint {path}: the manifest lists no {name}")
-    payload = load_weights(verify_file(path, name, manifest["files"][name]), error=CheckpointError)
+    payload = load_weights(verify_file(path, name, manifest["files"][name], within=within), error=CheckpointError)
     # the hash proves the file is the one that was written, not that a trainer wrote it
     extra = payload.get("extra") if isinstance(payload, dict) else None
     if not isinstance(payload, dict) or not isinstance(payload.get("optimizer"), dict) or not isinstance(extra, dict):
@@ -301,8 +302,8 @@ def load_training_checkpoint(
     path = find_checkpoint(directory)
     if path is None:
         return None
-    manifest = read_manifest(path)
-    meta = read_trainer_meta(path)
+    manifest = read_manifest(path, within=directory)  # symlinks may stay inside the directory given, not leave it
+    meta = read_trainer_meta(path, within=directory)
     check_compatible(meta, trainer, path)
     wanted = _files_to_read(meta, groups)
     failure: Exception | None = None
@@ -311,7 +312,7 @@ def load_training_checkpoint(
     try:
         for rank in wanted:
             report(f"reading {path.name}/{rank_file_name(rank)}")
-            payloads.append(_read(path, manifest, rank))
+            payloads.append(_read(path, manifest, rank, Path(directory)))
         state = _this_ranks_state(payloads, meta, groups)
         extra = payloads[0]["extra"]
         problem = fit_problem(extra["model"], state, trainer) or _rng_problem(extra["rng"], trainer)

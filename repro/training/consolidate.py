@@ -122,8 +122,8 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
     if path is None:
         raise CheckpointError(f"{directory} holds no checkpoint of repro train (no {Path(directory).name}/"
                               "latest_checkpointed_iteration.txt, no manifest.json)")
-    manifest = verify_checkpoint(path)  # every file against its size and sha256
-    meta = read_trainer_meta(path)
+    manifest = verify_checkpoint(path, within=directory)  # every file against its size and sha256, none outside
+    meta = read_trainer_meta(path, within=directory)
     config = config_from_dict(GPTConfig, meta["model"], f"corrupt checkpoint {path}: trainer.json")
     tp, pp, dp = meta["tp"], meta["pp"], meta["dp"]
     if min(tp, pp, dp) < 1 or meta["zero_stage"] < 0:
@@ -131,7 +131,7 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
                               f"{meta['zero_stage']}; each size must be >= 1 and the stage >= 0")
     grid = RankGrid(tp=tp, pp=pp, dp=dp)
     try:
-        by_mp = _model_parallel_states(path, manifest, meta["zero_stage"], grid)
+        by_mp = _model_parallel_states(path, manifest, meta["zero_stage"], grid, Path(directory))
         full: dict[str, torch.Tensor] = {}
         for pp_rank in range(pp):
             shards = [by_mp[pp_rank * tp + tp_rank] for tp_rank in range(tp)]
@@ -155,11 +155,11 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
 
 
 def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int,
-                           grid: RankGrid) -> dict[int, dict[str, torch.Tensor]]:
+                           grid: RankGrid, within: Path) -> dict[int, dict[str, torch.Tensor]]:
     """Each model-parallel rank's (tp shard of a stage's) weights: the fp32 masters under ZeRO, else the dp-rank-0
     file's ``extra["model"]``; a file the manifest does not list, or that holds no model state, is refused."""
     if zero_stage > 0:
-        return consolidate_checkpoint(path)  # fp32 masters, per model-parallel rank
+        return consolidate_checkpoint(path, within=within)  # fp32 masters, per model-parallel rank
     by_mp = {}
     for pp_rank in range(grid.pp):
         for tp_rank in range(grid.tp):

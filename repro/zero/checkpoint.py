@@ -186,16 +186,17 @@ def _gather_files(size: int, sha256: str, group: CommGroup) -> list[tuple[int, s
     return [(int.from_bytes(entry[:8], "little"), entry[8:].hex()) for entry in entries]
 
 
-def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """The checked manifest of a checkpoint directory: a regular file inside it, a JSON object of this format whose
-    files table names only files inside the directory (``..``, absolute names are refused, naming the entry)."""
+def read_manifest(directory: str | os.PathLike, *, within: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The checked manifest of a checkpoint directory: a regular file inside it (or inside ``within``, the directory
+    the user gave, above it), a JSON object of this format whose files table names only files inside the directory
+    (``..``, absolute names are refused, naming the entry)."""
     path = Path(directory) / MANIFEST
     if not os.path.lexists(path):
         partial = Path(directory).with_name(Path(directory).name + ".partial")
         hint = f" (an unfinished save left {partial})" if partial.exists() else ""
         raise CheckpointError(f"incomplete checkpoint {directory}: no {MANIFEST}, the save did not finish{hint}")
     try:
-        path = inside(directory, MANIFEST, what=f"checkpoint {directory}", error=CheckpointError)
+        path = inside(directory, MANIFEST, what=f"checkpoint {directory}", error=CheckpointError, within=within)
         manifest = json.loads(read_config(path, error=CheckpointError).decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from None
@@ -217,11 +218,12 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
-    """``directory / name`` checked: a regular file inside the directory (no symlink out of it), of the size and
-    sha256 the manifest records."""
+def verify_file(directory: Path, name: str, expected: dict[str, Any], *,
+                within: str | os.PathLike | None = None) -> Path:
+    """``directory / name`` checked: a regular file inside the directory (no symlink out of it; ``within``: the
+    directory the user gave, above it, bounds the symlinks instead), of the size and sha256 the manifest records."""
     path = inside(directory, name, what=f"corrupt checkpoint {directory}: {MANIFEST}", error=CheckpointError,
-                  missing_ok=True)
+                  missing_ok=True, within=within)
     if not os.path.lexists(path):
         raise CheckpointError(f"corrupt checkpoint {directory}: {name} listed in the manifest is missing")
     size = path.stat().st_size
@@ -233,11 +235,12 @@ def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
     return path
 
 
-def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
-    """Check the manifest and every file against it; return the manifest."""
-    manifest = read_manifest(directory)
+def verify_checkpoint(directory: str | os.PathLike, *, within: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Check the manifest and every file against it (each inside ``directory``, or ``within`` above it); return the
+    manifest."""
+    manifest = read_manifest(directory, within=within)
     for name, expected in manifest["files"].items():
-        verify_file(Path(directory), name, expected)
+        verify_file(Path(directory), name, expected, within=within)
     return manifest
 
 
@@ -347,11 +350,12 @@ def load_checkpoint(
     return payload["extra"]
 
 
-def consolidate_checkpoint(directory: str | os.PathLike) -> dict[int, dict[str, torch.Tensor]]:
+def consolidate_checkpoint(directory: str | os.PathLike, *,
+                           within: str | os.PathLike | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Full fp32 parameters from a sharded checkpoint, one state dict per model-parallel rank (0 without tp/pp):
     each bucket's shards are concatenated in dp-rank order and cut back into named parameters."""
     directory = Path(directory)
-    manifest = verify_checkpoint(directory)
+    manifest = verify_checkpoint(directory, within=within)
     by_mp: dict[int, dict[int, dict]] = {}
     for name in sorted(manifest["files"]):
         payload = _load_payload(directory / name)
