@@ -318,7 +318,7 @@ def load_training_checkpoint(
         problem = fit_problem(extra["model"], state, trainer) or _rng_problem(extra["rng"], trainer)
         if problem is not None:
             files = ", ".join(rank_file_name(rank) for rank in wanted)
-            raise CheckpointError(f"corrupt checkpoint {path}: {files}: {problem}")
+            raise CheckpointError(f"{files}: {problem}")  # said as "cannot resume from <path>: ..."
     except Exception as err:  # noqa: BLE001 - reported on every rank below, before any other collective
         failure = err
     # Agree before anything else talks: the lowest failing rank (or world size when none failed).
