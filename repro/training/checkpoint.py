@@ -316,6 +316,9 @@ def load_training_checkpoint(
         state = _this_ranks_state(payloads, meta, groups)
         extra = payloads[0]["extra"]
         problem = fit_problem(extra["model"], state, trainer) or _rng_problem(extra["rng"], trainer)
+        if problem is None and extra["iteration"] != meta["iteration"]:
+            problem = (f"it was saved at iteration {extra['iteration']}, its trainer.json says "
+                       f"{meta['iteration']}: they must agree")
         if problem is not None:
             files = ", ".join(rank_file_name(rank) for rank in wanted)
             raise CheckpointError(f"{files}: {problem}")  # said as "cannot resume from <path>: ..."

@@ -8,7 +8,7 @@ the process ends, in the file ``DIR/repro-train.lock``:
 * **a lease**: the file names its holder (host, pid and the process's start time, Slurm job id, when it took the
   lock) and when it last refreshed it; a thread rewrites it every :data:`REFRESH_S` seconds while the run lives.
   Any file system has this.
-* **an advisory lock** (``flock``) on the same file, where the file system supports it (local disks; NFS maps it
+* **an advisory lock** (``flock``) on the same file (removed when the run ends, so the directory is left as it was), where the file system supports it (local disks; NFS maps it
   to its byte-range locks; Lustre with ``-o flock``; GPFS): the kernel drops it when the process dies, however it
   dies. Where ``flock`` is not supported the lease alone decides (and a second writer is caught by the re-read
   after :data:`SETTLE_S`).
@@ -53,6 +53,8 @@ STALE_AFTER_S = 300.0
 SETTLE_S = 0.5
 #: attempts to read a lease that is being rewritten (an empty or cut-short file) before taking it as garbage
 _READ_TRIES, _READ_PAUSE_S = 10, 0.05
+#: attempts to open the lock file while a releasing holder removes it
+_OPEN_TRIES = 5
 
 
 class DirectoryHeld(UsageError):
@@ -226,39 +228,61 @@ class DirectoryLock:
 
     def acquire(self) -> "DirectoryLock":
         """Take the directory, or raise :class:`DirectoryHeld` naming its holder (nothing else is touched)."""
+        for _ in range(_OPEN_TRIES):
+            self._open()
+            try:
+                self._take()
+                if self._still_the_file():
+                    break
+            except BaseException:
+                self._close()
+                raise
+            self._close()  # the holder released (removed the file) while this run took it: take the new file
+        else:
+            raise UsageError(f"{self.option} {self.directory}: its lock file {self.path} was replaced {_OPEN_TRIES} "
+                             "times while this run took it; is another program removing it?")
+        self._thread = threading.Thread(target=self._refresh_forever, name="repro-dirlock", daemon=True)
+        self._thread.start()
+        return self
+
+    def _open(self) -> None:
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as err:
             why = "it is a symlink" if err.errno == errno.ELOOP else (err.strerror or str(err))
             raise UsageError(f"{self.option} {self.directory}: cannot open its lock file {self.path} ({why})") from None
-        try:
-            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
-                raise UsageError(f"{self.option} {self.directory}: its lock file {self.path} is not a regular file")
-            self.flock = _try_flock(self.fd)
-            holder, _ = self._lease()
-            now = time.time()
-            live = holder is not None and stale_reason(holder, self.me, now) is None
-            if live:
-                raise self.refused(holder)
-            if self.flock == "busy" and holder is None:  # another run is between its flock and its first lease
-                time.sleep(SETTLE_S)
-                holder, _ = self._lease()
-                if holder is None or stale_reason(holder, self.me, time.time()) is None:
-                    raise self.refused(holder or Holder(host="?", pid=0, since=now, refreshed=now))
-            # a busy flock with a stale lease: a holder whose lock outlived it (a dead node's NFS lock, a forked
-            # child that kept the descriptor); the lease rules say it is gone, so the lease is taken over
-            self._write(self.me)
-            if self.flock != "held":  # nothing serialises two takers: the one whose lease stays wins
-                time.sleep(SETTLE_S)
-                holder, _ = self._lease()
-                if holder is not None and holder.token != self.me.token:
-                    raise self.refused(holder)
-        except BaseException:
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
             self._close()
-            raise
-        self._thread = threading.Thread(target=self._refresh_forever, name="repro-dirlock", daemon=True)
-        self._thread.start()
-        return self
+            raise UsageError(f"{self.option} {self.directory}: its lock file {self.path} is not a regular file")
+
+    def _still_the_file(self) -> bool:
+        """Whether the open file is still the one the path names (a releasing holder removes it)."""
+        try:
+            here, there = os.fstat(self.fd), os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+    def _take(self) -> None:
+        """With the file open: its flock if free, then the lease, unless a living run holds either."""
+        self.flock = _try_flock(self.fd)
+        holder, _ = self._lease()
+        now = time.time()
+        if holder is not None and stale_reason(holder, self.me, now) is None:
+            raise self.refused(holder)
+        if self.flock == "busy" and holder is None:  # another run is between its flock and its first lease
+            time.sleep(SETTLE_S)
+            holder, _ = self._lease()
+            if holder is None or stale_reason(holder, self.me, time.time()) is None:
+                raise self.refused(holder or Holder(host="?", pid=0, since=now, refreshed=now))
+        # a busy flock with a stale lease: a holder whose lock outlived it (a dead node's NFS lock, a forked child
+        # that kept the descriptor); the lease rules say it is gone, so the lease is taken over
+        self._write(self.me)
+        if self.flock != "held":  # nothing serialises two takers: the one whose lease stays wins
+            time.sleep(SETTLE_S)
+            holder, _ = self._lease()
+            if holder is not None and holder.token != self.me.token:
+                raise self.refused(holder)
 
     def _refresh_forever(self) -> None:
         while not self._stop.wait(REFRESH_S):
@@ -289,16 +313,18 @@ class DirectoryLock:
             self.fd = None
 
     def release(self) -> None:
-        """Give the directory back: the lease is emptied (if still ours) and the flock dropped."""
+        """Give the directory back: the lock file is removed (if its lease is still ours; the directory is left as
+        it would be without the lock), then the flock dropped. A run that ends without this (killed) leaves its
+        lease behind, which the next run finds stale."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self.fd is not None:
             try:
                 holder, _ = self._lease()
-                if holder is None or holder.token == self.me.token:
-                    os.ftruncate(self.fd, 0)
-                    os.fsync(self.fd)
+                if (holder is None or holder.token == self.me.token) and self._still_the_file():
+                    os.ftruncate(self.fd, 0)  # a reader that opened it already sees it released
+                    os.unlink(self.path)
             except OSError:
                 pass
         self._close()

@@ -175,6 +175,17 @@ def test_other_commands_refuse_a_special_file(name, tmp_path, capsys, launch_env
     assert_refused(argv, *run_in_process(main, argv, capsys), text.format(**values))
 
 
+@pytest.mark.parametrize("kind", ["fifo", "zero", "regular"])
+def test_data_fetch_reads_a_local_mirror_s_regular_files_only(kind, tmp_path, capsys, launch_env):
+    """A file:// mirror's file that is a FIFO would block the download, /dev/zero would fill the disk; a regular file
+    is read, then checked against its pinned sha256."""
+    _special(kind)(tmp_path / "mirror" / "encoder.json")
+    argv = ["data", "fetch", "--mirror", str(tmp_path / "mirror"), "--data-dir", str(tmp_path / "data"), "--only",
+            "tokenizers"]
+    text = "has sha256" if kind == "regular" else f"encoder.json' {KIND_WORDS[kind]}"
+    assert_refused(argv, *run_in_process(main, argv, capsys), text)
+
+
 #: environment -> text of the refusal (None: accepted), checked by repro train before a process group exists
 SETTINGS = {
     (("REPRO_GLOO_CHUNK_BYTES", "abc"),): "REPRO_GLOO_CHUNK_BYTES='abc' is not an integer",

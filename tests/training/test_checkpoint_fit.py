@@ -110,6 +110,8 @@ CASES: dict[str, tuple[int, Callable[[Path], None], str | None]] = {
     "rng_state_of_another_shape": (0, _payload(lambda p: p["extra"]["rng"].__setitem__("torch", torch.zeros(3))),
                                    "its random generator state holds 'torch'"),
     "iteration_negative": (0, _payload(lambda p: p["extra"].__setitem__("iteration", -4)), "iteration=-4"),
+    "iteration_disagrees_with_trainer_json": (0, _payload(lambda p: p["extra"].__setitem__("iteration", 7)),
+                                              "saved at iteration 7, its trainer.json says 1"),
     "trainer_json_hidden_differs": (0, _trainer_json(lambda m: m["model"].__setitem__("hidden_size", 64)),
                                     "hidden_size 64 in it, 32 in this run"),
     # trainer.json edited to say hidden 64, loaded by a run of hidden 64: its shards (hidden 32) are named

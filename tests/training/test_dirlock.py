@@ -79,7 +79,7 @@ def test_a_lease_holds_or_is_taken_over(name, tmp_path, monkeypatch):
             assert lock.check() is None
         finally:
             lock.release()
-        assert (tmp_path / LOCK_NAME).read_text() == ""  # released: the next run takes it at once
+        assert not (tmp_path / LOCK_NAME).exists()  # released: the directory is as it was, the next run takes it
 
 
 def test_a_second_lock_in_the_same_process_is_refused_and_release_frees_it(tmp_path):
@@ -120,6 +120,47 @@ def test_a_lock_taken_over_is_noticed_before_the_next_save(tmp_path):
     finally:
         lock.release()
     assert "node-elsewhere" in (tmp_path / LOCK_NAME).read_text()  # another run's lease is not emptied
+
+
+def test_without_flock_the_lease_alone_decides(tmp_path, monkeypatch):
+    """A file system without working locks (flock fails with ENOLCK): the first run's lease still refuses the second,
+    and a lease that another run wrote over this one's during the settle time makes this one give way."""
+    monkeypatch.setattr(dirlock, "_try_flock", lambda fd: "unsupported")
+    monkeypatch.setattr(dirlock, "SETTLE_S", 0.01)
+    first = hold_directory(tmp_path)
+    try:
+        assert first.flock == "unsupported"
+        with pytest.raises(DirectoryHeld, match=f"pid {os.getpid()} on host {HOST}"):
+            hold_directory(tmp_path)
+    finally:
+        first.release()
+    real_sleep = time.sleep
+
+    def rival_writes_meanwhile(seconds: float) -> None:  # the other run's lease lands between write and re-read
+        (tmp_path / LOCK_NAME).write_text(json.dumps(_me(host="node-elsewhere", token="rival")))
+        real_sleep(seconds)
+    monkeypatch.setattr(dirlock.time, "sleep", rival_writes_meanwhile)
+    with pytest.raises(DirectoryHeld, match="host node-elsewhere"):
+        hold_directory(tmp_path)
+
+
+def test_a_save_whose_lock_was_taken_over_publishes_nothing(tmp_path):
+    """save_training_checkpoint's guard (rank 0's DirectoryLock.check): a reason stops the save before a byte is
+    written, as CheckpointWriteError (exit code 74 in repro train)."""
+    from repro.dist import init_parallel
+    from repro.models import GPTConfig
+    from repro.training.checkpoint import save_training_checkpoint
+    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.zero.checkpoint import CheckpointWriteError
+
+    config = GPTConfig(vocab_size=64, hidden_size=32, num_layers=1, num_attention_heads=4, max_position_embeddings=16)
+    trainer = PipelineTrainer(config, init_parallel(), TrainSettings(steps=1, micro_batches=1, micro_batch_size=1,
+                                                                     seq_len=16))
+    with pytest.raises(CheckpointWriteError, match="taken over by another run: pid 7; nothing was published"):
+        save_training_checkpoint(tmp_path / "c", trainer, guard=lambda: "taken over by another run: pid 7")
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
+    save_training_checkpoint(tmp_path / "c", trainer, guard=lambda: None)
+    assert (tmp_path / "c" / "latest_checkpointed_iteration.txt").read_text() == "0\n"
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
