@@ -215,7 +215,7 @@ def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
     from repro.training.checkpoint import load_training_checkpoint
     from repro.zero.checkpoint import CheckpointWriteError
     from repro.training.log import TrainingLog
-    from repro.training.loop import NonFiniteTraining, train_loop
+    from repro.training.loop import NonFiniteTraining, known_good_line, train_loop
     from repro.training.trainer import PipelineTrainer, TrainSettings
 
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
@@ -287,7 +287,7 @@ def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
                     return EXIT_WRITE_FAILED
                 except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
                     log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
-                              f"trains on); {_known_good(args, resumed, trainer.known_good_iteration)}")
+                              f"trains on); {known_good_line(args.save, resumed, trainer.known_good_iteration)}")
                     return EXIT_NONFINITE
                 if outcome.preempted:
                     resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
@@ -330,31 +330,6 @@ def _wandb_settings(args: argparse.Namespace, resolved: dict) -> dict:
         Path(directory).mkdir(parents=True, exist_ok=True)
     return {"project": args.wandb_project, "name": name, "dir": directory, "group": args.wandb_group,
             "entity": args.wandb_entity, "config": resolved}
-
-
-def _known_good(args: argparse.Namespace, resumed: Path | None, known_good: int | None) -> str:
-    """Which checkpoint to go back to after a non-finite step: the newest known good one (its weights gave a finite
-    loss in the step after it), not merely the newest, which holds the updates that led to the non-finite values."""
-    from repro.training.checkpoint import iteration_dir, latest_iteration
-    from repro.zero.checkpoint import MANIFEST
-
-    newest = latest_iteration(args.save) if args.save else None
-    homes = [Path(args.save)] if args.save else []
-    if resumed is not None:
-        homes.append(resumed.parent if resumed.name.startswith("iter_") else resumed)
-    found = next((iteration_dir(home, known_good) for home in homes if known_good is not None
-                  and (iteration_dir(home, known_good) / MANIFEST).exists()), None)
-    if found is None:
-        if newest is None:
-            return "no checkpoint was saved" if args.save else "no --save: nothing was saved"
-        return (f"no checkpoint is known good (none was followed by a step with a finite loss); the newest, "
-                f"iteration {newest} in {args.save}, holds the updates that led to it: start again (with a lower "
-                "--lr), or from an earlier checkpoint you trust")
-    tail = "" if newest in (None, known_good) else (
-        f" (the newest, iteration {newest}, is not: it holds the updates that led to it)")
-    return (f"the newest checkpoint known good is iteration {known_good}, {found} (its weights gave a finite loss "
-            f"at iteration {known_good + 1}){tail}: resume from it with --load {found}"
-            + (f" --save {args.save}" if args.save else ""))
 
 
 def _last_checkpoint(save: str) -> str:

@@ -122,12 +122,15 @@ class Holder:
                 return None
             fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
             holder = cls(**fields)
-            if not isinstance(holder.host, str) or isinstance(holder.pid, bool) or not isinstance(holder.pid, int):
-                return None
-            float(holder.refreshed), float(holder.since)
-            return holder
         except (ValueError, TypeError):
             return None
+        texts = (holder.host, holder.start, holder.boot, holder.pidns, holder.job_id, holder.token)
+        times = (holder.since, holder.refreshed)
+        if (not all(isinstance(text, str) for text in texts) or isinstance(holder.pid, bool)
+                or not isinstance(holder.pid, int) or not 0 <= holder.pid < 2**31
+                or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < 1e11 for t in times)):
+            return None  # garbage: no holder is named by it
+        return holder
 
     def describe(self, now: float | None = None) -> str:
         now = time.time() if now is None else now

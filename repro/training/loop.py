@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
@@ -211,3 +212,30 @@ def train_loop(
     if save is not None and save_at_end and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
         checkpoint()
     return outcome
+
+
+def known_good_line(save: str | None, resumed: Path | None, known_good: int | None) -> str:
+    """Which checkpoint to go back to after a non-finite step (the end of the exit-3 line): the newest known good
+    one (``known_good``: its weights gave a finite loss in the step after it) under ``save`` or where the run
+    ``resumed`` from, with the ``--load`` that resumes it; not merely the newest, which holds the updates that led to
+    the non-finite values."""
+    from repro.training.checkpoint import iteration_dir, latest_iteration
+    from repro.zero.checkpoint import MANIFEST
+
+    newest = latest_iteration(save) if save else None
+    homes = [Path(save)] if save else []
+    if resumed is not None:
+        homes.append(resumed.parent if resumed.name.startswith("iter_") else resumed)
+    found = next((iteration_dir(home, known_good) for home in homes if known_good is not None
+                  and (iteration_dir(home, known_good) / MANIFEST).exists()), None)
+    if found is None:
+        if newest is None:
+            return "no checkpoint was saved" if save else "no --save: nothing was saved"
+        return (f"no checkpoint is known good (none was followed by a step with a finite loss); the newest, "
+                f"iteration {newest} in {save}, holds the updates that led to it: start again (with a lower "
+                "--lr), or from an earlier checkpoint you trust")
+    tail = "" if newest in (None, known_good) else (
+        f" (the newest, iteration {newest}, is not: it holds the updates that led to it)")
+    return (f"the newest checkpoint known good is iteration {known_good}, {found} (its weights gave a finite loss "
+            f"at iteration {known_good + 1}){tail}: resume from it with --load {found}"
+            + (f" --save {save}" if save else ""))

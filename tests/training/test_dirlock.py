@@ -52,6 +52,9 @@ LEASES = {
     "an empty lease (released)": (lambda: "", None, False),
     "garbage": (lambda: "not json {", None, False),
     "a JSON list": (lambda: [1, 2], None, False),
+    "a pid out of range": (lambda: _me(pid=2**70), None, False),
+    "times that are not times": (lambda: _me(host="node-elsewhere", since="yesterday", refreshed=1e300), None, False),
+    "a host that is not a name": (lambda: _me(host=["n1"]), None, False),
 }
 
 
