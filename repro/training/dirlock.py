@@ -18,7 +18,9 @@ or killed run's lock does not block its resume: the lease is **stale** when its 
 pid is not running, or runs another program: its start time differs; the host was rebooted), when it belongs to this
 very Slurm job (a requeued job takes its own lock over; its earlier incarnation is gone by the time Slurm restarts
 it), or when it has not been refreshed for :data:`STALE_AFTER_S` seconds (a holder on another host, whose process
-cannot be looked up from here). Every rank of one job shares the lock: rank 0 takes it, and the others learn the
+cannot be looked up from here). The job rule comes first: a requeued job may land on the host of its previous
+incarnation, and Slurm restarts a job only once all of its processes have ended; two runs that one job starts at
+once on one directory are the job's own mistake, caught at the first save of the run whose lease was taken over. Every rank of one job shares the lock: rank 0 takes it, and the others learn the
 outcome through the job's rendezvous (:func:`repro.training.failfast.agree_on_setup`).
 
 What it cannot promise: on a file system where neither ``flock`` works across hosts nor a file's content is
@@ -144,6 +146,8 @@ def stale_reason(holder: Holder, me: Holder, now: float) -> str | None:
     """Why ``holder``'s lease no longer holds for ``me`` (a sentence), or None when it still holds."""
     if holder.token and holder.token == me.token:
         return "it is this run's own"
+    if me.job_id and holder.job_id == me.job_id:  # before the pid: Slurm restarts a job only once it has ended
+        return f"it is this Slurm job's own ({me.job_id}), requeued"
     local = holder.host == me.host and (not holder.boot or holder.boot == me.boot)
     if holder.host == me.host and holder.boot and me.boot and holder.boot != me.boot:
         return "its host was restarted since"
@@ -154,9 +158,7 @@ def stale_reason(holder: Holder, me: Holder, now: float) -> str | None:
         alive = _pid_alive(holder.pid) and (not holder.start or not start or start == holder.start)
         if not alive:
             return f"its process {holder.pid} is gone from this host"
-        return None  # a living process on this host holds it, whatever its job or refresh time
-    if me.job_id and holder.job_id == me.job_id:
-        return f"it is this Slurm job's own ({me.job_id}), requeued"
+        return None  # a living process of another job on this host holds it, whatever its refresh time
     age = now - float(holder.refreshed)
     if age > STALE_AFTER_S:
         return f"it was last refreshed {age:.0f} s ago (over {STALE_AFTER_S:.0f} s)"

@@ -23,6 +23,12 @@ from tests.training.ranks import Ranks
 HOST = socket.gethostname()
 
 
+@pytest.fixture(autouse=True)
+def outside_slurm(monkeypatch):
+    """Every run here is its own job (a test session inside a Slurm allocation would give them one job id)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+
+
 def _dead_pid() -> int:
     """The pid of a process that has ended (and been reaped)."""
     proc = subprocess.Popen(["true"])
@@ -46,6 +52,8 @@ LEASES = {
         lambda: _me(host="node-elsewhere", refreshed=time.time() - STALE_AFTER_S - 5), None, False),
     "another host, another Slurm job": (lambda: _me(host="node-elsewhere", job_id="41"), "42", True),
     "another host, this Slurm job (requeued)": (lambda: _me(host="node-elsewhere", job_id="42"), "42", False),
+    "this host, this Slurm job (requeued)": (lambda: _me(job_id="42"), "42", False),
+    "this host, another Slurm job": (lambda: _me(job_id="41"), "42", True),
     "another pid namespace, refreshed just now": (lambda: _me(pidns="pid:[1]"), None, True),
     "another pid namespace, stale": (lambda: _me(pidns="pid:[1]", refreshed=time.time() - 2 * STALE_AFTER_S),
                                      None, False),
