@@ -280,7 +280,12 @@ def read_megatron(path: str | Path, *, expect: str | None = "gpt",
                 extra = " (virtual pipeline stages: model0, model1, ...)" if "model0" in state else ""
                 raise MegatronCheckpointError(f"{str(files[t][p])!r} has no 'model' entry{extra}; keys: "
                                               f"{sorted(state)[:10]}")
-            rest, layers = _rename(_flatten(state["model"]), files[t][p])
+            flat = _flatten(state["model"])
+            for name, tensor in flat.items():  # named with its own shard file, not the checkpoint as a whole
+                if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+                    raise MegatronCheckpointError(f"{str(files[t][p])!r}: tensor {name!r} holds non-finite values "
+                                                  "(nan or inf)")
+            rest, layers = _rename(flat, files[t][p])
             for key in rest:
                 if key in merged:
                     raise MegatronCheckpointError(f"{str(files[t][p])!r}: {key!r} appears in two pipeline stages")

@@ -31,6 +31,7 @@ from repro.models.config import GPTConfig
 from repro.models.sharding import merge_state_dicts
 from repro.pipeline.partition import stage_layers
 from repro.training.checkpoint import find_checkpoint, read_trainer_meta
+from repro.training.checkpoint_fit import non_finite
 from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, verify_checkpoint
 from repro.zero.weights_file import load_weights, torch_load_reason
 
@@ -175,5 +176,8 @@ def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int
             model = extra.get("model") if isinstance(extra, dict) else None
             if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
                 raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no model state")
+            problem = non_finite(model, f"{name}: tensor")  # named with its own rank file
+            if problem is not None:
+                raise CheckpointError(f"corrupt checkpoint {path}: {problem}")
             by_mp[pp_rank * grid.tp + tp_rank] = model
     return by_mp

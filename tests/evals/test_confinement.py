@@ -277,3 +277,38 @@ def test_a_deepspeed_config_is_a_regular_file_of_a_config_s_size(name, tmp_path)
         read_deepspeed_config(str(path))
     line = str(refused.value)
     assert "\n" not in line and line.startswith(f"--deepspeed-config {str(path)!r}") and words in line, line
+
+
+def _nan_megatron(root: Path) -> None:
+    path = root / "iter_0000010" / "mp_rank_00" / "model_optim_rng.pt"
+    state = torch.load(path, weights_only=False)  # the test's own file (it pickles argparse.Namespace)
+    encoder = state["model"]["language_model"]
+    layers = encoder.get("encoder") or encoder.get("transformer")
+    next(iter(layers.values())).fill_(float("nan"))
+    torch.save(state, path)
+
+
+def _nan_trained(root: Path) -> None:
+    path = root / ITER / "rank00000.pt"
+    payload = torch.load(path, weights_only=True)
+    next(iter(payload["extra"]["model"].values())).fill_(float("nan"))
+    torch.save(payload, path)
+    manifest = json.loads((root / ITER / "manifest.json").read_text())
+    data = path.read_bytes()
+    manifest["files"]["rank00000.pt"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (root / ITER / "manifest.json").write_text(json.dumps(manifest))
+
+
+#: weights that are not finite are named with their own file: name -> (format, change, file named)
+NAN_CASES = {"megatron": (_nan_megatron, "model_optim_rng.pt'"), "trained": (_nan_trained, "rank00000.pt")}
+
+
+@pytest.mark.parametrize("kind", sorted(NAN_CASES))
+def test_non_finite_weights_are_named_with_their_own_file(kind, sources, tmp_path):
+    change, named = NAN_CASES[kind]
+    root = _copy(sources, kind, tmp_path)
+    change(root)
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint(root, expect="gpt")
+    line = str(refused.value)
+    assert "\n" not in line and named in line and "holds non-finite values" in line, line
