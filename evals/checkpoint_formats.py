@@ -8,11 +8,13 @@ depend on checkpoints.py's shared pieces, so that no two of these modules import
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from evals.checkpoints import HEADER, LoadedState, check_state, load_repro
 from evals.hf_convert import load_hf
 from evals.megatron_checkpoint import TRACKER, is_megatron_checkpoint, read_megatron
+from repro.input_files import directory_problem
 from repro.models import shard_state_dict
 from repro.training.consolidate import is_training_checkpoint, load_trained_gpt
 
@@ -23,13 +25,15 @@ def checkpoint_format(path: str | Path) -> str:
     if not str(path).strip():
         raise ValueError(f"checkpoint {str(path)!r} is empty: give a checkpoint directory")
     path = Path(path)
-    if not path.is_dir():
-        raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a directory")
-    if (path / HEADER).is_file():
+    problem = directory_problem(path)
+    if problem is not None:
+        raise ValueError(f"checkpoint {str(path)!r} {problem}")
+    # by name, not by kind: a header that is a FIFO or a symlink out is that format's reader's to refuse, in words
+    if os.path.lexists(path / HEADER):
         return "repro"
     if is_training_checkpoint(path):
         return "repro-train"
-    if (path / "config.json").is_file():
+    if os.path.lexists(path / "config.json"):
         return "huggingface"
     if is_megatron_checkpoint(path):
         return "megatron"

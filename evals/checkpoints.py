@@ -25,13 +25,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
 from repro.models import BertConfig, BertModel, GPTConfig, GPTModel, merge_state_dicts, shard_state_dict
+from repro.input_files import inside, name_inside_problem, open_regular, read_config
 from repro.models.sharding import split_rule
 from repro.training.consolidate import config_from_dict, load_state_file
 from repro.zero.checkpoint import CheckpointError
@@ -96,7 +98,7 @@ def save_shard(directory: str | Path, shard: Mapping[str, torch.Tensor], *, arch
 def read_json(path: Path) -> Any:
     """A JSON file of a checkpoint; one :class:`CheckpointError` naming it when it is not UTF-8 text or not JSON."""
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(read_config(path, error=CheckpointError).decode("utf-8"))
     except UnicodeDecodeError as err:
         raise CheckpointError(f"{str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason})") from None
     except json.JSONDecodeError as err:
@@ -104,16 +106,15 @@ def read_json(path: Path) -> Any:
         raise CheckpointError(f"{str(path)!r} {what}") from None
     except OSError as err:
         raise CheckpointError(f"{str(path)!r} cannot be read: {err.strerror or err}") from None
+    except RecursionError:
+        raise CheckpointError(f"{str(path)!r} nests its JSON too deeply to read") from None
 
 
 def inside_name_problem(name: Any) -> str | None:
-    """Why ``name``, a file name from a header or an index, is not a relative path inside its directory; or None."""
-    if not isinstance(name, str) or not name.strip():
-        return f"file name {name!r} must be a non-empty string"
-    pure = PurePosixPath(name.replace("\\", "/"))
-    if pure.is_absolute() or ".." in pure.parts or Path(name).is_absolute():
-        return f"file name {name!r} leaves the checkpoint directory (only names inside it are allowed)"
-    return None
+    """Why ``name``, a file name from a header or an index, is not a relative path inside its directory; or None
+    (:func:`repro.input_files.name_inside_problem`)."""
+    problem = name_inside_problem(name)
+    return None if problem is None else f"entry {problem}"
 
 
 def _header_problem(header: Any) -> str | None:
@@ -150,9 +151,9 @@ def read_header(directory: str | Path) -> dict[str, Any]:
     """The checked header of a repro checkpoint (see :func:`_header_problem`); :class:`CheckpointError` naming it."""
     directory = Path(directory)
     path = directory / HEADER
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(f"{str(directory)!r} is not a repro checkpoint: {HEADER} is missing")
-    header = read_json(path)
+    header = read_json(inside(directory, HEADER, error=CheckpointError))
     problem = _header_problem(header)
     if problem is not None:
         raise CheckpointError(f"{str(path)!r} {problem}")
@@ -201,14 +202,17 @@ def check_state(state: Mapping[str, torch.Tensor], config, architecture: str, wh
                     else str(want))
             raise CheckpointError(f"{prefix}: tensor {name!r} has shape {shape}, the config needs {need}")
     for name, tensor in state.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; a "
+                                  "model's weights are floating point")
+        if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{where}: tensor {name!r} holds non-finite values (nan or inf)")
 
 
 def files_sha256(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
-        with open(path, "rb") as handle:
+        with open_regular(path, error=CheckpointError) as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
     return digest.hexdigest()
@@ -225,8 +229,9 @@ def load_repro(directory: str | Path, *, expect: str, tp_rank: int = 0, tp_size:
             "requested; evaluate it with the matching task"
         )
     config = config_from_dict(CONFIG_CLASSES[expect], header["config"], repr(str(directory / HEADER)))
-    paths = [directory / f for f in header["files"]]
-    missing = [str(p) for p in paths if not p.is_file()]
+    paths = [inside(directory, f, what=repr(str(directory / HEADER)), error=CheckpointError, missing_ok=True)
+             for f in header["files"]]
+    missing = [str(p) for p in paths if not os.path.lexists(p)]
     if missing:
         raise CheckpointError(f"checkpoint {str(directory)!r} is missing files {missing}")
     states = [load_state_file(p) for p in paths]

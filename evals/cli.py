@@ -15,9 +15,10 @@ import sys
 import time
 from typing import Any, Sequence
 
-from repro.cliargs import OneLineParser, non_negative_int, positive_float, positive_int, seed
+from repro.cliargs import OneLineParser, int_at_least, non_negative_int, positive_float, positive_int, seed
 from repro.optional import MissingPackage
 from repro.text.data_files import DEFAULT_DATA_DIR_TEXT
+from evals.tasks import MIN_WIKITEXT_TOKENS, WIKITEXT_TOKENS_WHY
 
 EPILOG = """
 definitions (see evals/README.md for which paper uses which):
@@ -175,20 +176,24 @@ def _results_dir(text: str) -> str:
 
 def _hf_dir_problem(text: str) -> str | None:
     """Why ``--hf-dir`` is not a Hugging Face model directory (None when it has a config.json)."""
+    import os
     from pathlib import Path
+
+    from repro.input_files import directory_problem, regular_file_problem
 
     from repro.paths import name_problem
 
     problem = name_problem(text)
     if problem is not None:
         return problem
-    if not Path(text).exists():
-        return "does not exist"
-    if not Path(text).is_dir():
-        return "is a file; it must be a Hugging Face model directory (config.json + weights)"
-    if not (Path(text) / "config.json").is_file():
+    kind = directory_problem(text)
+    if kind is not None:
+        return (kind if "not a directory" not in kind
+                else f"{kind}; it must be a Hugging Face model directory (config.json + weights)")
+    if not os.path.lexists(Path(text) / "config.json"):
         return "holds no config.json: it is not a Hugging Face model directory"
-    return None
+    return regular_file_problem(Path(text) / "config.json") and (
+        f"has a config.json that {regular_file_problem(Path(text) / 'config.json')}")
 
 
 def check_paths(args: argparse.Namespace) -> str | None:
@@ -296,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LAMBADA passages re-evaluated at tp=2 (0: skip)")
     p.add_argument("--eval-limit", type=positive_int, default=None,
                    help="first N LAMBADA passages / WikiText articles, N >= 1 (default: the full test sets)")
-    p.add_argument("--wikitext-max-tokens", type=positive_int, default=None,
-                   help="BPE prefix of the WikiText stream for Megatron's windows, N >= 1 (default: all)")
+    p.add_argument("--wikitext-max-tokens", type=int_at_least(MIN_WIKITEXT_TOKENS, WIKITEXT_TOKENS_WHY), default=None,
+                   help=f"BPE prefix of the WikiText stream for Megatron's windows, N >= {MIN_WIKITEXT_TOKENS} "
+                        "(default: all)")
     return parser
 
 
@@ -318,6 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from evals.tasks import task_of_command
 
     try:
+        from repro.environment import check_environment
+
+        check_environment()  # the environment's settings, before any work
         problem = check_paths(args)
         if problem is not None:
             raise ValueError(problem)

@@ -28,6 +28,7 @@ import shutil
 import sys
 import tarfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Callable, Sequence
 
 from repro.atomic_files import atomic_write
 from repro.cliargs import OneLineParser
+from repro.input_files import check_regular_file
 from repro.text.data_files import DEFAULT_DATA_DIR_TEXT, DataFile, default_data_dir, sha256_file
 from evals.data_sources import NAMES, SOURCES, Source
 
@@ -65,6 +67,9 @@ def download(url: str, part: Path, *, say: Callable[[str], None], timeout_s: flo
     """``url`` into ``part``, continuing a partial ``part`` where the server honours ``Range``; a body shorter
     than its Content-Length is an error that keeps what arrived, so the next run resumes."""
     have = part.stat().st_size if part.exists() else 0
+    if url.lower().startswith("file:"):  # a local mirror's file: a FIFO would block the download, a device never end
+        local = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
+        check_regular_file(local, what=f"{url}: the mirror's file", error=FetchError, missing_ok=True)
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
         response = urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310 - http(s) URLs of SOURCES

@@ -88,10 +88,15 @@ def hf_config_values(hf: Mapping, where: str, *, ints: tuple[str, ...],
 
 
 def source_tensor(src: Mapping[str, torch.Tensor], name: str, where: str) -> torch.Tensor:
-    """``src[name]``, or a CheckpointError naming the tensor the config needs and the weights lack."""
+    """``src[name]``, or a CheckpointError naming the tensor the config needs and the weights lack, or one that is
+    not floating point (integer weights would be cast without a word)."""
     if name not in src:
         raise CheckpointError(f"{where}: the checkpoint does not match its config: tensor {name!r} is missing")
-    return src[name]
+    tensor = src[name]
+    if not tensor.is_floating_point():
+        raise CheckpointError(f"{where}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; a "
+                              "model's weights are floating point (F16, BF16, F32 or F64)")
+    return tensor
 
 
 def bert_config(hf: Mapping, where: str = "config.json") -> BertConfig:

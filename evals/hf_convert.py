@@ -14,6 +14,7 @@ Layout differences handled here:
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Mapping
@@ -22,6 +23,7 @@ import torch
 
 from evals.checkpoints import LoadedState, check_state, files_sha256, inside_name_problem, read_json
 from evals.hf_bert import bert_config, convert_bert, hf_config_values, source_tensor
+from repro.input_files import inside, open_regular
 from repro.models import GPTConfig
 from repro.training.consolidate import load_state_file
 from repro.zero.checkpoint import CheckpointError
@@ -35,7 +37,8 @@ _SAFETENSORS_DTYPES = {
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """Parse a .safetensors file: 8-byte little-endian header size, JSON header, then raw tensor bytes."""
-    data = path.read_bytes()
+    with open_regular(path, error=CheckpointError) as handle:
+        data = handle.read()
     (header_size,) = struct.unpack("<Q", data[:8])
     if header_size > len(data) - 8:
         raise CheckpointError(f"{str(path)!r} is not a safetensors file: its header claims {header_size} bytes, the file "
@@ -58,6 +61,22 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def hub_root(directory: Path) -> Path:
+    """What a Hugging Face directory's files must stay inside: the directory itself, or, for a snapshot of the
+    hub's cache (``models--ORG--NAME/snapshots/REV``, whose files are symlinks into ``../../blobs``), the model's
+    cache folder ``models--ORG--NAME``."""
+    real = Path(os.path.realpath(directory))
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith(("models--", "datasets--")):
+        return real.parent.parent
+    return directory
+
+
+def hf_file(directory: Path, name: object, *, what: str = "", missing_ok: bool = False) -> Path:
+    """``directory / name``, a regular file inside the directory (:func:`hub_root`), else one CheckpointError."""
+    return inside(directory, name, what=what, error=CheckpointError, missing_ok=missing_ok,
+                  within=hub_root(directory))
+
+
 def _index_names(index: Path) -> list[str]:
     """The weight files a ``*.index.json`` names (its ``weight_map`` values), each inside its directory."""
     content = read_json(index)
@@ -72,17 +91,20 @@ def _index_names(index: Path) -> list[str]:
 
 
 def weight_files(directory: Path) -> list[Path]:
+    """The weight files of an HF directory: those its index names, else the one weights file; each a regular file
+    inside the directory (a name or symlink leaving it is refused, naming the entry)."""
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        index = directory / index_name
-        if index.is_file():
-            paths = [directory / n for n in _index_names(index)]
-            missing = [str(p) for p in paths if not p.is_file()]
+        if os.path.lexists(directory / index_name):
+            index = hf_file(directory, index_name)
+            paths = [hf_file(directory, n, what=f"{str(index)!r}: weight_map", missing_ok=True)
+                     for n in _index_names(index)]
+            missing = [str(p) for p in paths if not os.path.lexists(p)]
             if missing:
                 raise CheckpointError(f"{str(index)!r} names weight files that are missing: {missing[:3]}")
             return paths
     for name in ("model.safetensors", "pytorch_model.bin"):
-        if (directory / name).is_file():
-            return [directory / name]
+        if os.path.lexists(directory / name):
+            return [hf_file(directory, name)]
     raise CheckpointError(f"{str(directory)!r} holds no model.safetensors or pytorch_model.bin")
 
 
@@ -92,17 +114,29 @@ def read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(directory):
         if path.suffix != ".safetensors":
-            state.update(load_state_file(path))
+            tensors = load_state_file(path)
+            _check_finite(tensors, path)
+            state.update(tensors)
             continue
         try:
-            state.update(read_safetensors(path))
+            tensors = read_safetensors(path)
         except CheckpointError:
             raise
         except Exception as err:  # noqa: BLE001 - struct, json, key, type and reshape errors alike
             reason = (str(err).strip().splitlines() or [""])[0][:160]
             raise CheckpointError(f"{str(path)!r} is not a safetensors file that can be read "
                                   f"({type(err).__name__}: {reason})") from None
+        _check_finite(tensors, path)
+        state.update(tensors)
     return state
+
+
+def _check_finite(tensors: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Every floating-point tensor of one weights file is finite; else a CheckpointError naming the file and the
+    tensor (not the config the weights are later checked against)."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{str(path)!r}: tensor {name!r} holds non-finite values (nan or inf)")
 
 
 def _qkv_to_repro(fused: torch.Tensor, heads: int) -> torch.Tensor:
@@ -176,11 +210,13 @@ def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
     and whatever heads it has; ``"bert_multiple_choice"``: a ``*ForMultipleChoice`` model, RACE's finetuned one)."""
     directory = Path(directory)
     where = repr(str(directory / "config.json"))
-    hf_config = read_json(directory / "config.json")
+    hf_config = read_json(hf_file(directory, "config.json"))
     if not isinstance(hf_config, dict):
         raise CheckpointError(f"{where} holds a JSON {type(hf_config).__name__}, not an object")
+    files = weight_files(directory)
     state = read_hf_weights(directory)
-    weights = where  # the weights are checked against config.json
+    # a tensor the weights lack or hold as integers is named with the file; shapes are checked against config.json
+    weights = repr(str(files[0])) if len(files) == 1 else f"the weight files of {str(directory)!r}"
     if expect == "gpt":
         config = gpt2_config(hf_config, where)
         converted = convert_gpt2(state, config, weights)
@@ -195,7 +231,7 @@ def load_hf(directory: str | Path, *, expect: str) -> LoadedState:
                                   f"{(hf_config.get('architectures') or ['BERT'])[0]}, not a *ForMultipleChoice model")
     else:
         raise ValueError(f"Hugging Face conversion supports 'gpt' (GPT-2) and 'bert', not {expect!r}")
-    check_state(converted, config, expect, weights)
+    check_state(converted, config, expect, where)
     return LoadedState(architecture=expect, config=config, state_dict=converted,
-                       sha256=files_sha256(weight_files(directory)), source="huggingface",
+                       sha256=files_sha256(files), source="huggingface",
                        meta={"hf_model_type": hf_config.get("model_type")})

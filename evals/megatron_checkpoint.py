@@ -51,7 +51,7 @@ import torch
 
 from evals.checkpoints import LoadedState, check_state, files_sha256
 from evals.megatron_files import (  # noqa: F401 - re-exported: the format's files and errors
-    RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, first_file, subdirs,
+    RANK_DIR, SAFE_GLOBALS, SHARD_FILE, TRACKER, MegatronCheckpointError, confined, first_file, subdirs,
     is_megatron_checkpoint, iteration_dir,
     load_file, shard_files,
 )
@@ -247,14 +247,14 @@ def read_megatron(path: str | Path, *, expect: str | None = "gpt",
         raise MegatronCheckpointError(f"Megatron checkpoints convert to 'gpt' or 'bert' models, not {expect!r}")
     overrides = dict(overrides or {})
     directory = iteration_dir(path)
-    first = load_file(first_file(directory))
+    first = load_file(confined(path, first_file(directory)))
     args = first.get("args")
     if args is not None and not isinstance(args, argparse.Namespace):
         raise MegatronCheckpointError(f"{str(directory)!r}: 'args' is a {type(args).__name__}, not a Namespace")
     version = float(first.get("checkpoint_version", 0))
     _check_variants(args, directory)
     tp, pp = _parallel_sizes(directory, args)
-    files = shard_files(directory, tp, pp)
+    files = [[confined(path, file) for file in row] for row in shard_files(directory, tp, pp)]
     missing = [str(f) for row in files for f in row if not f.is_file()]
     if missing:
         raise MegatronCheckpointError(
@@ -280,7 +280,12 @@ def read_megatron(path: str | Path, *, expect: str | None = "gpt",
                 extra = " (virtual pipeline stages: model0, model1, ...)" if "model0" in state else ""
                 raise MegatronCheckpointError(f"{str(files[t][p])!r} has no 'model' entry{extra}; keys: "
                                               f"{sorted(state)[:10]}")
-            rest, layers = _rename(_flatten(state["model"]), files[t][p])
+            flat = _flatten(state["model"])
+            for name, tensor in flat.items():  # named with its own shard file, not the checkpoint as a whole
+                if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
+                    raise MegatronCheckpointError(f"{str(files[t][p])!r}: tensor {name!r} holds non-finite values "
+                                                  "(nan or inf)")
+            rest, layers = _rename(flat, files[t][p])
             for key in rest:
                 if key in merged:
                     raise MegatronCheckpointError(f"{str(files[t][p])!r}: {key!r} appears in two pipeline stages")

@@ -11,36 +11,20 @@ The conversion to repro models is :mod:`evals.megatron_checkpoint`.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import pickle
+import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import torch
-
-from repro.training.consolidate import torch_load_reason
+from repro.input_files import inside, read_pointer
 from repro.zero.checkpoint import CheckpointError
+from repro.zero.weights_file import load_weights
 
 TRACKER = "latest_checkpointed_iteration.txt"
 SHARD_FILE = "model_optim_rng.pt"
 #: Classes a Megatron checkpoint may construct beyond tensors and plain containers.
 SAFE_GLOBALS = (argparse.Namespace,)
 RANK_DIR = re.compile(r"^mp_rank_(\d{2})(?:_(\d{3}))?$")
-
-
-@contextlib.contextmanager
-def _allowed(classes: tuple[type, ...]) -> Iterator[None]:
-    """Allow ``classes`` in ``torch.load(weights_only=True)`` for the block (torch >= 2.5's ``safe_globals``); torch
-    2.4 has only the process-wide ``add_safe_globals``, so there they stay allowed after the block (the same short
-    allow-list for every later weights-only load of this process)."""
-    scoped = getattr(torch.serialization, "safe_globals", None)
-    if scoped is not None:
-        with scoped(list(classes)):
-            yield
-        return
-    torch.serialization.add_safe_globals(list(classes))
-    yield
 
 
 class MegatronCheckpointError(CheckpointError):
@@ -50,7 +34,7 @@ class MegatronCheckpointError(CheckpointError):
 def is_megatron_checkpoint(path: str | Path) -> bool:
     """A Megatron checkpoint root (with the tracker file) or an iteration directory holding ``mp_rank_*`` folders."""
     path = Path(path)
-    return (path / TRACKER).is_file() or any(RANK_DIR.match(p.name) for p in subdirs(path))
+    return os.path.lexists(path / TRACKER) or any(RANK_DIR.match(p.name) for p in subdirs(path))
 
 
 def subdirs(path: Path) -> list[Path]:
@@ -64,12 +48,14 @@ def iteration_dir(path: str | Path) -> Path:
     """The directory holding the ``mp_rank_*`` folders: read from the tracker file, or ``path`` itself."""
     path = Path(path)
     tracker = path / TRACKER
-    if not tracker.is_file():
+    if not os.path.lexists(tracker):
         if any(RANK_DIR.match(p.name) for p in subdirs(path)):
             return path
         raise MegatronCheckpointError(f"{str(path)!r} is not a Megatron checkpoint: neither {TRACKER} nor "
                                       "mp_rank_XX folders are in it")
-    text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+    tracker = inside(path, TRACKER, what=f"Megatron checkpoint {str(path)!r}", error=MegatronCheckpointError)
+    raw = read_pointer(tracker, error=MegatronCheckpointError)
+    text = raw.decode("utf-8", errors="replace").strip()
     if text == "release":
         name = "release"
     elif text.isdigit() and int(text) > 0:
@@ -77,44 +63,33 @@ def iteration_dir(path: str | Path) -> Path:
     else:
         raise MegatronCheckpointError(f"{str(tracker)!r} holds {text[:40]!r}; it must be 'release' or an iteration "
                                       "number > 0")
-    directory = path / name
+    directory = inside(path, name, kind="dir", missing_ok=True, what=f"{str(tracker)!r}",
+                       error=MegatronCheckpointError)
     if not directory.is_dir():
         raise MegatronCheckpointError(f"{str(tracker)!r} names {text!r}, but {str(directory)!r} does not exist")
     return directory
 
 
+def confined(root: str | Path, file: Path) -> Path:
+    """``file`` (a shard under the checkpoint directory ``root``), checked to be a regular file that stays inside
+    ``root`` once symlinks are followed (a missing one is returned as it is: the caller names what is missing)."""
+    root = Path(root)
+    relative = os.path.relpath(file, root)
+    return inside(root, relative, missing_ok=True, what=f"Megatron checkpoint {str(root)!r}",
+                  error=MegatronCheckpointError)
+
+
 def load_file(path: str | Path) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` with ``argparse.Namespace`` allowed; any other class is refused, named."""
+    """``torch.load(weights_only=True)`` with ``argparse.Namespace`` allowed (:func:`repro.zero.weights_file.
+    load_weights`: a regular file; any other class is refused, named)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise MegatronCheckpointError(f"Megatron checkpoint file {str(path)!r} is missing")
-    try:
-        with _allowed(SAFE_GLOBALS):
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise MegatronCheckpointError(_refusal(path, err)) from None
-    except (RuntimeError, EOFError, OSError, ValueError, TypeError, AttributeError, KeyError, IndexError,
-            ImportError) as err:  # truncated or not a torch file
-        raise MegatronCheckpointError(f"{str(path)!r} is not a PyTorch weights file (or holds objects other than "
-                                      f"tensors): {torch_load_reason(err)}") from None
+    state = load_weights(path, error=MegatronCheckpointError, allowed=SAFE_GLOBALS,
+                         hint="(save with Megatron's --no-save-optim --no-save-rng)")
     if not isinstance(state, dict):
         raise MegatronCheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not Megatron's checkpoint dict")
     return state
-
-
-def _refusal(path: Path, err: Exception) -> str:
-    """One short sentence for a file ``torch.load(weights_only=True)`` refused: the classes it would construct when
-    they can be listed, else torch's reason (garbage bytes)."""
-    allowed = {f"{c.__module__}.{c.__qualname__}" for c in SAFE_GLOBALS}
-    try:
-        names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
-    except Exception:  # noqa: BLE001 - fall back to the unpickler's own words
-        names = re.findall(r"GLOBAL ([\w.]+)", str(err))
-    head = f"{str(path)!r} is not a PyTorch weights file (or holds objects other than tensors)"
-    if not names:
-        return f"{head}: {torch_load_reason(err)}"
-    return (f"{head}: it pickles {', '.join(sorted(set(names)))}; the allow-list is {', '.join(sorted(allowed))}, "
-            "tensors and plain containers (save with Megatron's --no-save-optim --no-save-rng)")
 
 
 def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:
@@ -126,7 +101,7 @@ def shard_files(directory: Path, tp: int, pp: int) -> list[list[Path]]:
 
 def first_file(directory: Path) -> Path:
     for name in ("mp_rank_00", "mp_rank_00_000"):
-        if (directory / name / SHARD_FILE).is_file():
+        if os.path.lexists(directory / name / SHARD_FILE):  # whatever it is: the reader refuses a special file
             return directory / name / SHARD_FILE
     expected = [str(directory / name / SHARD_FILE) for name in ("mp_rank_00", "mp_rank_00_000")]
     raise MegatronCheckpointError(f"Megatron checkpoint {str(directory)!r} has no rank-0 shard: expected "

@@ -13,11 +13,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from repro.cliargs import positive_int
+from repro.cliargs import int_at_least, positive_int
 
 if TYPE_CHECKING:
     from repro.models import GPTConfig
     from repro.dist.comm import CommGroup
+
+#: the shortest WikiText prefix (--max-tokens): a perplexity scores every token after the first
+MIN_WIKITEXT_TOKENS = 2
+WIKITEXT_TOKENS_WHY = "a perplexity scores the tokens after the first, so it needs two"
 
 # The scoring functions import the harness (torch, the data loaders) when they run: the records are read by
 # ``python -m evals --help``, which should not wait for torch.
@@ -60,9 +64,10 @@ class EvalSpec:
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is not one of {tuple(TASKS)}")
         for name in ("tp", "batch_size", "seq_len", "stride", "limit", "max_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be >= 1")
+            value, lowest = getattr(self, name), MIN_WIKITEXT_TOKENS if name == "max_tokens" else 1
+            if value is not None and value < lowest:
+                raise ValueError(f"{name}={value} must be >= {lowest}"
+                                 + (f" ({WIKITEXT_TOKENS_WHY})" if name == "max_tokens" else ""))
         if self.bootstrap_iters < 0:
             raise ValueError(f"bootstrap_iters={self.bootstrap_iters} must be >= 0")
 
@@ -164,8 +169,9 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Task("wikitext", "wikitext", "WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb", _wikitext,
          options=(("--stride", dict(type=positive_int, default=32, help="new tokens scored per window (Megatron "
                                     "--overlapping-eval; the paper's 32)")),
-                  ("--max-tokens", dict(type=positive_int, default=None,
-                                        help="keep a BPE prefix of the test stream, N >= 1")),
+                  ("--max-tokens", dict(type=int_at_least(MIN_WIKITEXT_TOKENS, WIKITEXT_TOKENS_WHY), default=None,
+                                        help=f"keep a BPE prefix of the test stream, N >= {MIN_WIKITEXT_TOKENS} "
+                                             "(default: the whole stream)")),
                   ("--split", dict(default="test", choices=["test", "valid"], help="WikiText-103 split to score")))),
     Task("lambada", "lambada", "LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity", _lambada),
     Task("race_zeroshot", "race-zeroshot", "RACE zero-shot accuracy, lm-eval's race task definition",

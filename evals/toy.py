@@ -26,7 +26,7 @@ from evals.loaders import load_wikitext
 from evals.race_finetune import FinetuneConfig
 from evals.race_run import RaceFinetuneSpec, run_race_finetune
 from evals.reconcile import markdown, reconciliation_rows
-from evals.tasks import EvalSpec, run_at_tp, run_eval
+from evals.tasks import MIN_WIKITEXT_TOKENS, EvalSpec, run_at_tp, run_eval
 from repro.text.tokenization import gpt2_tokenizer
 from evals.toy_train import TrainConfig, train_gpt
 from repro.models import GPTConfig, merge_state_dicts
@@ -54,7 +54,8 @@ class ToySpec:
     def __post_init__(self) -> None:
         """Counts checked before the minutes of training: whole numbers >= 1 (``tp_check`` >= 0, 0 skips it)."""
         for name in ("race_train_questions", "race_eval_questions", "eval_limit", "wikitext_max_tokens", "tp_check"):
-            value, lowest = getattr(self, name), 0 if name == "tp_check" else 1
+            value = getattr(self, name)
+            lowest = 0 if name == "tp_check" else MIN_WIKITEXT_TOKENS if name == "wikitext_max_tokens" else 1
             if value is not None and value < lowest:
                 raise ValueError(f"{name}={value} must be an integer >= {lowest}")
 

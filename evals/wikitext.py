@@ -137,7 +137,11 @@ def evaluate_megatron(
     (for quick runs; T_o is then scaled by the same fraction of the stream and the result is not the paper's)."""
     if config.seq_len > model.max_length:
         raise ValueError(f"seq_len={config.seq_len} exceeds the model's max_length={model.max_length}")
+    if max_tokens is not None and max_tokens < 2:
+        raise ValueError(f"max_tokens={max_tokens} must be >= 2 (a perplexity scores the tokens after the first)")
     tokens = tokenizer.encode(wikitext_detokenize(raw_text))
+    if len(tokens) < 2:
+        raise ValueError(f"the WikiText text holds {len(tokens)} token(s); a perplexity needs at least 2")
     num_original = count_original_tokens(raw_text)
     if max_tokens is not None and max_tokens < len(tokens):
         num_original = max(2, round(num_original * max_tokens / len(tokens)))

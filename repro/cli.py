@@ -34,6 +34,7 @@ from repro.experiments.base import Experiment, Point
 from repro.harness.machine_fit import DEVICES, NeedsGPU
 from repro.harness.resources import cpu_scale_of, format_time, resources_of
 from repro.harness.runner import budget_for, plan_run
+from repro.environment import SettingError, check_environment
 from repro.harness.submit import SlurmMissing, SubmitError
 from repro.harness.submit_cli import add_submit_parser, run_submit
 from repro.optional import MissingPackage
@@ -311,6 +312,11 @@ def _results_dir_refusal(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # the environment's settings, before any command starts (and before a point of `repro run` runs)
+        check_environment()
+    except SettingError as err:
+        print(f"repro: error: {err}", file=sys.stderr)
+        return 2
     if argv and argv[0] in FORWARDED:
         import importlib
 

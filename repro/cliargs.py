@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 #: seeds are accepted in [0, 2**63): torch's and numpy's generators take a 64-bit seed, and a larger or negative one
 #: would wrap onto another seed (two runs told different seeds would draw the same data)
@@ -65,6 +65,17 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= 0")
     return value
+
+
+def int_at_least(lowest: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer >= ``lowest`` (``why``: the reason, said in the refusal)."""
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {lowest}{f' ({why})' if why else ''}")
+        return value
+    parse.__name__ = f"integer >= {lowest}"
+    return parse
 
 
 def positive_float(text: str) -> float:

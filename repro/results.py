@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from repro.checkout import REPO_ROOT, in_checkout  # noqa: F401 - re-exported: results, assets and tests ask here
+from repro.input_files import open_regular, regular_file_problem
 from repro.vocabulary import RESERVED_ROW_KEYS, Row
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
@@ -263,8 +264,11 @@ def read_run(path: Path) -> list[dict[str, Any]]:
     read, a line that is not UTF-8 or JSON, and a record that is not a row raise one line (ValueError) that names
     ``path:line``: a corrupt run file is refused before anything is computed from it."""
     records = []
+    problem = regular_file_problem(path)
+    if problem is not None:  # a FIFO would block the reader, a device never end
+        raise ValueError(f"{path}: cannot be read as a run file (it {problem})")
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, what="run file", error=ValueError) as handle:
             for number, raw in enumerate(handle, 1):
                 records.extend(_parse_line(path, number, raw))
     except OSError as err:

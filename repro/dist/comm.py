@@ -8,7 +8,6 @@ there is no module-level state (DESIGN.md: "process groups are values").
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -16,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from repro.dist.ledger import CollectiveLedger
+from repro.environment import gloo_chunk_bytes
 
 # torch 2.13 renamed the tensor-in/tensor-out collectives (*_single); older releases (>= 2.4) have the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -84,8 +84,9 @@ def all_reduce(tensor: torch.Tensor, group: CommGroup, *, op=dist.ReduceOp.SUM, 
 #: for an all-gather (a copy); for a reduce-scatter only over two ranks (a + b in any order), as gloo picks its
 #: summation order by message size and more ranks' sums would change in the last bits (measured with 4).
 #: NCCL pipelines internally: nothing changes there.
-#: ``REPRO_GLOO_CHUNK_BYTES=0`` turns it off (to compare).
-GLOO_CHUNK_BYTES = int(os.environ.get("REPRO_GLOO_CHUNK_BYTES", 4 << 20))
+#: ``REPRO_GLOO_CHUNK_BYTES=0`` turns it off (to compare); a value that breaks its rule (:mod:`repro.environment`)
+#: gives the default here and is refused by the entry points before any work.
+GLOO_CHUNK_BYTES = gloo_chunk_bytes(strict=False)
 
 
 class _Pieces:

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import torch
 
+from repro.environment import start_method as start_method_setting
+
 
 class SpawnError(RuntimeError):
     """A rank failed (or the job timed out); carries the rank's traceback."""
@@ -86,7 +88,7 @@ def choose_start_method(requested: str | None = None) -> str:
     and ``forkserver`` (``spawn`` where there is none) where it has one. Forking a process that has initialised
     CUDA is refused: its ranks would fail at their first CUDA call."""
     available = mp.get_all_start_methods()
-    choice = requested or os.environ.get("REPRO_START_METHOD") or None
+    choice = requested or start_method_setting()  # the variable's own rule and one-line refusal
     if choice is None:
         if "fork" in available and not accelerator_built():
             return "fork"

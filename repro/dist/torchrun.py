@@ -28,6 +28,11 @@ does to a preemption:
   suite's codes (2 a bad input, 3 a non-finite loss, 74 a failed save, 75, 124) or was stopped by the agent after
   it, the report is left out and the first failed rank's code is passed out.
 
+* **A signal after the end is no failure.** Each training rank notes in ``REPRO_RANKS_FILE`` that it started and
+  that it finished (saved, exit 0); when every rank that started finished, the job exits 0 whatever signal reached
+  torchrun after that (the agent stopping on it made torchrun's code 1, or 75 here). A signal to the agent is one
+  line, not torchrun's ``SignalException`` traceback (:mod:`repro.dist.torchrun_agent`).
+
 Other exit codes are torchrun's (128 + N when a signal N ended it). After forwarding a signal the agent gives its
 ranks ``--shutdown-timeout`` seconds (30 by default; torch 2.4 has no such option) before it kills them: raise it
 when a checkpoint takes longer to write.
@@ -56,6 +61,10 @@ PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 FORWARDED_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 #: names the file a rank that gives up on a hang writes (see :func:`repro.training.watchdog.note_hung`)
 HUNG_FILE_VAR = "REPRO_HUNG_FILE"
+#: names the file where each training rank notes that it started and that it finished (saved, exit 0): a signal
+#: that comes after every rank finished does not turn the job's 0 into a failure
+#: (see :func:`repro.training.preemption.note_rank`)
+RANKS_FILE_VAR = "REPRO_RANKS_FILE"
 #: what ``timeout`` and the trainer's watchdog report for a job that made no progress
 EXIT_HUNG = 124
 #: seconds between the wrapper's looks for a hung rank while torchrun runs
@@ -91,6 +100,24 @@ def exit_code(torchrun_rc: int, *, rank_preempted: bool, signalled: str | None, 
     if rank_hung and torchrun_rc != 0:
         return EXIT_HUNG
     return 128 - torchrun_rc if torchrun_rc < 0 else torchrun_rc
+
+
+def all_finished(ranks_file: Path) -> bool:
+    """Whether every rank that noted its start in ``ranks_file`` also noted that it finished (at least one did)."""
+    import json
+
+    started, finished = set(), set()
+    try:
+        lines = ranks_file.read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            (finished if entry["event"] == "finished" else started).add(int(entry["rank"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a rank killed while writing it
+    return bool(started) and started <= finished
 
 
 def _state(pid: int) -> str:
@@ -243,8 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     handles_option = agent_handles_signal_option()
     with tempfile.TemporaryDirectory(prefix="repro-torchrun-") as scratch:
-        marker, hung = Path(scratch) / "preempted", Path(scratch) / "hung"
-        env = dict(os.environ, **{PREEMPTED_FILE_VAR: str(marker), HUNG_FILE_VAR: str(hung)})
+        marker, hung, ranks = Path(scratch) / "preempted", Path(scratch) / "hung", Path(scratch) / "ranks"
+        env = dict(os.environ, **{PREEMPTED_FILE_VAR: str(marker), HUNG_FILE_VAR: str(hung),
+                                  RANKS_FILE_VAR: str(ranks)})
         if handles_option:
             env.setdefault("PET_SIGNALS_TO_HANDLE", AGENT_SIGNALS)
         handled = (_option_value(argv, "--signals-to-handle", "--signals_to_handle")
@@ -255,8 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         forwarder.started(agent)
         rc = wait_for_agent(agent, hung)
         reap_orphans()
-        preempted, rank_hung = marker.exists(), hung.exists()
+        preempted, rank_hung, finished = marker.exists(), hung.exists(), all_finished(ranks)
     code = exit_code(rc, rank_preempted=preempted, signalled=forwarder.signalled, rank_hung=rank_hung)
+    if code != 0 and finished and not preempted and not rank_hung:
+        why = f"after {forwarder.signalled} arrived" if forwarder.signalled else "after its ranks ended"
+        print(f"{PROG}: every rank had finished its run (and saved, with --save) before torchrun ended with "
+              f"{128 - rc if rc < 0 else rc} ({why}): exit code 0", file=sys.stderr, flush=True)
+        return 0
     # the agent passes 75 and 124 out itself (repro.dist.torchrun_agent); the line says why all the same
     if code == EXIT_PREEMPTED and (rc != EXIT_PREEMPTED or preempted):
         why = "its ranks stopped for a preemption" if preempted else f"it got {forwarder.signalled} and failed"

@@ -8,7 +8,9 @@ Here the agent's own stderr (its Python logging and tracebacks; the ranks write 
 untouched) passes through as it comes until its first warning or error record, and is held from there: when the
 first rank to fail exited with one of the suite's codes and every other failed rank with one of them too, or was
 stopped by the agent (SIGTERM, SIGKILL), the held lines are dropped and the agent exits with that code; otherwise
-they are written out and the failure is raised as torchrun would.
+they are written out and the failure is raised as torchrun would. A signal that reaches the agent (torchrun raises
+``SignalException`` once it has passed the signal to its ranks and stopped them) is one line and exit code 128 + N,
+never its traceback: :mod:`repro.dist.torchrun` turns it into 75 or 0 by what the ranks did.
 """
 
 from __future__ import annotations
@@ -89,12 +91,22 @@ def _rebind_handlers(real: TextIO, held: HeldStream) -> None:
                 handler.setStream(held)
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(int(number)).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     real = sys.stderr
     held = HeldStream(real)
     sys.stderr = held
     import runpy
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     _rebind_handlers(real, held)
@@ -109,6 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         held.release()
         sys.stderr = real
         raise
+    except SignalException as err:  # a signal reached the agent, which passed it to its ranks and stopped them
+        held.drop()  # its report of stopping them; the ranks said for themselves what they did
+        sys.stderr = real
+        print(f"repro torchrun: torchrun's agent got {_signal_name(err.sigval)} and stopped its ranks", file=sys.stderr,
+              flush=True)
+        return 128 + int(err.sigval)
     except BaseException:
         held.release()
         sys.stderr = real

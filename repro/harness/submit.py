@@ -163,12 +163,14 @@ def plans(
     return [_plan(experiment, job, overrides, log_dir, path, extra) for job in jobs]
 
 
-#: Upper bounds of the overrides, from the fields Slurm keeps them in: option -> (largest value, its unit and why).
+#: Upper bounds of the overrides: what a cluster can grant at all (a larger value is a typo that Slurm would take,
+#: and the job would wait in the queue forever or be refused hours later): option -> (largest value, unit and why).
 LIMITS = {
-    "--time": (2**31 - 1, "minutes: sbatch reads a time limit as a signed 32-bit count of minutes"),
-    "--cpus-per-task": (65533, "CPUs: Slurm keeps CPUs per task in 16 bits (65534 and 65535 mean unset/unlimited)"),
-    "--gpus-per-node": (65533, "GPUs: repro runs one rank per GPU, and Slurm keeps tasks per node in 16 bits"),
-    "--mem": (2**20, "GiB (1 PiB): more memory than any node Slurm manages; such a job would never start"),
+    "--time": (366 * 24 * 60, "minutes (a year): no partition grants a longer limit (MaxTime is days or weeks); "
+                              "leave --time out for the declared one"),
+    "--cpus-per-task": (1024, "CPUs: the largest nodes have 768 hardware threads, and each rank gets this many"),
+    "--gpus-per-node": (64, "GPUs: the largest nodes hold 16 (repro runs one rank per GPU)"),
+    "--mem": (2**16, "GiB (64 TiB): more memory than any node holds; such a job would never start"),
     "--max-parallel": (4000001, "tasks: Slurm's MaxArraySize is at most 4000001, so no array has more tasks"),
 }
 

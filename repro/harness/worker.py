@@ -25,6 +25,7 @@ from pathlib import Path
 
 from repro import results as R
 from repro.cliargs import OneLineParser, non_negative_int
+from repro.environment import check_environment
 from repro.experiments import get_experiment
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.harness.machine_fit import DEVICES, NeedsGPU, check_memory, resolve_device
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--skip-done needs --plan and --run-id (the run whose written points are left out)")
         if args.run_id is not None:
             R.check_run_id(args.run_id)
+        check_environment()  # REPRO_GLOO_CHUNK_BYTES, REPRO_START_METHOD, LOCAL_WORLD_SIZE: before any point runs
         ranks = _launched_world_size()  # the launch variables, checked before any work
         R.slurm_provenance()
         experiment = get_experiment(args.experiment)

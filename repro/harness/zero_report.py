@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from repro.cliargs import OneLineParser, positive_int
+from repro.input_files import read_config
 from repro.optional import MissingPackage, require
 from repro.perfmodel.zero_memory import K_ADAM, model_state_bytes
 
@@ -179,10 +180,10 @@ def _read_rows(path: Path) -> list[dict]:
     """The measurements of a --rows file: a JSON list of objects, each as :func:`_row_problem` wants it (a ValueError
     names the file and the rule)."""
     try:
-        rows = json.loads(path.read_text())
+        rows = json.loads(read_config(path, what="--rows").decode("utf-8"))
     except OSError as err:
         raise ValueError(f"--rows {path}: cannot read it ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ValueError(f"--rows {path} is not valid JSON ({err})") from None
     if not isinstance(rows, list) or not all(isinstance(row, dict) and "framework" in row for row in rows):
         raise ValueError(f"--rows {path} must hold a JSON list of objects, each with a 'framework' key")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repro.checkout import REPO_ROOT, in_checkout, user_data_dir
+from repro.input_files import check_regular_file, directory_problem, inside, open_regular
 
 ENV_VAR = "REPRO_DATA"
 #: the default data directory in words, for every --data-dir's help (:func:`default_data_dir`)
@@ -130,9 +131,11 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
                             f"leave the option out for the default, {DEFAULT_DATA_DIR_TEXT})")
     else:
         path, origin = default_data_dir()
-    if path.exists() and not path.is_dir():
-        raise DataError(f"data directory {str(path)!r} (from {origin}) is a file, not a directory; pass the folder "
-                        f"that holds tokenizers/, lambada/, race/ and wikitext103/")
+    kind = directory_problem(path, missing_ok=True)  # a regular file, a FIFO, a symlink loop or dangling link
+    if kind is not None and kind != "does not exist" and "missing" not in kind:
+        kind = kind.replace("is a regular file, not", "is a file, not")
+        raise DataError(f"data directory {str(path)!r} (from {origin}) {kind}; pass the folder that holds "
+                        f"tokenizers/, lambada/, race/ and wikitext103/")
     if not path.is_dir():
         raise DataError(f"data directory {str(path)!r} (from {origin}) does not exist; download the data into it "
                         f"with: {fetch_command(path if data_dir is not None else None)} (or pass --data-dir, or set "
@@ -159,8 +162,9 @@ def _data_root_of(path: Path) -> Path:
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """The sha256 of a regular file (a FIFO or a device is refused, :class:`DataError`: it would never end)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, what="data file", error=DataError) as handle:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
@@ -172,7 +176,7 @@ _VERIFIED: dict[tuple[str, int, int], str] = {}
 
 def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
     """Check ``path`` exists and its sha256 equals ``expected``; return the path. Raises :class:`DataError`."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         root = _data_root_of(path)
         names = [name for name, files in DATASETS.items() if any(root / f.relpath == path for f in files)]
         if not names and path.parent.name in ("tokenizers", "lambada", "race", "wikitext103"):
@@ -183,6 +187,7 @@ def verify_sha256(path: Path, expected: str, what: str = "") -> Path:
         where = None if default.exists() and default.resolve() == root.resolve() else root
         raise DataError(f"expected data file {str(path)!r} ({what or 'see SOURCE.md'}) is missing; download it with: "
                         f"{fetch_command(where, names)}")
+    check_regular_file(path, what=f"data file ({what or 'see SOURCE.md'})", error=DataError)
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     actual = _VERIFIED.get(key) or sha256_file(path)
@@ -214,14 +219,15 @@ def race_split_files(split: str, level: str, data_dir: str | os.PathLike | None 
     manifest = data_path(RACE_MANIFEST, root)
     prefix = f"RACE/{split}/{level}/"
     pinned = {}
-    for line in manifest.read_text().splitlines():
+    for line in manifest.read_text().splitlines():  # verified against its pinned sha256 just above
         digest, rel = line.split(maxsplit=1)
         if rel.startswith(prefix):
             pinned[rel] = digest
     if not pinned:
         raise DataError(f"manifest {str(manifest)!r} lists no files under {prefix}")
     rels = sorted(pinned, key=lambda rel: int(Path(rel).stem))
-    return [verify_sha256(root / "race" / rel, pinned[rel], f"RACE {split}/{level}") for rel in rels]
+    return [verify_sha256(inside(root / "race", rel, what=f"manifest {str(manifest)!r}", error=DataError,
+                                 missing_ok=True), pinned[rel], f"RACE {split}/{level}") for rel in rels]
 
 
 #: where an installed wheel carries GPT-2's tokenizer files: its build copies them from the data directory, checked

@@ -6,10 +6,12 @@ memory and output paths (:mod:`repro.training.startcheck`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from repro.input_files import directory_problem, read_config, read_pointer, regular_file_problem
 from repro.optional import available
 from repro.paths import name_problem
 from repro.training.checkpoint_kinds import describe_foreign
@@ -40,7 +42,10 @@ def read_deepspeed_config(path: str):
         return seen
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique)
+        data = json.loads(read_config(path, what="--deepspeed-config", error=UsageError).decode("utf-8"),
+                          object_pairs_hook=unique)
+    except UsageError:
+        raise  # not a regular file, or over the config cap (repro.input_files): its own line
     except OSError as err:
         raise UsageError(f"--deepspeed-config {path}: cannot read it ({err.strerror})") from None
     except UnicodeDecodeError as err:
@@ -95,11 +100,13 @@ def _check_save_belongs_to_this_run(args: argparse.Namespace) -> None:
     if inside is not None:
         raise UsageError(f"--save {args.save} is inside the checkpoint (iteration) directory {inside}: save into the "
                          f"directory that holds the iter_* directories, e.g. --save {inside.parent}")
-    if args.overwrite_checkpoints or not (Path(args.save) / LATEST).is_file():
+    pointer = Path(args.save) / LATEST
+    if not os.path.lexists(pointer):
         return
-    if _loads_from(args.load, Path(args.save)):
-        return  # resuming the run that wrote them
-    newest = (Path(args.save) / LATEST).read_bytes().strip()[:20].decode("utf-8", "replace")
+    newest = read_pointer(pointer, what=f"--save {args.save}: its pointer", error=UsageError)
+    if args.overwrite_checkpoints or _loads_from(args.load, Path(args.save)):
+        return  # resuming the run that wrote them, or told to take the directory over
+    newest = newest.strip()[:20].decode("utf-8", "replace")
     raise UsageError(f"--save {args.save} holds another run's checkpoints (newest: iteration {newest}) and this run "
                      f"does not load them: resume it with --load {args.save}, save elsewhere, or pass "
                      f"--overwrite-checkpoints")
@@ -181,6 +188,33 @@ def _check_no_effect(args: argparse.Namespace) -> None:
                          "it out")
 
 
+#: the options that name a directory, and those that name a file the run reads (prefixes: the corpus's two files)
+DIRECTORY_OPTIONS = ("--save", "--load", "--tensorboard-dir", "--wandb-save-dir")
+FILE_OPTIONS = ("--deepspeed-config",)
+CORPUS_OPTIONS = ("--data", "--valid-data")
+
+
+def _check_path_kinds(args: argparse.Namespace) -> None:
+    """Every path of the command line is what it must be, or absent (made, or refused, later): a directory for
+    --save, --load and the log directories, a regular file for the DeepSpeed config and each corpus file; a FIFO, a
+    device, a socket or a symlink loop is refused here, before anything blocks on it or reads it forever."""
+    for option in DIRECTORY_OPTIONS + FILE_OPTIONS + CORPUS_OPTIONS:
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is None or (option in CORPUS_OPTIONS and value == "synthetic"):
+            continue
+        if option in DIRECTORY_OPTIONS:
+            checks = [(value, directory_problem(value, missing_ok=True))]
+        elif option in FILE_OPTIONS:
+            checks = [(value, regular_file_problem(value))]
+        else:
+            checks = [(f"{value}{suffix}", regular_file_problem(f"{value}{suffix}", missing_ok=True))
+                      for suffix in (".idx.json", ".bin")]
+        for path, problem in checks:
+            if problem is not None:
+                named = "" if path == value else f" ({path!r})"
+                raise UsageError(f"{option} {value!r}{named} {problem}")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Everything that needs no process group, so every rank refuses a bad command before it starts (exit code 2,
     one line): the options, the DeepSpeed config, then (:mod:`repro.training.startcheck`) the launch variables, the
@@ -200,6 +234,7 @@ def check_args(args: argparse.Namespace) -> None:
         problem = None if value is None or value == "synthetic" else name_problem(value)
         if problem is not None:
             raise UsageError(f"{option} {value!r} {problem}")
+    _check_path_kinds(args)
     args.zero, batch = None, None
     args.wandb_group = args.wandb_entity = None
     if args.deepspeed_config is not None:

@@ -42,7 +42,7 @@ from repro.training.megatron_names import add_megatron_options, names
 from repro.training.failfast import (
     EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
 )
-from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted
+from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted, note_rank
 from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--on-nan", choices=ON_NAN, default="stop",
                    help="stop (default): a loss or gradient norm that is inf or NaN (not an fp16 step the loss scaler "
                         "skipped) stops the run with one line naming the iteration and exit code 3, before any "
-                        "later save, so the last checkpoint is the last good one; continue: log it and train on "
+                        "later save; the line names the newest checkpoint known good (its weights gave a finite "
+                        "loss in the step after it) and how to resume from it; continue: log it and train on "
                         "(Megatron's 'number of nan iterations')")
     g.add_argument("--log-jsonl", default=None,
                    help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
@@ -138,9 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--wandb-save-dir", default=None,
                    help="the folder W&B makes its wandb/ folder in, as Megatron's (default: the --save DIR, so the "
                         "run lands in DIR/wandb/; without --save, W&B's ./wandb)")
-    g.add_argument("--save", default=None, help="directory for checkpoints (a save that cannot be written, e.g. on "
-                   "a full disk, stops the run with one line and exit code 74, the previous checkpoint intact); "
-                   "default: no checkpoints")
+    g.add_argument("--save", default=None, help="directory for checkpoints, held by this job for its life (the lock "
+                   "file DIR/repro-train.lock: a second run is refused, naming the holder; a dead run's lock is taken "
+                   "over); a save that cannot be written, e.g. on a full disk, stops the run with one line and exit "
+                   "code 74, the previous checkpoint intact; default: no checkpoints")
     g.add_argument("--save-interval", type=positive_int, default=None,
                    help="checkpoint every this many iterations (and always at the end and on preemption; "
                         "default: only then)")
@@ -192,13 +194,7 @@ def _sources(args: argparse.Namespace):
 
 def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | None = None) -> int:
     """Run the training this rank takes part in; returns the process's exit code (0, or 75 when preempted)."""
-    from repro.dist.device import select_device
-    from repro.training.checkpoint import load_training_checkpoint
-    from repro.zero.checkpoint import CheckpointWriteError
-    from repro.training.log import TrainingLog
-    from repro.training.loop import NonFiniteTraining, train_loop
-    from repro.training.startcheck import model_config
-    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.training.dirlock import hold_directory
 
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
     try:
@@ -206,6 +202,26 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
     except RendezvousFailed as err:  # nobody to agree with: each rank says it
         print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
         return EXIT_HUNG
+    # --save belongs to this job from here until the process ends: rank 0 takes it, every rank learns the outcome
+    # (a second run is refused in one line before it loads or writes anything)
+    lock = agree_on_setup(lambda: hold_directory(args.save) if args.save and launch.rank == 0 else None)
+    try:
+        return _train_holding(args, launch, lock, on_action=on_action)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
+    """:func:`train` once the run holds its --save directory (``lock`` on rank 0, None elsewhere)."""
+    from repro.dist.device import select_device
+    from repro.training.checkpoint import load_training_checkpoint
+    from repro.zero.checkpoint import CheckpointWriteError
+    from repro.training.log import TrainingLog
+    from repro.training.loop import NonFiniteTraining, known_good_line, train_loop
+    from repro.training.startcheck import model_config
+    from repro.training.trainer import PipelineTrainer, TrainSettings
+
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():
@@ -240,6 +256,7 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 if groups.rank == 0:
                     print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
                           f"train: at iteration {trainer.iteration} of --steps {args.steps}", flush=True)
+                preemption.finish()
                 return 0
             # only now, with the load done, does anything go into --save or the logs
             if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
@@ -268,15 +285,16 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                 try:
                     outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
                                          save_interval=args.save_interval, validation=validation,
-                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan)
+                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan,
+                                         save_guard=(lock.check if lock is not None else lambda: None)
+                                         if args.save else None, resumed=resumed is not None)
                 except CheckpointWriteError as err:  # every rank raises it, with the same reason
                     log.error(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
                               f"{EXIT_WRITE_FAILED})")
                     return EXIT_WRITE_FAILED
                 except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
-                    last = f"; the last checkpoint in {args.save} is from before it" if args.save else ""
                     log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
-                              f"trains on){last}")
+                              f"trains on); {known_good_line(args.save, resumed, trainer.known_good_iteration)}")
                     return EXIT_NONFINITE
                 if outcome.preempted:
                     resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
@@ -284,9 +302,11 @@ def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | N
                     return EXIT_PREEMPTED
                 if not outcome.losses:
                     log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                    preemption.finish()
                     return 0
                 log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
                 log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
+                preemption.finish()
                 return 0
             finally:
                 log.close()
@@ -383,6 +403,7 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
         else:
             time.sleep(SILENT_RANK_GRACE_S)
         return 2
+    note_rank("started")  # for repro.dist.torchrun: a signal after every started rank finished is no failure
     code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:
         note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1

@@ -36,44 +36,20 @@ from repro.models.config import GPTConfig
 from repro.models.sharding import merge_state_dicts
 from repro.pipeline.partition import stage_layers
 from repro.training.checkpoint import find_checkpoint, read_trainer_meta
+from repro.training.checkpoint_fit import non_finite
 from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, verify_checkpoint
+from repro.zero.weights_file import load_weights, torch_load_reason
 
 #: the last stage's copy of the word embedding (pp > 1): equal to the first stage's, kept once
 _OUTPUT_COPY = "output_word_embeddings."
-#: the lines of torch.load's errors that explain weights_only in general, not what is wrong with this file
-_TORCH_BOILERPLATE = ("Weights only load failed", "Check the documentation", "Please file an issue",
-                      "(1) Re-running", "(2) Alternatively")  # the last two: torch 2.4's wording
 #: the JSON types a config field's annotation allows (bool is refused where an int or a float is meant)
 _FIELD_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None)),
                 "float | None": (int, float, type(None))}
 
 
-def torch_load_reason(err: BaseException) -> str:
-    """What ``torch.load`` found wrong, in one short line: the first line of its error that is not its general
-    paragraph on ``weights_only`` (at most 160 characters)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    useful = [line.split("WeightsUnpickler error: ", 1)[-1] for line in lines
-              if not line.startswith(_TORCH_BOILERPLATE)]
-    if not lines:
-        return f"{type(err).__name__} (the file is empty or cut short)"
-    text = (useful or lines)[0]
-    return (text.split(". ")[0] if len(text) > 120 else text)[:160]
-
-
-def load_weights(path: Path) -> Any:
-    """``torch.load(path, weights_only=True)``; anything it refuses or cannot read is one :class:`CheckpointError`
-    "'<path>' is not a PyTorch weights file (or holds objects other than tensors): <reason>"."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, EOFError, RuntimeError, OSError, ValueError, TypeError, AttributeError,
-            ImportError, KeyError, IndexError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{str(path)!r} is not a PyTorch weights file (or holds objects other than tensors): "
-                              f"{torch_load_reason(err)}") from None
-
-
 def load_state_file(path: Path) -> dict[str, torch.Tensor]:
     """A file of named tensors (a state dict) read by :func:`load_weights`; another object is refused, named."""
-    state = load_weights(path)
+    state = load_weights(path, error=CheckpointError)
     if not isinstance(state, dict):
         raise CheckpointError(f"{str(path)!r} holds a {type(state).__name__}, not a dict of named tensors")
     for name, value in state.items():
@@ -121,13 +97,16 @@ def is_training_checkpoint(directory: str | os.PathLike) -> bool:
     """A checkpoint ``repro train`` wrote: an ``iter_N`` directory (manifest and trainer.json) or a save directory
     whose newest-pointer names one."""
     path = Path(directory)
-    if (path / "manifest.json").is_file() and (path / "trainer.json").is_file():
+    if os.path.lexists(path / "manifest.json") and os.path.lexists(path / "trainer.json"):
         return True
+    if not os.path.lexists(path / "latest_checkpointed_iteration.txt") or not any(
+            os.path.lexists(folder / "manifest.json") for folder in path.glob("iter_*")):
+        return False  # no pointer, or Megatron-LM's (same name) without repro train's manifests
     try:
         found = find_checkpoint(path)
     except (CheckpointError, OSError):
-        return False
-    return found is not None and (found / "trainer.json").is_file()
+        return True  # its pointer or iteration is broken: repro train's reader says how, in one line
+    return found is not None and os.path.lexists(found / "trainer.json")
 
 
 def _stage_names(state: dict[str, torch.Tensor], layers: range) -> dict[str, torch.Tensor]:
@@ -149,8 +128,8 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
     if path is None:
         raise CheckpointError(f"{directory} holds no checkpoint of repro train (no {Path(directory).name}/"
                               "latest_checkpointed_iteration.txt, no manifest.json)")
-    manifest = verify_checkpoint(path)  # every file against its size and sha256
-    meta = read_trainer_meta(path)
+    manifest = verify_checkpoint(path, within=directory)  # every file against its size and sha256, none outside
+    meta = read_trainer_meta(path, within=directory)
     config = config_from_dict(GPTConfig, meta["model"], f"corrupt checkpoint {path}: trainer.json")
     tp, pp, dp = meta["tp"], meta["pp"], meta["dp"]
     if min(tp, pp, dp) < 1 or meta["zero_stage"] < 0:
@@ -158,7 +137,7 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
                               f"{meta['zero_stage']}; each size must be >= 1 and the stage >= 0")
     grid = RankGrid(tp=tp, pp=pp, dp=dp)
     try:
-        by_mp = _model_parallel_states(path, manifest, meta["zero_stage"], grid)
+        by_mp = _model_parallel_states(path, manifest, meta["zero_stage"], grid, Path(directory))
         full: dict[str, torch.Tensor] = {}
         for pp_rank in range(pp):
             shards = [by_mp[pp_rank * tp + tp_rank] for tp_rank in range(tp)]
@@ -170,6 +149,10 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
             pickle.UnpicklingError) as err:  # a shard that does not fit the others or trainer.json
         raise CheckpointError(f"corrupt checkpoint {path}: its model shards do not fit trainer.json (tp={tp}, "
                               f"pp={pp}): {type(err).__name__}: {torch_load_reason(err)}") from None
+    for name, tensor in full.items():  # repro train saves fp32 weights: anything else was put there by another hand
+        if tensor.dtype != torch.float32:
+            raise CheckpointError(f"corrupt checkpoint {path}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}"
+                                  "; repro train saves its weights in float32")
     digest = ",".join(f"{name}:{entry['sha256'][:16]}" for name, entry in sorted(manifest["files"].items()))
     return TrainedGPT(path=path, config=config, state_dict={k: v.float() for k, v in full.items()},
                       meta={"iteration": meta["iteration"], "tp": tp, "pp": pp, "dp": dp,
@@ -178,11 +161,11 @@ def load_trained_gpt(directory: str | os.PathLike) -> TrainedGPT:
 
 
 def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int,
-                           grid: RankGrid) -> dict[int, dict[str, torch.Tensor]]:
+                           grid: RankGrid, within: Path) -> dict[int, dict[str, torch.Tensor]]:
     """Each model-parallel rank's (tp shard of a stage's) weights: the fp32 masters under ZeRO, else the dp-rank-0
     file's ``extra["model"]``; a file the manifest does not list, or that holds no model state, is refused."""
     if zero_stage > 0:
-        return consolidate_checkpoint(path)  # fp32 masters, per model-parallel rank
+        return consolidate_checkpoint(path, within=within)  # fp32 masters, per model-parallel rank
     by_mp = {}
     for pp_rank in range(grid.pp):
         for tp_rank in range(grid.tp):
@@ -191,13 +174,16 @@ def _model_parallel_states(path: Path, manifest: dict[str, Any], zero_stage: int
                 raise CheckpointError(f"corrupt checkpoint {path}: trainer.json says tp={grid.tp}, pp={grid.pp}, "
                                       f"dp={grid.dp}, but the manifest lists no {name}")
             try:
-                payload = load_weights(path / name)
+                payload = load_weights(path / name, error=CheckpointError)
             except CheckpointError as err:
                 raise CheckpointError(f"corrupt checkpoint {path}: {err}") from None
             extra = payload.get("extra") if isinstance(payload, dict) else None
             model = extra.get("model") if isinstance(extra, dict) else None
             if not isinstance(model, dict) or not all(isinstance(v, torch.Tensor) for v in model.values()):
                 raise CheckpointError(f"corrupt checkpoint {path}: {name} holds no model state")
+            problem = non_finite(model, f"{name}: tensor")  # named with its own rank file
+            if problem is not None:
+                raise CheckpointError(f"corrupt checkpoint {path}: {problem}")
             by_mp[pp_rank * grid.tp + tp_rank] = model
     return by_mp
 

@@ -48,6 +48,7 @@ from repro.text.detokenize import wikitext_detokenize
 from repro.text.tokenization import TextTokenizer, gpt2_tokenizer
 from repro.text.wikitext_articles import split_articles
 from repro.atomic_files import atomic_write
+from repro.input_files import check_regular_file, open_regular
 from repro.optional import MissingPackage, require
 from repro.training.corpus_samples import CorpusSamples
 
@@ -170,8 +171,9 @@ def tokenize_corpus(
         raise CorpusError(f"{len(pins)} sha256 values for {len(paths)} input files; give one per input, in order")
     sources = []
     for path, pin in zip(paths, pins):
-        if not path.is_file():
-            raise CorpusError(f"input file {str(path)!r} does not exist or is not a regular file")
+        if not os.path.lexists(path):
+            raise CorpusError(f"input file {str(path)!r} does not exist")
+        check_regular_file(path, what="input file", error=CorpusError)
         if path.stat().st_size == 0:
             raise CorpusError(f"input file {str(path)!r} is empty: it holds no text to tokenize")
         expected = pin or _pinned_sha256(path)
@@ -233,11 +235,12 @@ def read_index(prefix: str | os.PathLike) -> dict:
     and the rule): a JSON object of this format and version whose counts are whole numbers in range."""
     index_path = Path(f"{prefix}.idx.json")
     hint = f"tokenize it first, e.g. {WIKITEXT103_EXAMPLE}"
-    if not index_path.is_file():
+    if not os.path.lexists(index_path):
         raise CorpusError(f"corpus index {str(index_path)!r} does not exist; {hint}")
     try:
-        index = json.loads(index_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        with open_regular(index_path, what="corpus index", error=CorpusError) as handle:
+            index = json.loads(handle.read().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise CorpusError(f"corpus index {str(index_path)!r} is not valid JSON ({err})") from None
     except OSError as err:
         raise CorpusError(f"corpus index {str(index_path)!r} cannot be read ({err.strerror})") from None
@@ -284,8 +287,9 @@ class TokenCorpus:
         self.index_path, self.bin_path = Path(f"{prefix}.idx.json"), Path(f"{prefix}.bin")
         hint = f"tokenize it first, e.g. {WIKITEXT103_EXAMPLE}"
         self.index = read_index(prefix)
-        if not self.bin_path.is_file():
+        if not os.path.lexists(self.bin_path):
             raise CorpusError(f"corpus data {str(self.bin_path)!r} does not exist; {hint}")
+        check_regular_file(self.bin_path, what="corpus data", error=CorpusError)
         size, expected = self.bin_path.stat().st_size, self.num_tokens * TOKEN_DTYPE.itemsize
         if size != expected:
             raise CorpusError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
@@ -43,7 +44,9 @@ class Validation:
 
 class NonFiniteTraining(RuntimeError):
     """A step's loss or gradient norm was inf or NaN, and not on an fp16 step the loss scaler skipped. Raised before
-    any later save, so the last checkpoint is the last good one."""
+    any later save. The newest checkpoint is not therefore good: it holds the updates that led to the non-finite
+    values (weights near 1e30 are finite); the newest *known good* one is ``trainer.known_good_iteration``, whose
+    weights gave a finite loss in the step after it."""
 
     def __init__(self, iteration: int, what: str, value: float) -> None:
         super().__init__(f"iteration {iteration}: {what} is {value}")
@@ -90,13 +93,17 @@ def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
     preemption: PreemptionFlag | None = None, activity: Callable[[str], None] | None = None,
-    save_at_end: bool = True, on_nan: str = "stop",
+    save_at_end: bool = True, on_nan: str = "stop", save_guard: Callable[[], str | None] | None = None,
+    resumed: bool = False,
 ) -> Outcome:
     """Train from ``trainer.iteration`` up to ``steps`` iterations (every rank calls it; rank 0's log prints);
     with ``save``, also save at the end (``save_at_end``) unless the last iteration was just saved. ``activity``
     is told what starts next (the module's docstring). ``on_nan`` (:data:`ON_NAN`): a non-finite loss or gradient
     norm raises :class:`NonFiniteTraining` once its step is read (before validation or a save), or is logged and
-    trained past."""
+    trained past. ``save_guard``: see :func:`~repro.training.checkpoint.save_training_checkpoint`'s ``guard``.
+
+    A checkpoint (one saved here, or the one the trainer ``resumed`` from) becomes known good once the step after
+    it reads a finite loss: ``trainer.known_good_iteration``, saved in each checkpoint's trainer.json."""
     if on_nan not in ON_NAN:
         raise ValueError(f"on_nan={on_nan!r} must be one of {ON_NAN}")
     doing = activity or (lambda what: None)
@@ -110,11 +117,15 @@ def train_loop(
     peak = device_peak_flops(trainer.device)  # None on a CPU or an unknown GPU: no MFU
     world = trainer.groups.world
     first = trainer.iteration
+    #: checkpoints whose next step has not been read yet (their weights' loss decides whether they are good)
+    unconfirmed: set[int] = {first} if resumed else set()
 
     def checkpoint() -> None:
         started, iteration = time.perf_counter(), trainer.iteration
         path = save_training_checkpoint(
-            save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"))
+            save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"),
+            guard=save_guard, extra={"known_good": trainer.known_good_iteration})
+        unconfirmed.add(iteration)
         outcome.saved.append(str(path))
         log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
                   f"({time.perf_counter() - started:.2f} s)")
@@ -148,6 +159,9 @@ def train_loop(
             for what, value in (("lm loss", loss), ("grad norm", norm)):
                 if bad is None and not skipped and value is not None and not math.isfinite(value):
                     bad = NonFiniteTraining(record["iteration"], what, value)
+            if bad is None and math.isfinite(loss) and record["iteration"] - 1 in unconfirmed:
+                unconfirmed.discard(record["iteration"] - 1)  # its weights gave this finite loss
+                trainer.known_good_iteration = record["iteration"] - 1
         pending.clear()
         window_start = time.perf_counter()
         if bad is not None:
@@ -198,3 +212,30 @@ def train_loop(
     if save is not None and save_at_end and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
         checkpoint()
     return outcome
+
+
+def known_good_line(save: str | None, resumed: Path | None, known_good: int | None) -> str:
+    """Which checkpoint to go back to after a non-finite step (the end of the exit-3 line): the newest known good
+    one (``known_good``: its weights gave a finite loss in the step after it) under ``save`` or where the run
+    ``resumed`` from, with the ``--load`` that resumes it; not merely the newest, which holds the updates that led to
+    the non-finite values."""
+    from repro.training.checkpoint import iteration_dir, latest_iteration
+    from repro.zero.checkpoint import MANIFEST
+
+    newest = latest_iteration(save) if save else None
+    homes = [Path(save)] if save else []
+    if resumed is not None:
+        homes.append(resumed.parent if resumed.name.startswith("iter_") else resumed)
+    found = next((iteration_dir(home, known_good) for home in homes if known_good is not None
+                  and (iteration_dir(home, known_good) / MANIFEST).exists()), None)
+    if found is None:
+        if newest is None:
+            return "no checkpoint was saved" if save else "no --save: nothing was saved"
+        return (f"no checkpoint is known good (none was followed by a step with a finite loss); the newest, "
+                f"iteration {newest} in {save}, holds the updates that led to it: start again (with a lower "
+                "--lr), or from an earlier checkpoint you trust")
+    tail = "" if newest in (None, known_good) else (
+        f" (the newest, iteration {newest}, is not: it holds the updates that led to it)")
+    return (f"the newest checkpoint known good is iteration {known_good}, {found} (its weights gave a finite loss "
+            f"at iteration {known_good + 1}){tail}: resume from it with --load {found}"
+            + (f" --save {save}" if save else ""))

@@ -27,12 +27,13 @@ import torch
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
-from repro.dist.torchrun import EXIT_PREEMPTED, PR_SET_PDEATHSIG, PREEMPTED_FILE_VAR, prctl
+from repro.dist.torchrun import EXIT_PREEMPTED, PR_SET_PDEATHSIG, PREEMPTED_FILE_VAR, RANKS_FILE_VAR, prctl
 from repro.training.failfast import EXIT_INTERRUPTED
 
 #: :data:`EXIT_PREEMPTED` (75, ``EX_TEMPFAIL`` of sysexits.h: "try again later") is the exit code of a rank that
 #: stopped on a preemption signal (after saving when ``--save`` was given); slurm/launch.sh requeues on it.
-__all__ = ["EXIT_INTERRUPTED", "EXIT_PREEMPTED", "PreemptionFlag", "launched_by_torchrun", "note_preempted"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_PREEMPTED", "PreemptionFlag", "launched_by_torchrun", "note_preempted",
+           "note_rank"]
 
 #: the parent when this module was imported (early in a rank's life): a different one later means it died
 _PARENT_AT_IMPORT = os.getppid()
@@ -58,6 +59,7 @@ class PreemptionFlag:
         self._previous: dict[signal.Signals, object] = {}
         self.on_parent_death = launched_by_torchrun() if on_parent_death is None else on_parent_death
         self._death_signal = False
+        self._finished = False
         #: after :meth:`agreed`: rank in the group -> name of the signal it received (empty: none did)
         self.heard: dict[int, str] = {}
         self._size = 1
@@ -93,8 +95,15 @@ class PreemptionFlag:
             prctl(PR_SET_PDEATHSIG, 0)
             self._death_signal = False
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, signal.SIG_IGN if self._finished else previous)
         self._previous.clear()
+
+    def finish(self) -> None:
+        """This rank's run finished and saved: note it (:func:`note_rank`), and from now on a preemption signal
+        changes nothing: the work it would save is saved, and the process ends with 0 instead of dying of the
+        signal on its way out (its handlers stay ignored after the block)."""
+        self._finished = True
+        note_rank("finished")
 
     def agreed(self, group: CommGroup | None, device: torch.device | str) -> bool:
         """True on every rank of ``group`` when any of them received a signal; afterwards :attr:`heard` says which
@@ -149,3 +158,18 @@ def note_preempted(rank: int | str | None = None) -> None:
             handle.write(json.dumps({"rank": int(rank), "exit_code": EXIT_PREEMPTED}) + "\n")
     except OSError as err:  # the wrapper's scratch folder is gone: nobody is left to read it
         print(f"[rank {rank}] could not note the preemption in {path}: {err.strerror}", flush=True)
+
+
+def note_rank(event: str, rank: int | str | None = None) -> None:
+    """Record ``event`` ("started" or "finished") of this rank in the file ``REPRO_RANKS_FILE`` names, if it names
+    one (:mod:`repro.dist.torchrun` exits 0 when every rank that started finished, whatever signal came after)."""
+    path = os.environ.get(RANKS_FILE_VAR)
+    if not path:
+        return
+    rank = os.environ.get("RANK", "0") if rank is None else rank
+    try:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"rank": int(rank), "event": event}) + "\n")
+    except (OSError, ValueError):
+        pass  # the wrapper's scratch folder is gone, or RANK is not a number: nobody reads it
+

@@ -26,6 +26,7 @@ import socket
 from pathlib import Path
 
 from repro.dist.launch import LaunchEnv, read_launch_env
+from repro.environment import SettingError, check_environment, local_world_size
 from repro.training.failfast import UsageError
 
 GIB = 2**30
@@ -87,6 +88,14 @@ def check_launch(args: argparse.Namespace) -> tuple[LaunchEnv, int]:
         if (value := _env_int(name)) is not None and value < 0:
             raise LaunchError(f"launch variable {name}={value} must be an integer >= 0")
     try:
+        local_world_size()  # a launch variable of this rank: every rank says it
+    except SettingError as err:
+        raise LaunchError(str(err)) from None
+    try:
+        check_environment()  # the suite's own settings (the same on every rank: rank 0 says it)
+    except SettingError as err:
+        raise UsageError(str(err)) from None
+    try:
         launch = read_launch_env()
     except ValueError as err:
         message = str(err)
@@ -134,7 +143,7 @@ def available_bytes(device: str, local_rank: int) -> tuple[int, str]:
     from repro.machine import host_memory
 
     free, source = host_memory()
-    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    ranks = local_world_size() or 1
     return free // ranks, source + (f", shared by {ranks} ranks" if ranks > 1 else "")
 
 

@@ -70,6 +70,9 @@ class PipelineTrainer:
         self.schedule = settings.schedule()
         self.iteration = 0
         self.consumed_samples = 0
+        #: the newest checkpoint (an iteration) known good: its weights gave a finite loss in the step after it
+        #: (:func:`repro.training.loop.train_loop` keeps it; a checkpoint carries it to the run that resumes it)
+        self.known_good_iteration: int | None = None
         self.device = torch.device(settings.device)
         self.rng_tracker = seed_ranks(settings, groups, self.device)
         self.stage = build_stage(config, groups, settings, self.rng_tracker, self.device, initial_state)

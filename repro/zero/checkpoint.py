@@ -33,9 +33,11 @@ import torch
 import torch.distributed as dist
 
 from repro.atomic_files import atomic_write
+from repro.input_files import inside, name_inside_problem, open_regular, read_config
 from repro.dist import comm
 from repro.dist.comm import CommGroup
 from repro.zero.reshard import reshard_states
+from repro.zero.weights_file import load_weights
 
 MANIFEST = "manifest.json"
 FORMAT = "repro-zero-checkpoint/1"
@@ -67,7 +69,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _digest(path: Path) -> str:
     sha = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, error=CheckpointError) as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
@@ -184,16 +186,20 @@ def _gather_files(size: int, sha256: str, group: CommGroup) -> list[tuple[int, s
     return [(int.from_bytes(entry[:8], "little"), entry[8:].hex()) for entry in entries]
 
 
-def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+def read_manifest(directory: str | os.PathLike, *, within: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The checked manifest of a checkpoint directory: a regular file inside it (or inside ``within``, the directory
+    the user gave, above it), a JSON object of this format whose files table names only files inside the directory
+    (``..``, absolute names are refused, naming the entry)."""
     path = Path(directory) / MANIFEST
-    if not path.exists():
+    if not os.path.lexists(path):
         partial = Path(directory).with_name(Path(directory).name + ".partial")
         hint = f" (an unfinished save left {partial})" if partial.exists() else ""
         raise CheckpointError(f"incomplete checkpoint {directory}: no {MANIFEST}, the save did not finish{hint}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from err
+        path = inside(directory, MANIFEST, what=f"checkpoint {directory}", error=CheckpointError, within=within)
+        manifest = json.loads(read_config(path, error=CheckpointError).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} is not valid JSON ({err})") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} holds a JSON {type(manifest).__name__}, "
                               "not an object")
@@ -205,12 +211,20 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             for entry in files.values()):
         raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST} has no files table of "
                               "{name: {bytes, sha256}}")
+    for name in files:
+        problem = name_inside_problem(name)
+        if problem is not None:
+            raise CheckpointError(f"corrupt checkpoint {directory}: {MANIFEST}'s files table: entry {problem}")
     return manifest
 
 
-def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
-    path = directory / name
-    if not path.exists():
+def verify_file(directory: Path, name: str, expected: dict[str, Any], *,
+                within: str | os.PathLike | None = None) -> Path:
+    """``directory / name`` checked: a regular file inside the directory (no symlink out of it; ``within``: the
+    directory the user gave, above it, bounds the symlinks instead), of the size and sha256 the manifest records."""
+    path = inside(directory, name, what=f"corrupt checkpoint {directory}: {MANIFEST}", error=CheckpointError,
+                  missing_ok=True, within=within)
+    if not os.path.lexists(path):
         raise CheckpointError(f"corrupt checkpoint {directory}: {name} listed in the manifest is missing")
     size = path.stat().st_size
     if size != expected["bytes"]:
@@ -221,16 +235,20 @@ def verify_file(directory: Path, name: str, expected: dict[str, Any]) -> Path:
     return path
 
 
-def verify_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
-    """Check the manifest and every file against it; return the manifest."""
-    manifest = read_manifest(directory)
+def verify_checkpoint(directory: str | os.PathLike, *, within: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Check the manifest and every file against it (each inside ``directory``, or ``within`` above it); return the
+    manifest."""
+    manifest = read_manifest(directory, within=within)
     for name, expected in manifest["files"].items():
-        verify_file(Path(directory), name, expected)
+        verify_file(Path(directory), name, expected, within=within)
     return manifest
 
 
 def _load_payload(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    payload = load_weights(path, error=CheckpointError)
+    if not isinstance(payload, dict) or not isinstance(payload.get("optimizer"), dict):
+        raise CheckpointError(f"{str(path)!r} holds no optimizer state (a {type(payload).__name__})")
+    return payload
 
 
 def _fit_error(state: dict[str, Any], optimizer) -> str | None:
@@ -332,11 +350,12 @@ def load_checkpoint(
     return payload["extra"]
 
 
-def consolidate_checkpoint(directory: str | os.PathLike) -> dict[int, dict[str, torch.Tensor]]:
+def consolidate_checkpoint(directory: str | os.PathLike, *,
+                           within: str | os.PathLike | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Full fp32 parameters from a sharded checkpoint, one state dict per model-parallel rank (0 without tp/pp):
     each bucket's shards are concatenated in dp-rank order and cut back into named parameters."""
     directory = Path(directory)
-    manifest = verify_checkpoint(directory)
+    manifest = verify_checkpoint(directory, within=within)
     by_mp: dict[int, dict[int, dict]] = {}
     for name in sorted(manifest["files"]):
         payload = _load_payload(directory / name)

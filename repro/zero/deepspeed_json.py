@@ -142,6 +142,41 @@ ZERO_KEYS: dict[str, Kind] = {
     "gather_16bit_weights_on_model_save": _bool,
 }
 
+def _text_or_null(value: Any, key: str) -> None:
+    if value is not None:
+        _text(value, key)
+
+
+def _texts(value: Any, key: str) -> None:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{key}={value!r} must be a list of strings")
+
+
+def _depth(value: Any, key: str) -> None:
+    _int(value, key)
+    if value < -1:
+        raise ValueError(f"{key}={value!r} must be -1 (every level) or an integer >= 0")
+
+
+#: the blocks of DeepSpeed's own tools that move no number a run computes: ignored, but each key checked (garbage
+#: in them is a typo the user means to take effect: it is refused, not passed over)
+AIO_KEYS: dict[str, Kind] = {
+    "block_size": _how_many("bytes"), "queue_depth": _how_many("requests"), "thread_count": _how_many("threads"),
+    "intra_op_parallelism": _how_many("threads"), "single_submit": _bool, "overlap_events": _bool, "use_gds": _bool,
+}
+FLOPS_PROFILER_KEYS: dict[str, Kind] = {
+    "enabled": _bool, "recompute_fwd_factor": _number, "profile_step": _how_many("steps"), "module_depth": _depth,
+    "top_modules": _how_many("modules"), "detailed": _bool, "output_file": _text_or_null,
+}
+COMMS_LOGGER_KEYS: dict[str, Kind] = {
+    "enabled": _bool, "verbose": _bool, "prof_all": _bool, "debug": _bool, "prof_ops": _texts,
+}
+COMET_KEYS: dict[str, Kind] = {
+    "enabled": _bool, "samples_log_interval": _how_many("samples"), "project": _text_or_null,
+    "workspace": _text_or_null, "api_key": _text_or_null, "experiment_name": _text_or_null,
+    "experiment_key": _text_or_null, "mode": _text_or_null, "online": _bool,
+}
+
 #: fp16 (dynamic loss scaling, read into repro.zero.config.LossScaleConfig) and bf16 (only ``enabled`` is read)
 FP16_KEYS: dict[str, Kind] = {
     "enabled": _bool, "auto_cast": _bool, "loss_scale": _number, "initial_scale_power": _int,
@@ -163,9 +198,9 @@ READ: dict[str, Kind] = {
 IGNORED: dict[str, Kind] = {
     "steps_per_print": _how_many("steps"), "wall_clock_breakdown": _bool, "dump_state": _bool,
     "memory_breakdown": _bool,
-    "flops_profiler": _object, "tensorboard": _object, "wandb": _object, "csv_monitor": _object, "comet": _object,
-    "comms_logger": _object, "zero_allow_untested_optimizer": _bool, "zero_force_ds_cpu_optimizer": _bool,
-    "aio": _object,
+    "flops_profiler": _block(FLOPS_PROFILER_KEYS), "tensorboard": _object, "wandb": _object, "csv_monitor": _object,
+    "comet": _block(COMET_KEYS), "comms_logger": _block(COMMS_LOGGER_KEYS), "zero_allow_untested_optimizer": _bool,
+    "zero_force_ds_cpu_optimizer": _bool, "aio": _block(AIO_KEYS),
 }
 #: top-level keys that would change the results and are not implemented: refused, each with the way out
 REFUSED: dict[str, str] = {

@@ -128,7 +128,7 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "weights_half": ("repro", _half("model.pt"), "model.pt' is not a PyTorch weights file"),
     "weights_a_list": ("repro", _edit_state("model.pt", lambda s: list(s.values())), "holds a list, not a dict"),
     "weights_a_tensor": ("repro", _edit_state("model.pt", lambda s: torch.zeros(2)), "holds a Tensor, not a dict"),
-    "weights_exec_pickle": ("repro", _exec_pickle("model.pt"), "GLOBAL posix.system"),
+    "weights_exec_pickle": ("repro", _exec_pickle("model.pt"), "it pickles posix.system"),
     # 3: tensors that are not the config's
     "config_hidden_size": ("repro", _edit_json(H, _set(("config", "hidden_size"), 32)), "does not match its config"),
     "config_num_layers": ("repro", _edit_json(H, _set(("config", "num_layers"), 2)),
@@ -148,10 +148,10 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
     # 5, 6: the files a header or an index names
     "files_a_string": ("repro", _edit_json(H, _set(("files",), "model.pt")), "must be a non-empty list of file"),
     "files_empty": ("repro", _edit_json(H, _set(("files",), [])), "must be a non-empty list of file names"),
-    "files_outside": ("repro", _edit_json(H, _set(("files",), ["../other/model.pt"])), "leaves the checkpoint"),
+    "files_outside": ("repro", _edit_json(H, _set(("files",), ["../other/model.pt"])), "leaves the directory"),
     "hf_index_outside": ("hf", _both(_write("model.safetensors.index.json",
                                             b'{"weight_map":{"a":"../../hf/model.safetensors"}}'),
-                                     _remove("model.safetensors")), "leaves the checkpoint directory"),
+                                     _remove("model.safetensors")), "leaves the directory"),
     # 7: a Hugging Face config.json or index that does not fit
     "hf_config_a_list": ("hf", _edit_json("config.json", lambda h: []), "config.json' holds a JSON list"),
     "hf_config_no_n_layer": ("hf", _edit_json("config.json", _delete("n_layer")), "lacks the key 'n_layer'"),
@@ -166,7 +166,7 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
                             "corrupt checkpoint"),
     "trained_tp": ("trained", _edit_json(TRAINER, _set(("tp",), 2)), "lists no rank00001.pt"),
     "trained_exec_pickle": ("trained", _exec_pickle("iter_0000002/rank00000.pt", "iter_0000002/manifest.json"),
-                            "GLOBAL posix.system"),
+                            "it pickles posix.system"),
     # 9: Megatron-LM's shard of garbage: one short line
     "megatron_garbage": ("megatron", lambda root: None, "model_optim_rng.pt' is not a PyTorch weights file"),
     # 22: weights that are not finite

@@ -41,6 +41,12 @@ SUBMIT_CASES = {
     "submit_mem_huge": (["mtnlg_layout", "--mem", "99999999999", *DRY], "'99999999999'"),
     "submit_cpus_past_16_bits": (["mtnlg_layout", "--cpus-per-task", "99999999999", *DRY], "'99999999999'"),
     "submit_gpus_past_16_bits": (["mtnlg_layout", "--gpus-per-node", "100000", *DRY], "'100000'"),
+    # values Slurm would take and no cluster grants: a century of time, a thousand GPUs on one node
+    "submit_time_a_century": (["mtnlg_layout", "--time", "99999999", *DRY], "--time '99999999'"),
+    "submit_time_days_two_years": (["mtnlg_layout", "--time", "730-00", *DRY], "--time '730-00'"),
+    "submit_gpus_a_thousand": (["mtnlg_layout", "--gpus-per-node", "1000", *DRY], "--gpus-per-node '1000'"),
+    "submit_cpus_ten_thousand": (["mtnlg_layout", "--cpus-per-task", "10000", *DRY], "--cpus-per-task '10000'"),
+    "submit_mem_a_petabyte": (["mtnlg_layout", "--mem", "1048576", *DRY], "--mem '1048576'"),
     "submit_max_parallel_huge": (["mtnlg_layout", "--max-parallel", "99999999999999999999", *DRY],
                                  "'99999999999999999999'"),
 }
@@ -54,8 +60,8 @@ def test_bad_submit_input_exits_2_with_one_line(name, tmp_path, capsys):
 
 def test_valid_neighbours_of_the_submit_cases_still_plan(tmp_path, capsys):
     for argv in (["mtnlg_layout", "--sbatch-arg=--export=ALL,X=1", "--sbatch-arg=--account=abc"],
-                 ["mtnlg_layout", "--time", "2147483647", "--mem", "1048576", "--cpus-per-task", "65533"],
-                 ["mtnlg_layout", "--gpus-per-node", "65533", "--max-parallel", "4000001"],
+                 ["mtnlg_layout", "--time", "366-00", "--mem", "65536", "--cpus-per-task", "1024"],
+                 ["mtnlg_layout", "--gpus-per-node", "64", "--max-parallel", "4000001"],
                  ["mtnlg_layout", "--gpus-per-node", "0"],  # a CPU experiment asks for no GPUs anyway
                  ["megatron_weak_scaling_gpu", "--scale", "paper", "--gpus-per-node", "0", "--cpu"]):
         code = main(["--results-dir", str(tmp_path / "results"), "submit", *argv, *DRY])

@@ -1,0 +1,79 @@
+"""``python -m repro.dist.torchrun`` and a signal: passed on without torchrun's SignalException traceback (75 after the
+ranks saved), and a job whose ranks all finished and saved exits 0 whatever signal arrives after (it used to exit 1
+with torchrun's report, or 75). The rule that decides it (every rank that started also finished) as a table; the two
+ends as real jobs of one rank each, the agent polling its ranks every 2 s so that the late signal finds it
+between its ranks' exit and its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.dist.torchrun import EXIT_PREEMPTED, all_finished
+from tests.training.ranks import SMALL
+
+#: name -> (lines of the ranks file, every rank finished?)
+RANK_NOTES = {
+    "both_finished": ([("0", "started"), ("1", "started"), ("0", "finished"), ("1", "finished")], True),
+    "one_still_running": ([("0", "started"), ("1", "started"), ("0", "finished")], False),
+    "none_noted": ([], False),
+    "finished_without_start_note": ([("0", "finished")], False),
+    "a_line_cut_short": ([("0", "started"), ("0", "finished")], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANK_NOTES))
+def test_a_job_finished_when_every_started_rank_finished(name, tmp_path):
+    notes, finished = RANK_NOTES[name]
+    lines = [json.dumps({"rank": int(rank), "event": event}) for rank, event in notes]
+    if name == "a_line_cut_short":
+        lines.append('{"rank": 1, "ev')  # a rank killed while writing: not a rank that started
+    (tmp_path / "ranks").write_text("\n".join(lines) + "\n")
+    assert all_finished(tmp_path / "ranks") is finished
+    assert all_finished(tmp_path / "absent") is False
+
+
+def _job(tmp_path: Path, name: str, steps: int) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", "1", "--monitor-interval", "2",
+             "-m", "repro.training", *SMALL, "--steps", str(steps), "--save", str(tmp_path / name)],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+    return proc, log
+
+
+def _signal_when(proc: subprocess.Popen, log: Path, pattern: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not re.search(pattern, log.read_text(), re.M):
+        assert proc.poll() is None, f"ended before {pattern!r}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("when", ["after_the_end", "during_training"])
+def test_a_signal_through_the_wrapper(when, tmp_path):
+    finished = when == "after_the_end"
+    proc, log = _job(tmp_path, when, 2 if finished else 100000)
+    try:
+        _signal_when(proc, log, r"^training done" if finished else r"^ \[[^]]+\] iteration +3/")
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text()
+    assert "Traceback" not in out and "SignalException" not in out, out[-3000:]
+    if finished:
+        assert code == 0, out[-3000:]
+    else:
+        assert code == EXIT_PREEMPTED and "exiting with code 75 (preempted" in out, out[-3000:]
