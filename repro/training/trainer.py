@@ -74,7 +74,9 @@ class PipelineTrainer:
         self.rng_tracker = seed_ranks(settings, groups, self.device)
         self.stage = build_stage(config, groups, settings, self.rng_tracker, self.device, initial_state)
         if settings.activation_checkpointing:
-            apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers)
+            apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers,
+                                           cast_dtype=(PRECISIONS[settings.precision]
+                                                       if settings.casts == "saved" else None))
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         #: the loss the steps call: the stage's own, or its compiled region (evaluation runs the eager one)
         self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None) if settings.compile_layers
