@@ -6,11 +6,13 @@ checkpointing after every layer as in the paper, each layer compiled in the role
 reports iteration time, tokens/s and model TFLOP/s per GPU by the paper's formula. Weak-scaling efficiency is a
 point's per-GPU TFLOP/s over the 1-GPU point's (Fig. 5), so it needs the 1-GPU point of the same run or scale.
 
-The 1-GPU baseline measures repro with compiled layers and repro eager (``1p2B_1gpu``), and, as a point of its own
-(``1p2B_1gpu_plain``, run last where time is short since its whole-model compile is the slowest), a plain
-single-GPU GPT of the same configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so
-the suite's own overhead is visible beside what a user would write for one GPU. Each variant's rows are written to
-the run as soon as it is measured.
+The 1-GPU baseline (``1p2B_1gpu``) measures repro with compiled layers against a plain single-GPU GPT of the same
+configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so the suite's own overhead is
+visible beside what a user would write for one GPU: both are built in one process, then timed in turn, A B A B A B,
+and each row is the median of the three repetitions with their range (``value_min``, ``value_max``); the ratio is the
+ratio of the medians, and the share of peak is given by the paper's formula and by the FLOPs a forward and a
+backward execute (without the recomputation credit). Repro eager is a point of its own (``1p2B_1gpu_eager``). Rows
+are written as they come (each variant's setup, each repetition), so a time limit keeps what was measured.
 
 Scales: ``smoke`` (toy GPT on CPU ranks, the same code, in CI), ``node`` (1/2/4/8 GPUs on one node) and ``paper``
 (also 64/128/256/512 GPUs: 64-way data parallelism over the 1/2/4/8-way model-parallel configurations).
@@ -31,9 +33,11 @@ from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SECONDS_PER_DAY, SE
 PAPER = "megatron_lm_2019"
 VARIANTS = ("repro", "repro_eager", "plain_compiled", "plain_eager")
 _METRICS = ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "share_of_peak", "peak_memory_gib", "setup_s",
-            "loss", "tokens_per_s_vs_plain_compiled")
+            "loss", "tokens_per_s_vs_plain_compiled", "executed_tflops_per_gpu", "share_of_peak_executed",
+            "repetition_iteration_s")
 _UNITS = {"iteration_s": "s", "tokens_per_s": "tokens/s", "model_tflops_per_gpu": "TFLOP/s", "share_of_peak": "%",
-          "peak_memory_gib": "GiB", "setup_s": "s", "loss": "nats", "tokens_per_s_vs_plain_compiled": "x"}
+          "peak_memory_gib": "GiB", "setup_s": "s", "loss": "nats", "tokens_per_s_vs_plain_compiled": "x",
+          "executed_tflops_per_gpu": "TFLOP/s", "share_of_peak_executed": "%", "repetition_iteration_s": "s"}
 
 
 def runnable_variants(variants) -> list[str]:
@@ -59,20 +63,33 @@ def _config(params):
 
 def _measure_repro(params, config, device, groups, *, compiled: bool):
     from repro.training.throughput import measure_trainer
+
+    return measure_trainer(config, groups, _repro_settings(params, device, compiled=compiled), device=device,
+                           warmup=params["warmup"], iters=params["iters"])
+
+
+def _prepare_repro(params, config, device, groups, *, compiled: bool):
+    from repro.training.throughput import prepare_trainer
+
+    return prepare_trainer(config, groups, _repro_settings(params, device, compiled=compiled), device=device)
+
+
+def _repro_settings(params, device, *, compiled: bool):
     from repro.training.trainer import TrainSettings
 
-    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=params["micro_batch_size"],
-                             seq_len=params["seq_len"], lr=1.5e-4, clip_grad=1.0, device=str(device),
-                             precision=params["precision"], activation_checkpointing=params["checkpointing"],
-                             compile_layers=compiled)
-    return measure_trainer(config, groups, settings, device=device, warmup=params["warmup"], iters=params["iters"])
+    return TrainSettings(steps=1, micro_batches=1, micro_batch_size=params["micro_batch_size"],
+                         seq_len=params["seq_len"], lr=1.5e-4, clip_grad=1.0, device=str(device),
+                         precision=params["precision"], activation_checkpointing=params["checkpointing"],
+                         compile_layers=compiled)
 
 
-def _measure_plain(params, config, device, *, compiled: bool):
+def _prepare_plain(params, config, device, *, compiled: bool):
+    """The plain GPT (:mod:`repro.models.plain_gpt`), its fused AdamW and its step, built and stepped once."""
     from repro.models.plain_gpt import PlainGPT
-    from repro.training.throughput import Stopwatch, measure_steps, model_flops
+    from repro.training.throughput import Prepared, Stopwatch, model_flops
 
     b, s = params["micro_batch_size"], params["seq_len"]
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     with Stopwatch(device) as build:
         torch.manual_seed(0)
         model = PlainGPT(config, checkpointing=params["checkpointing"]).to(device)
@@ -96,11 +113,20 @@ def _measure_plain(params, config, device, *, compiled: bool):
     model.train()
     with Stopwatch(device) as first:
         step()
-    flops = model_flops(global_batch=b, seq_len=s, num_layers=config.num_layers, hidden_size=config.hidden_size,
-                        vocab_size=config.vocab_size, recompute=params["checkpointing"])
-    result = measure_steps(step, device=device, flops_per_iteration=flops, tokens_per_iteration=b * s, num_gpus=1,
-                           warmup=params["warmup"], iters=params["iters"], setup_s=build.s + first.s)
-    del model, optimizer, loss_fn
+    sizes = dict(global_batch=b, seq_len=s, num_layers=config.num_layers, hidden_size=config.hidden_size,
+                 vocab_size=config.vocab_size)
+    return Prepared(step, model_flops(**sizes, recompute=params["checkpointing"]), model_flops(**sizes, recompute=False),
+                    b * s, build.s + first.s, None if before is None else torch.cuda.memory_allocated(device) - before)
+
+
+def _measure_plain(params, config, device, *, compiled: bool):
+    from repro.training.throughput import measure_steps
+
+    prepared = _prepare_plain(params, config, device, compiled=compiled)
+    result = measure_steps(prepared.step, device=device, flops_per_iteration=prepared.flops_per_iteration,
+                           tokens_per_iteration=prepared.tokens_per_iteration, num_gpus=1, warmup=params["warmup"],
+                           iters=params["iters"], setup_s=prepared.setup_s)
+    del prepared
     return result
 
 
@@ -121,6 +147,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                  gpu=info.get("name") if device.type == "cuda" else None,
                  peak_tflops=peak.peak_flops / 1e12 if peak else None, peak_source=peak.source if peak else None,
                  driver=info.get("driver"), cuda=info.get("cuda"))
+    if params.get("repetitions", 1) > 1:
+        return _run_alternated(point, ctx, params, config, device, groups, fixed, peak)
     rows, measured = [], {}
     for variant in params["variants"]:
         if variant.startswith("plain") and ctx.world_size > 1:
@@ -156,6 +184,75 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     return rows
 
 
+def _run_alternated(point: Point, ctx: RunContext, params, config, device, groups, fixed, peak) -> list[dict]:
+    """The 1-GPU comparison users can trust: every variant built (and compiled) first, then timed in turn, A B A B ...,
+    ``repetitions`` times (:func:`repro.training.throughput.alternate`), in one process. A variant's rows give the
+    median over the repetitions as ``value`` and their range as ``value_min`` / ``value_max``; the ratio to the plain
+    GPT is the ratio of the medians (its range: the lowest and highest ratio of one repetition's pair). The share of
+    peak is given twice: by the paper's formula (``share_of_peak``: 96 B s l h^2 (...), the recomputation counted
+    under checkpointing) and by the FLOPs of one forward and one backward (``share_of_peak_executed``: 72 instead of
+    96, model FLOPs utilisation's count; a recomputation the kernels run is not model work)."""
+    from repro.training.throughput import alternate, release
+
+    names = [v for v in params["variants"] if v in runnable_variants([v])]
+    for skipped in sorted(set(params["variants"]) - set(names)):
+        print(f"[{point.name}] variant {skipped!r} not run: compiled transformer layers need torch >= 2.5 "
+              f"(this torch is {torch.__version__})", flush=True)
+    if ctx.world_size > 1 and any(v.startswith("plain") for v in names):
+        raise ValueError(f"the plain GPT is single-GPU; point {point.name!r} has {ctx.world_size} ranks")
+    repetitions = params["repetitions"]
+    common = dict(fixed, repetitions=repetitions, alternated_with=",".join(names))
+    prepared, rows = {}, []
+
+    def emit(new: list[dict]) -> None:  # written now (a time limit keeps them) and returned (the runner's rule)
+        ctx.emit_rows(new)
+        rows.extend(new)
+
+    for variant in names:
+        if variant in ("repro", "repro_eager"):
+            prepared[variant] = _prepare_repro(params, config, device, groups, compiled=variant == "repro")
+        elif variant in ("plain_compiled", "plain_eager"):
+            prepared[variant] = _prepare_plain(params, config, device, compiled=variant == "plain_compiled")
+        else:
+            raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+        emit([dict(metric="setup_s", value=prepared[variant].setup_s, unit="s", variant=variant, **common)])
+
+    def repetition_done(variant: str, k: int, seconds: float) -> None:
+        emit([dict(metric="repetition_iteration_s", value=seconds, unit="s", variant=variant, repetition=k + 1,
+                   **common)])
+
+    measured = alternate(prepared, device=device, warmup=params["warmup"], iters=params["iters"],
+                         repetitions=repetitions, num_gpus=groups.world_size, on_repetition=repetition_done)
+    del prepared
+    release(device)
+    for variant, result in measured.items():
+        spreads = {"iteration_s": result.iteration_s, "tokens_per_s": result.tokens_per_s,
+                   "model_tflops_per_gpu": result.model_tflops_per_gpu,
+                   "executed_tflops_per_gpu": result.executed_tflops_per_gpu}
+        if peak is not None:
+            for share, tflops in (("share_of_peak", "model_tflops_per_gpu"),
+                                  ("share_of_peak_executed", "executed_tflops_per_gpu")):
+                spread = spreads[tflops]
+                spreads[share] = type(spread)(*(100 * v * 1e12 / peak.peak_flops
+                                                for v in (spread.median, spread.min, spread.max)))
+        done = [dict(metric=name, value=float(spread.median), unit=_UNITS[name], variant=variant,
+                     value_min=float(spread.min), value_max=float(spread.max), **common)
+                for name, spread in spreads.items()]
+        done += [dict(metric="loss", value=result.last_loss, unit="nats", variant=variant, **common)]
+        if result.peak_memory_gib is not None:
+            done.append(dict(metric="peak_memory_gib", value=result.peak_memory_gib, unit="GiB", variant=variant,
+                             **common))
+        emit(done)
+    if "plain_compiled" in measured:
+        plain = measured["plain_compiled"]
+        for variant, result in measured.items():
+            pairs = [p / r for r, p in zip(result.repetition_s, plain.repetition_s)]  # tokens/s ratio per pair
+            rows.append(dict(metric="tokens_per_s_vs_plain_compiled", unit="x", variant=variant,
+                             value=result.tokens_per_s.median / plain.tokens_per_s.median,
+                             value_min=min(pairs), value_max=max(pairs), **common))
+    return rows
+
+
 #: Table 2 counts an epoch as 68,507 iterations of 512 x 1024 tokens (its setting, used as given).
 ITERATIONS_PER_EPOCH = 68_507
 
@@ -179,16 +276,21 @@ def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, table: 
                                      mem_gib=float(min(24 * per_node, 480)), time_min=30))
 
 
-#: The 1-GPU baseline (with and without checkpointing): repro with compiled layers and eager, and apart (``*_plain``
-#: points, one run with them) the plain GPT compiled whole, whose compile is the slowest part of a 1-GPU session.
+#: The 1-GPU baseline (with and without checkpointing): repro with compiled layers against the plain GPT compiled
+#: whole, both built in one process and timed in turn (A B A B A B: ``repetitions``), each row the median and the
+#: range of the repetitions; repro eager apart (``*_eager``). The ``*_plain`` points measure the plain GPT alone, as
+#: the sessions before the alternation did (paired with the repro point of the same run).
+ALTERNATED, REPETITIONS = ["repro", "plain_compiled"], 3
 REPRO_VARIANTS, PLAIN_VARIANTS = ["repro", "repro_eager"], ["plain_compiled"]
 _MP = [("1p2B", 1), ("2p5B", 2), ("4p2B", 4), ("8p3B", 8)]
 #: Table 2's training runs: 64-way data parallelism (global batch 512) over 1/2/8-way model parallelism.
 _T2_MP = {"355M": 1, "2p5B": 2, "8p3B": 8}
 NODE_POINTS = (
-    _gpu_point("1p2B", 1, 1, variants=REPRO_VARIANTS),
+    _gpu_point("1p2B", 1, 1, variants=ALTERNATED, repetitions=REPETITIONS),
+    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_eager", variants=["repro_eager"]),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_plain", variants=PLAIN_VARIANTS),
-    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt", checkpointing=False, variants=REPRO_VARIANTS),
+    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt", checkpointing=False, variants=ALTERNATED,
+               repetitions=REPETITIONS),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt_plain", checkpointing=False, variants=PLAIN_VARIANTS),
     *(_gpu_point(label, tp, 1) for label, tp in _MP[1:]),
     # Table 8: strong scaling of the 1.2B model at a fixed batch of 8 over 2/4/8-way model parallelism.
@@ -202,7 +304,8 @@ _SMOKE = dict(model="toy", layers=2, hidden=64, heads=4, vocab=512, seq_len=32, 
               precision="bf16", checkpointing=True, warmup=1, iters=2)
 #: The 1-GPU baseline's structure at toy size (compiled on the CPU too), and tensor parallelism over 2 ranks.
 SMOKE_POINTS = (
-    Point("toy_1rank", dict(_SMOKE, tp=1, dp=1, variants=REPRO_VARIANTS), memory_gib=1.0),
+    Point("toy_1rank", dict(_SMOKE, tp=1, dp=1, variants=ALTERNATED, repetitions=REPETITIONS), memory_gib=1.0),
+    Point("toy_1rank_eager", dict(_SMOKE, tp=1, dp=1, variants=["repro_eager"]), memory_gib=1.0),
     Point("toy_1rank_plain", dict(_SMOKE, tp=1, dp=1, variants=PLAIN_VARIANTS), memory_gib=1.0),
     Point("toy_tp2", dict(_SMOKE, tp=2, dp=1, variants=["repro_eager"]), world_size=2, memory_gib=1.0),
 )

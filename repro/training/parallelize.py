@@ -80,7 +80,7 @@ def apply_activation_checkpointing(stage: GPTStage, rng_tracker: RNGTracker, *, 
                                else Checkpointed(layer, rng_tracker, casts=casts))
 
 
-def apply_compile(stage: GPTStage, *, with_loss: bool) -> Callable[..., torch.Tensor]:
+def apply_compile(stage: GPTStage, *, with_loss: bool, norm_in_loss: bool = True) -> Callable[..., torch.Tensor]:
     """Compile each layer with ``torch.compile`` (the role of Megatron's fused bias-GeLU, bias-dropout-add and
     layer-norm kernels); with ``with_loss`` (not under ZeRO-3, whose loss runs in a module of its own) the last
     stage's final layer norm, output layer and cross-entropy and the first stage's embedding become compiled regions
@@ -94,7 +94,7 @@ def apply_compile(stage: GPTStage, *, with_loss: bool) -> Callable[..., torch.Te
     loss = stage.loss
     if with_loss:
         if stage.is_last:
-            stage.norm_in_loss = True  # the final layer norm joins the loss's region (GPTStage's docstring)
+            stage.norm_in_loss = norm_in_loss  # the final layer norm joins the loss's region (GPTStage's docstring)
             loss = torch.compile(stage.loss, fullgraph=True)
         if stage.is_first:
             stage.embedding.compile(fullgraph=True)

@@ -48,15 +48,20 @@ class TrainSettings:
     #: 16-bit weights under activation checkpointing: cast by autocast in the forward and again in the recomputation
     #: ("autocast"), or cast once before each layer's checkpoint and kept for the recomputation ("saved",
     #: repro.training.weight_casts; with flat buffers the casts' backward writes the gradients into them); "auto":
-    #: "saved" where it applies (bf16 or fp16 with activation checkpointing; the same arithmetic), else "autocast"
+    #: "saved" where it applies (bf16 or fp16 with activation checkpointing, not ZeRO-3; the same arithmetic), else
+    #: "autocast"
     weight_casts: str = "auto"
+    #: with compile_layers: the final layer norm runs in the compiled loss region (with the output layer and the
+    #: cross-entropy) rather than eagerly between two compiled regions
+    final_norm_in_loss: bool = True
 
     @property
     def casts(self) -> str:
         """The weight casts this run makes: ``weight_casts`` with "auto" resolved."""
         if self.weight_casts != "auto":
             return self.weight_casts
-        return "saved" if self.precision != "fp32" and self.activation_checkpointing else "autocast"
+        saves = self.precision != "fp32" and self.activation_checkpointing and self.zero_stage != 3
+        return "saved" if saves else "autocast"
 
     def schedule(self) -> LRSchedule:
         """The learning rate of each iteration (raises on a bad combination)."""
@@ -93,6 +98,9 @@ class TrainSettings:
             raise ValueError(f"weight_casts='saved' keeps a layer's 16-bit weight casts for its recomputation: it "
                              f"needs precision bf16 or fp16 (got {self.precision}) and activation_checkpointing "
                              f"(got {self.activation_checkpointing})")
+        if self.weight_casts == "saved" and self.zero_stage == 3:
+            raise ValueError("weight_casts='saved' casts a layer's weights before its forward starts; zero_stage=3 "
+                             "gathers them only then: use weight_casts 'autocast' (or 'auto') with ZeRO-3")
         if self.precision == "fp16" and self.zero_stage != 0:
             raise ValueError(f"precision='fp16' with zero_stage={self.zero_stage} is not supported: the ZeRO stages "
                              "here keep their own fp32 states and have no loss scaler in the trainer; use bf16")

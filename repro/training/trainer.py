@@ -79,8 +79,9 @@ class PipelineTrainer:
                                                        if settings.casts == "saved" else None))
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         #: the loss the steps call: the stage's own, or its compiled region (evaluation runs the eager one)
-        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None) if settings.compile_layers
-                      else self.stage.loss)
+        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None,
+                                    norm_in_loss=settings.final_norm_in_loss)
+                      if settings.compile_layers else self.stage.loss)
         self.autocast_dtype = PRECISIONS[settings.precision]
         self.optimizer = apply_data_parallel(self.stage, settings, groups, loss_module=self.stage_loss)
         self.last_result: StepResult | None = None

@@ -70,6 +70,8 @@ def test_the_recomputation_casts_no_weight_again():
     (dict(precision="bf16", activation_checkpointing=False, weight_casts="autocast"), True),
     (dict(precision="fp32", activation_checkpointing=False, weight_casts="auto"), True),
     (dict(precision="bf16", activation_checkpointing=True, weight_casts="bf16"), False),
+    (dict(precision="bf16", activation_checkpointing=True, weight_casts="saved", zero_stage=3), False),  # gathers late
+    (dict(precision="bf16", activation_checkpointing=True, weight_casts="saved", zero_stage=2), True),
 ])
 def test_settings_refuse_saved_casts_where_there_is_nothing_to_keep(options, accepted):
     if accepted:
@@ -84,3 +86,5 @@ def test_auto_saves_the_casts_where_they_apply():
     assert TrainSettings(steps=1, micro_batches=1, precision="bf16", activation_checkpointing=True).casts == "saved"
     assert TrainSettings(steps=1, micro_batches=1, precision="bf16").casts == "autocast"
     assert TrainSettings(steps=1, micro_batches=1, activation_checkpointing=True).casts == "autocast"
+    assert TrainSettings(steps=1, micro_batches=1, precision="bf16", activation_checkpointing=True,
+                         zero_stage=3).casts == "autocast"
