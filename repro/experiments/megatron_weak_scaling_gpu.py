@@ -306,7 +306,6 @@ _SMOKE = dict(model="toy", layers=2, hidden=64, heads=4, vocab=512, seq_len=32, 
 SMOKE_POINTS = (
     Point("toy_1rank", dict(_SMOKE, tp=1, dp=1, variants=ALTERNATED, repetitions=REPETITIONS), memory_gib=1.0),
     Point("toy_1rank_eager", dict(_SMOKE, tp=1, dp=1, variants=["repro_eager"]), memory_gib=1.0),
-    Point("toy_1rank_plain", dict(_SMOKE, tp=1, dp=1, variants=PLAIN_VARIANTS), memory_gib=1.0),
     Point("toy_tp2", dict(_SMOKE, tp=2, dp=1, variants=["repro_eager"]), world_size=2, memory_gib=1.0),
 )
 

@@ -173,3 +173,29 @@ def test_gradients_stay_views_of_the_flat_buffer_and_are_repaired_when_replaced(
                                                                        **RUN))
     reference.step(batch)
     assert trainer.step(batch) == reference.step(batch)
+
+
+def test_a_per_parameter_state_that_no_flat_buffer_can_hold_is_refused_by_name():
+    from repro.training.flat_state import flat_torch_state
+
+    trainer = PipelineTrainer(CONFIG, init_parallel(), TrainSettings(steps=1, micro_batches=1, **RUN))
+    flat = trainer.optimizer.flat
+    params = flat.params
+
+    def state(steps):
+        return {"state": {i: {"step": torch.tensor(float(steps(i))), "exp_avg": torch.zeros_like(p),
+                              "exp_avg_sq": torch.zeros_like(p)} for i, p in enumerate(params)},
+                "param_groups": [{"lr": 1e-3, "params": list(range(len(params)))}]}
+
+    merged = flat_torch_state(state(lambda i: 3), flat)  # the accepted neighbour: one step count for all
+    assert float(merged["state"][0]["step"]) == 3.0 and merged["state"][0]["exp_avg"].numel() == flat.groups[0].numel
+    with pytest.raises(ValueError, match="differs in 'step'"):
+        flat_torch_state(state(lambda i: 3 + (i == 5)), flat)
+    partial = state(lambda i: 3)
+    del partial["state"][7]
+    with pytest.raises(ValueError, match="states for some parameters of a buffer and not for others"):
+        flat_torch_state(partial, flat)
+    fewer = state(lambda i: 3)
+    fewer["param_groups"][0]["params"].pop()
+    with pytest.raises(ValueError, match=f"covers {len(params) - 1} parameters, this model has {len(params)}"):
+        flat_torch_state(fewer, flat)
