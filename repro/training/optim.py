@@ -110,6 +110,11 @@ class DataParallelOptimizer:
         self.optimizer.load_state_dict(torch_state)
         for group in self.optimizer.param_groups:
             group.update(kernel)  # the kernel is this machine's choice, not the checkpoint's
+            if group.get("fused") or group.get("capturable"):  # whose step count lives beside the parameters
+                for param in group["params"]:
+                    states = self.optimizer.state.get(param, {})
+                    if isinstance(states.get("step"), torch.Tensor):
+                        states["step"] = states["step"].to(param.device, torch.float32)
         self.skipped_steps = int(state["skipped_steps"])
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])

@@ -13,6 +13,10 @@ each transformer layer with ``torch.compile`` (the role of Megatron's fused bias
 layer-norm kernels), with its checkpoint inside the compiled region (:class:`~repro.training.recompute.
 CompiledCheckpointed`), and the embedding and the output layer with the loss as regions of their own.
 
+With ``zero_stage=0`` the parameters, gradients and AdamW states are flat buffers (:mod:`repro.training.flat_buffers`):
+the all-reduce, the gradient norm, the clipping and the update are one operation per buffer; under bf16 with
+checkpointing each layer's weights are cast once, before its checkpoint (:mod:`repro.training.weight_casts`).
+
 Nothing in a bf16 or fp32 step waits for the GPU: the loss, the gradient norm and the clipping factor stay on the
 device (:meth:`PipelineTrainer.step_lazy`); :meth:`PipelineTrainer.step` reads the loss, the one host sync.
 """

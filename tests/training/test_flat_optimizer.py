@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import pytest
@@ -199,3 +200,21 @@ def test_a_per_parameter_state_that_no_flat_buffer_can_hold_is_refused_by_name()
     fewer["param_groups"][0]["params"].pop()
     with pytest.raises(ValueError, match=f"covers {len(params) - 1} parameters, this model has {len(params)}"):
         flat_torch_state(fewer, flat)
+
+
+def test_a_state_saved_by_one_kernel_loads_into_the_other_and_the_kernel_stays_this_machines():
+    """A checkpoint of a CPU run (AdamW's for-loop kernel) resumed where the fused kernel runs (a GPU's): the loaded
+    state keeps the fused kernel (which the clipping's grad_scale needs) and the run goes on as on the CPU."""
+    config = GPTConfig(**{**CONFIG.__dict__, "hidden_dropout": 0.0, "attention_dropout": 0.0})  # no shared RNG
+    settings = TrainSettings(steps=4, micro_batches=1, clip_grad=1e-2, **RUN)
+    batches = torch.randint(0, CONFIG.vocab_size, (4, 2, 9), generator=torch.Generator().manual_seed(8))
+    cpu_kernel = PipelineTrainer(config, init_parallel(), settings)
+    first = [cpu_kernel.step(batch) for batch in batches[:2]]
+    fused = PipelineTrainer(config, init_parallel(), settings)
+    fused.optimizer = DataParallelOptimizer(fused.stage, settings, fused.groups, fused=True)
+    fused.stage.load_state_dict(cpu_kernel.stage.state_dict())
+    fused.optimizer.load_state_dict(copy.deepcopy(cpu_kernel.optimizer.state_dict()))  # as read from a file
+    assert fused.optimizer.optimizer.param_groups[0]["fused"] and fused.optimizer.clip_in_step
+    rest = [fused.step(batch) for batch in batches[2:]]
+    expected = [cpu_kernel.step(batch) for batch in batches[2:]]
+    assert first and max(abs(a - b) / abs(b) for a, b in zip(rest, expected)) <= 1e-6
