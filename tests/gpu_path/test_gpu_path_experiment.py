@@ -141,7 +141,7 @@ def test_claims_without_rows_need_gpus(rows):
 
 def _row(metric, value, *, model="1p2B", tp=1, dp=1, variant="repro", checkpointing=True,
          gpu="NVIDIA H100 80GB HBM3"):
-    return dict(metric=metric, value=value, unit=mod._UNITS[metric], variant=variant, model=model, tp=tp, dp=dp,
+    return dict(metric=metric, value=value, unit=mod.UNITS[metric], variant=variant, model=model, tp=tp, dp=dp,
                 gpus=tp * dp, precision="bf16", checkpointing=checkpointing, gpu=gpu)
 
 
