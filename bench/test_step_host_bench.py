@@ -30,7 +30,7 @@ from repro.training.trainer import PipelineTrainer, TrainSettings
 #: many layers of almost nothing: ~14 parameters and ~100 operations per layer, each on a few hundred numbers
 CONFIG = GPTConfig(vocab_size=128, hidden_size=16, num_layers=48, num_attention_heads=2, max_position_embeddings=8,
                    hidden_dropout=0.1, attention_dropout=0.1)
-BATCH, SEQ, ROUNDS, STEPS_PER_ROUND = 2, 8, 7, 3
+BATCH, SEQ, ROUNDS, STEPS_PER_ROUND = 2, 8, 11, 3
 
 
 def _repro_step(batch: torch.Tensor):

@@ -37,10 +37,10 @@ class Checkpointed(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tracker = self.rng_tracker
-        names = self.casts.names if self.casts is not None else ()
-        values = self.casts.make() if self.casts is not None else ()
+        casts = self.casts
+        values = casts.make() if casts is not None else ()
         if tracker is None:
-            return checkpoint(lambda inp, *ws: call_with(self.layer, inp, names, ws), x, *values,
+            return checkpoint(lambda inp, *ws: call_with(self.layer, inp, casts, ws), x, *values,
                               use_reentrant=False)
         forward_state = tracker._state.clone()
         calls = 0
@@ -49,11 +49,11 @@ class Checkpointed(torch.nn.Module):
             nonlocal calls
             calls += 1
             if calls == 1:  # the forward itself: advance the tracker as usual
-                return call_with(self.layer, inp, names, weights)
+                return call_with(self.layer, inp, casts, weights)
             later_state = tracker._state  # recomputation in backward: replay the forward's draws, then restore
             tracker._state = forward_state.clone()
             try:
-                return call_with(self.layer, inp, names, weights)
+                return call_with(self.layer, inp, casts, weights)
             finally:
                 tracker._state = later_state
 
@@ -88,8 +88,7 @@ class CompiledCheckpointed(torch.nn.Module):
     def _checkpointed(self, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-        names = self.casts.names if self.casts is not None else ()
-        return checkpoint(lambda inp, *ws: call_with(self.layer, inp, names, ws), x, *weights, use_reentrant=False,
+        return checkpoint(lambda inp, *ws: call_with(self.layer, inp, self.casts, ws), x, *weights, use_reentrant=False,
                           context_fn=functools.partial(create_selective_checkpoint_contexts, _keep_rng_swaps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
