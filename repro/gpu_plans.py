@@ -2,16 +2,21 @@
 deadline (540 s on a GPU; 170 s for the CPU rehearsal of the same parts at toy sizes). Run by
 :mod:`repro.gpu_session` (``--plan NAME``).
 
-* ``headline``: provenance; Megatron's 1.2B baseline on 1 GPU (paper sec. 5.1.1) with repro's compiled layers,
-  then eager; GNA at FLUX 4K and HunyuanVideo (GNA sec. 5), forward then forward + backward, against the fastest
-  dense SDPA backend; the tests marked ``cuda``; the plain GPT compiled whole, last (its compile is the slowest).
+* ``headline``: provenance; Megatron's 1.2B baseline on 1 GPU (paper sec. 5.1.1): repro's compiled layers and the
+  plain GPT compiled whole, built in one process and timed in turn three times (median and range of each); GNA at
+  FLUX 4K and HunyuanVideo (GNA sec. 5), forward then forward + backward, against the fastest dense SDPA backend; the
+  tests marked ``cuda``.
 * ``zero_offload``: ZeRO-Offload's largest model on one GPU (``zero_gpu``'s ``offload_1gpu``: stage 2 with the
   optimizer on the CPU beside the same stage without offload; its arms' time caps add up to 450 s).
 * ``node``: the ``node`` scale of ``megatron_weak_scaling_gpu`` beyond the headline: the 1.2B baseline without
-  activation checkpointing (repro, then the plain GPT), and the 2-8 GPU points (Table 1's models, Table 8's strong
-  scaling) that fit the machine; those that need more GPUs are reported as skipped.
+  activation checkpointing (repro and the plain GPT, alternated), the 2-8 GPU points (Table 1's models, Table 8's
+  strong scaling) that fit the machine (those that need more GPUs are reported as skipped), and repro eager.
 * ``perf``: the 1.2B step taken apart (:mod:`repro.training.step_perf`): its phases, host syncs and memory, and the
   gradient norm, cross-entropy and recomputation before and after they moved to the device (within 5 minutes).
+* ``probe``: what the next decisions need (:mod:`repro.gpu_probe`, within 9 minutes): GEMM rates at the model's
+  shapes, which SDPA kernel runs with and without dropout, each optimizer variant's GPU and host time, the step's
+  steady-state phases from a profile, the trainer's variants against its baseline (alternated), and GNA's Flex kernel
+  options against its all-full block mask (Flex's dense speed per tile) and the FLASH backend where importable.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ GNA_POINTS = ("flux1dev_4k_w80x80_s16x16_fwd", "hunyuanvideo_w18x24x24_s16x8x8_f
 #: ``node`` points on 2-8 GPUs (Table 1's models on 2/4/8 GPUs, Table 8's strong scaling of the 1.2B model).
 MULTI_GPU_POINTS = ("2p5B_2gpu", "1p2B_2gpu_strong", "4p2B_4gpu", "1p2B_4gpu_strong", "8p3B_8gpu",
                     "1p2B_8gpu_strong")
-PLANS = ("headline", "zero_offload", "node", "perf")
+PLANS = ("headline", "zero_offload", "node", "perf", "probe")
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,11 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
     one = {"REPRO_STANDIN_GPUS": "1"} if rehearse else {}
     first = Part("provenance", 10 if rehearse else 15, 3, provenance, one,
                  "this machine (CPU stand-in)" if rehearse else "GPU, driver, torch, CUDA, cuDNN, triton")
-    # the toy 1-GPU baseline both rehearsals run: repro's compiled layers then eager, and the plain GPT apart
-    toy_repro = Part("megatron_1gpu", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
-                     "toy GPT: repro compiled layers, then eager")
-    toy_plain = Part("plain_gpt", 55, 20, megatron + ("--scale", "smoke", "--point", "toy_1rank_plain"), one,
-                     "toy plain GPT compiled whole")
+    # the toy 1-GPU baseline both rehearsals run: repro's compiled layers and the plain GPT compiled whole, alternated
+    toy_repro = Part("megatron_1gpu", 90, 30, megatron + ("--scale", "smoke", "--point", "toy_1rank"), one,
+                     "toy GPT: repro compiled layers and the plain GPT compiled whole, A B A B A B")
+    toy_eager = Part("megatron_eager", 25, 8, megatron + ("--scale", "smoke", "--point", "toy_1rank_eager"), one,
+                     "toy GPT: repro eager")
     if name == "zero_offload":
         point = ("--scale", "smoke", "--point", "search_1rank") if rehearse else (
             "--scale", "paper", "--point", "offload_1gpu")
@@ -95,35 +100,41 @@ def parts(name: str, out: Path, *, rehearse: bool, run_id: str) -> list[Part]:
                             (py, "-m", "repro.training.step_perf", "--out", str(out)) + budget, one,
                             "the 1.2B step's phases and syncs; grad norm, cross-entropy and recompute before/after",
                             COMPILED_LAYERS)]
+    if name == "probe":
+        # every section's budget stretches with the rehearsal's limit: the rehearsal checks the code, at toy sizes
+        budget = ("--toy", "--budget-s", f"{140 * REHEARSAL_SLACK:.0f}") if rehearse else ("--budget-s", "505")
+        return [first, Part("probe", 150 if rehearse else 520, 40 if rehearse else 200,
+                            (py, "-m", "repro.gpu_probe", "--out", str(out)) + budget, one,
+                            "GEMM rates, SDPA kernels, optimizer variants, the step's phases and variants, GNA's "
+                            "kernel options", COMPILED_LAYERS)]
     if name == "node":
         if rehearse:
-            return [first, toy_repro,
+            return [first, Part("megatron_no_ckpt", 70, 30, megatron + ("--scale", "smoke", "--point", "toy_1rank"),
+                                one, "toy GPT: repro and the plain GPT, A B A B A B"),
                     Part("multi_gpu", 50, 10, megatron + ("--scale", "smoke", "--point", "toy_tp2"),
-                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs", needs_gpus=2), toy_plain]
+                         {"REPRO_STANDIN_GPUS": "2"}, "toy GPT at tp 2 on 2 stand-in GPUs", needs_gpus=2), toy_eager]
         return [first,
-                Part("megatron_no_ckpt", 150, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt"),
-                     what="1.2B GPT on 1 GPU without activation checkpointing: compiled layers, then eager"),
-                Part("multi_gpu", 250, 60, run + ("megatron_weak_scaling_gpu", "--scale", "node", "--device", "cuda")
+                Part("megatron_no_ckpt", 250, 200, megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt"),
+                     what="1.2B GPT on 1 GPU without activation checkpointing: repro compiled layers and the plain "
+                          "GPT compiled whole, A B A B A B"),
+                Part("multi_gpu", 210, 60, run + ("megatron_weak_scaling_gpu", "--scale", "node", "--device", "cuda")
                      + _points(*MULTI_GPU_POINTS), what="the 2-8 GPU points that fit this machine", needs_gpus=2),
-                Part("plain_gpt", 125, 45,
-                     megatron + ("--scale", "node", "--point", "1p2B_1gpu_no_ckpt_plain"),
-                     what="1.2B plain GPT compiled whole, no checkpointing, same run as megatron_no_ckpt")]
+                Part("megatron_eager", 60, 40, megatron + ("--scale", "node", "--point", "1p2B_1gpu_eager"),
+                     what="1.2B GPT on 1 GPU, repro eager (with checkpointing)")]
     tests = (py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", "-o", "addopts=",
              f"--junitxml={out / 'tests-cuda.xml'}", str(REPO / "tests"))
     if rehearse:
         return [first, toy_repro,
                 Part("gna", 20, 8, run + ("gna_speedup_gpu", "--scale", "smoke", "--device", "cuda"), one,
                      "GNA toy grids, forward", FLEX),
-                Part("cuda_tests", 30, 5, tests, what="tests marked cuda (skipped without a GPU)"), toy_plain]
-    # Limits from the first GPU session (one H200, torch 2.11, 2026-11-27; gpu-runs README): provenance 5 s,
-    # megatron_1gpu 55 s (its layers and glue now compile as more regions: given 100), gna 119 s, cuda_tests 76 s,
-    # the plain GPT 166 s (its whole-model compile alone 162 s; it was stopped at 125 s). Each has ~15 % or more margin.
+                Part("cuda_tests", 30, 5, tests, what="tests marked cuda (skipped without a GPU)")]
+    # Limits from the GPU sessions (one H200, torch 2.11, 2026-11-27 and -28; gpu-sessions READMEs): provenance 5-6 s,
+    # repro's 1.2B step compiled and first run 14 s, the plain GPT's whole-model compile 110-162 s, 3 x 2 blocks of 13
+    # steps ~15 s, gna 115-119 s, cuda_tests 65-76 s. Each has ~15 % or more margin.
     return [first,
-            Part("megatron_1gpu", 100, 60, megatron + ("--scale", "node", "--point", "1p2B_1gpu"),
-                 what="1.2B GPT on 1 GPU: repro compiled layers, then eager"),
+            Part("megatron_1gpu", 280, 200, megatron + ("--scale", "node", "--point", "1p2B_1gpu"),
+                 what="1.2B GPT on 1 GPU: repro compiled layers and the plain GPT compiled whole, A B A B A B"),
             Part("gna", 140, 50, run + ("gna_speedup_gpu", "--scale", "paper", "--device", "cuda")
                  + _points(*GNA_POINTS), what="GNA FLUX 4K and HunyuanVideo vs the fastest dense SDPA",
                  needs_torch=FLEX),
-            Part("cuda_tests", 90, 30, tests, what="tests marked cuda"),
-            Part("plain_gpt", 195, 175, megatron + ("--scale", "node", "--point", "1p2B_1gpu_plain"),
-                 what="1.2B plain GPT compiled whole (torch.compile), same run as megatron_1gpu")]
+            Part("cuda_tests", 90, 30, tests, what="tests marked cuda")]

@@ -3,9 +3,11 @@
 A GPU is often lent for minutes (a ten-minute rental, a shared node's short limit), so the parts run in order of
 value, each in its own process with its own time limit, and the limits add up to the deadline (540 s by default).
 What each plan measures is data in :mod:`repro.gpu_plans`: ``headline`` (the default: provenance, Megatron's 1.2B
-baseline with compiled layers then eager, GNA at FLUX 4K and HunyuanVideo, the tests marked ``cuda``, the plain GPT
-compiled whole last), ``zero_offload`` (ZeRO-Offload's largest model on one GPU) and ``node`` (the rest of the
-``node`` scale that fits the machine), each its own command within 9 minutes.
+baseline with compiled layers and the plain GPT compiled whole, alternated in one process, GNA at FLUX 4K and
+HunyuanVideo, the tests marked ``cuda``), ``zero_offload`` (ZeRO-Offload's largest model on one GPU), ``node`` (the
+rest of the ``node`` scale that fits the machine), ``perf`` (the step taken apart) and ``probe`` (what the next
+decisions need: GEMM rates, SDPA kernels, optimizer variants, the step's profile and variants, GNA's kernel options),
+each its own command within 9 minutes.
 
 A part gets ``min(its limit, time left)``; a part is skipped, saying so, when less than its minimum is left. Rows are
 written as each variant or point finishes (``results/runs/<experiment>/<run>.jsonl``), so a part stopped at its limit
@@ -14,7 +16,7 @@ keeps what it measured. Everything goes to one folder (``--out``, default ``$OUT
 runs under ``results/runs/`` as result runs: their provenance names the GPU.
 
 ``--rehearse`` runs the same parts through the same code on the CPU at toy sizes (the experiments' ``smoke`` points,
-with ``REPRO_STANDIN_GPUS`` standing in for the GPUs): 1-2 minutes on an idle 2-core machine, its 170 s of limits
+with ``REPRO_STANDIN_GPUS`` standing in for the GPUs): 1-2 minutes on an idle 2-core machine, its 150 s of limits
 stretched 6x so that a busy machine finishes too (it checks the code, not the CPU's speed); the tests run it, so the
 command cannot rot.
 """
@@ -242,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what to measure (default headline; see the description above)")
     parser.add_argument("--part", action="append", default=None,
                         help="run only this part of the plan (repeatable; headline's: provenance, megatron_1gpu, gna, "
-                             "cuda_tests, plain_gpt)")
+                             "cuda_tests)")
     parser.add_argument("--provenance", default=None, metavar="FILE", help=argparse.SUPPRESS)
     return parser
 

@@ -6,11 +6,14 @@ checkpointing after every layer as in the paper, each layer compiled in the role
 reports iteration time, tokens/s and model TFLOP/s per GPU by the paper's formula. Weak-scaling efficiency is a
 point's per-GPU TFLOP/s over the 1-GPU point's (Fig. 5), so it needs the 1-GPU point of the same run or scale.
 
-The 1-GPU baseline measures repro with compiled layers and repro eager (``1p2B_1gpu``), and, as a point of its own
-(``1p2B_1gpu_plain``, run last where time is short since its whole-model compile is the slowest), a plain
-single-GPU GPT of the same configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so
-the suite's own overhead is visible beside what a user would write for one GPU. Each variant's rows are written to
-the run as soon as it is measured. The claims these rows decide, each with its null model, are in
+The 1-GPU baseline (``1p2B_1gpu``) measures repro with compiled layers against a plain single-GPU GPT of the same
+configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so the suite's own overhead is
+visible beside what a user would write for one GPU: both are built in one process, then timed in turn, A B A B A B,
+and each row is the median of the three repetitions with their range (``value_min``, ``value_max``); the ratio is the
+ratio of the medians, and the share of peak is given by the paper's formula and by the FLOPs a forward and a
+backward execute (without the recomputation credit). Repro eager is a point of its own (``1p2B_1gpu_eager``). Rows
+are written as they come (each variant's setup, each repetition), so a time limit keeps what was measured.
+The claims these rows decide, each with its null model, are in
 :mod:`repro.experiments.megatron_weak_scaling_gpu_claims`.
 
 Scales: ``smoke`` (toy GPT on CPU ranks, the same code, in CI), ``node`` (1/2/4/8 GPUs on one node) and ``paper``
@@ -24,22 +27,12 @@ import math
 import torch
 
 from repro.experiments.base import Experiment, Point, Resources, RunContext
+from repro.experiments.megatron_one_gpu import (METRICS, UNITS, VARIANTS, measure_plain, measure_repro,
+                                                run_alternated, runnable_variants)
 from repro.experiments.megatron_weak_scaling_gpu_claims import MP_CONFIGS, PAPER, claims, plain_comparison
 from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SEQ_LENGTH, TABLE1, TABLE2
 
 __all__ = ["EXPERIMENT", "VARIANTS", "claims", "plain_comparison", "runnable_variants"]
-VARIANTS = ("repro", "repro_eager", "plain_compiled", "plain_eager")
-_METRICS = ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "share_of_peak", "peak_memory_gib", "setup_s",
-            "loss", "tokens_per_s_vs_plain_compiled")
-_UNITS = {"iteration_s": "s", "tokens_per_s": "tokens/s", "model_tflops_per_gpu": "TFLOP/s", "share_of_peak": "%",
-          "peak_memory_gib": "GiB", "setup_s": "s", "loss": "nats", "tokens_per_s_vs_plain_compiled": "x"}
-
-
-def runnable_variants(variants) -> list[str]:
-    """``variants`` this torch can measure: repro's compiled layers (``repro``) need torch >= 2.5."""
-    from repro.tensor_parallel.random import OPS_IN_GRAPH
-
-    return [v for v in variants if v != "repro" or OPS_IN_GRAPH]
 
 
 def _device(ctx: RunContext) -> torch.device:
@@ -54,53 +47,6 @@ def _config(params):
     return GPTConfig(vocab_size=params["vocab"], hidden_size=params["hidden"], num_layers=params["layers"],
                      num_attention_heads=params["heads"], max_position_embeddings=params["seq_len"],
                      hidden_dropout=0.1, attention_dropout=0.1)
-
-
-def _measure_repro(params, config, device, groups, *, compiled: bool):
-    from repro.training.throughput import measure_trainer
-    from repro.training.trainer import TrainSettings
-
-    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=params["micro_batch_size"],
-                             seq_len=params["seq_len"], lr=1.5e-4, clip_grad=1.0, device=str(device),
-                             precision=params["precision"], activation_checkpointing=params["checkpointing"],
-                             compile_layers=compiled)
-    return measure_trainer(config, groups, settings, device=device, warmup=params["warmup"], iters=params["iters"])
-
-
-def _measure_plain(params, config, device, *, compiled: bool):
-    from repro.models.plain_gpt import PlainGPT
-    from repro.training.throughput import Stopwatch, measure_steps, model_flops
-
-    b, s = params["micro_batch_size"], params["seq_len"]
-    with Stopwatch(device) as build:
-        torch.manual_seed(0)
-        model = PlainGPT(config, checkpointing=params["checkpointing"]).to(device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95),
-                                      fused=True if device.type == "cuda" else None)
-        loss_fn = torch.compile(model.loss) if compiled else model.loss
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(params["precision"])
-    generator = torch.Generator().manual_seed(1234)
-    batch = torch.randint(0, config.vocab_size, (b, s + 1), generator=generator).to(device)
-    ids, labels = batch[:, :-1], batch[:, 1:]
-
-    def step() -> torch.Tensor:  # as repro's step_lazy: the loss stays on the device, no step waits for the GPU
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = loss_fn(ids, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        return loss.detach()
-
-    model.train()
-    with Stopwatch(device) as first:
-        step()
-    flops = model_flops(global_batch=b, seq_len=s, num_layers=config.num_layers, hidden_size=config.hidden_size,
-                        vocab_size=config.vocab_size, recompute=params["checkpointing"])
-    result = measure_steps(step, device=device, flops_per_iteration=flops, tokens_per_iteration=b * s, num_gpus=1,
-                           warmup=params["warmup"], iters=params["iters"], setup_s=build.s + first.s)
-    del model, optimizer, loss_fn
-    return result
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
@@ -120,6 +66,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                  gpu=info.get("name") if device.type == "cuda" else None,
                  peak_tflops=peak.peak_flops / 1e12 if peak else None, peak_source=peak.source if peak else None,
                  driver=info.get("driver"), cuda=info.get("cuda"))
+    if params.get("repetitions", 1) > 1:
+        return run_alternated(point, ctx, params, config, device, groups, fixed, peak)
     rows, measured = [], {}
     for variant in params["variants"]:
         if variant.startswith("plain") and ctx.world_size > 1:
@@ -129,9 +77,9 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                   f"(this torch is {torch.__version__}); 'repro_eager' still runs", flush=True)
             continue
         if variant in ("repro", "repro_eager"):
-            result = _measure_repro(params, config, device, groups, compiled=variant == "repro")
+            result = measure_repro(params, config, device, groups, compiled=variant == "repro")
         elif variant in ("plain_compiled", "plain_eager"):
-            result = _measure_plain(params, config, device, compiled=variant == "plain_compiled")
+            result = measure_plain(params, config, device, compiled=variant == "plain_compiled")
         else:
             raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
         release(device)
@@ -143,7 +91,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
             values["share_of_peak"] = 100 * result.model_tflops_per_gpu * 1e12 / peak.peak_flops
         if result.peak_memory_gib is not None:
             values["peak_memory_gib"] = result.peak_memory_gib
-        done = [dict(metric=name, value=float(value), unit=_UNITS[name], variant=variant, **fixed)
+        done = [dict(metric=name, value=float(value), unit=UNITS[name], variant=variant, **fixed)
                 for name, value in values.items()]
         ctx.emit_rows(done)  # on disk now: a time limit hit in a later variant keeps this one's numbers
         rows += done
@@ -174,14 +122,19 @@ def _gpu_point(label: str, tp: int, dp: int, *, name: str | None = None, table: 
                                      mem_gib=float(min(24 * per_node, 480)), time_min=30))
 
 
-#: The 1-GPU baseline (with and without checkpointing): repro with compiled layers and eager, and apart (``*_plain``
-#: points, one run with them) the plain GPT compiled whole, whose compile is the slowest part of a 1-GPU session.
+#: The 1-GPU baseline (with and without checkpointing): repro with compiled layers against the plain GPT compiled
+#: whole, both built in one process and timed in turn (A B A B A B: ``repetitions``), each row the median and the
+#: range of the repetitions; repro eager apart (``*_eager``). The ``*_plain`` points measure the plain GPT alone, as
+#: the sessions before the alternation did (paired with the repro point of the same run).
+ALTERNATED, REPETITIONS = ["repro", "plain_compiled"], 3
 REPRO_VARIANTS, PLAIN_VARIANTS = ["repro", "repro_eager"], ["plain_compiled"]
 _MP = MP_CONFIGS
 NODE_POINTS = (
-    _gpu_point("1p2B", 1, 1, variants=REPRO_VARIANTS),
+    _gpu_point("1p2B", 1, 1, variants=ALTERNATED, repetitions=REPETITIONS),
+    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_eager", variants=["repro_eager"]),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_plain", variants=PLAIN_VARIANTS),
-    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt", checkpointing=False, variants=REPRO_VARIANTS),
+    _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt", checkpointing=False, variants=ALTERNATED,
+               repetitions=REPETITIONS),
     _gpu_point("1p2B", 1, 1, name="1p2B_1gpu_no_ckpt_plain", checkpointing=False, variants=PLAIN_VARIANTS),
     *(_gpu_point(label, tp, 1) for label, tp in _MP[1:]),
     # Table 8: strong scaling of the 1.2B model at a fixed batch of 8 over 2/4/8-way model parallelism.
@@ -195,8 +148,8 @@ _SMOKE = dict(model="toy", layers=2, hidden=64, heads=4, vocab=512, seq_len=32, 
               precision="bf16", checkpointing=True, warmup=1, iters=2)
 #: The 1-GPU baseline's structure at toy size (compiled on the CPU too), and tensor parallelism over 2 ranks.
 SMOKE_POINTS = (
-    Point("toy_1rank", dict(_SMOKE, tp=1, dp=1, variants=REPRO_VARIANTS), memory_gib=1.0),
-    Point("toy_1rank_plain", dict(_SMOKE, tp=1, dp=1, variants=PLAIN_VARIANTS), memory_gib=1.0),
+    Point("toy_1rank", dict(_SMOKE, tp=1, dp=1, variants=ALTERNATED, repetitions=REPETITIONS), memory_gib=1.0),
+    Point("toy_1rank_eager", dict(_SMOKE, tp=1, dp=1, variants=["repro_eager"]), memory_gib=1.0),
     Point("toy_tp2", dict(_SMOKE, tp=2, dp=1, variants=["repro_eager"]), world_size=2, memory_gib=1.0),
 )
 
@@ -210,5 +163,5 @@ EXPERIMENT = Experiment(
     claims=claims,
     description=__doc__ or "",
     budget_s={"smoke": 150.0, "node": 1800.0, "paper": 3600.0},
-    metrics=_METRICS,
+    metrics=METRICS,
 )

@@ -10,6 +10,10 @@ explicitly and recorded in each result row (``flex_kernel``), so a row says what
 
 ``BACKEND``: torch >= 2.9 offers a FlashAttention (CuTe DSL) backend for Flex on Hopper and newer when the
 ``flash_attn`` package is installed; it is used there for tiles of 128 tokens or more, the Triton kernel elsewhere.
+
+Per GPU model, options measured fastest on it (:data:`MEASURED`, from the GPU probe's ``gna`` rows: ``python -m
+repro.gpu_session --plan probe``) go on top of those defaults; every row names what ran (``flex_kernel``: the backend
+and its options) and where the options came from (``flex_kernel_source``: inductor's defaults, or the measurement).
 """
 
 from __future__ import annotations
@@ -43,13 +47,28 @@ def _backward(arch: str, head_dim: int, sixteen_bit: bool) -> tuple[int, int, in
 
 SMALLEST = 16
 
+#: Triton options measured fastest per GPU model on GNA's paper shapes, applied on top of the defaults: (words that
+#: must all appear in ``torch.cuda.get_device_name()``, options, the measurement: probe run and rows). A GPU model
+#: enters this table from a probe's rows (variant ``fastest`` of section ``gna``), not from a guess; none has yet.
+MEASURED: tuple[tuple[tuple[str, ...], dict, str], ...] = ()
+
+
+def measured_options(device_name: str | None) -> tuple[dict, str] | None:
+    """(options, source) measured for the GPU named ``device_name``, or None."""
+    for words, options, source in MEASURED if device_name else ():
+        if all(word.lower() in device_name.lower() for word in words):
+            return dict(options), source
+    return None
+
 
 @dataclass(frozen=True)
 class FlexKernel:
-    """The kernel options passed to ``flex_attention`` (``options``) and the backend they select."""
+    """The kernel options passed to ``flex_attention`` (``options``), the backend they select, and where the options
+    came from (``source``)."""
 
     backend: str
     options: dict
+    source: str = "inductor's defaults"
 
     def describe(self) -> str:
         """One line for a result row, e.g. ``TRITON fwd_BLOCK_M=16 fwd_BLOCK_N=16 ...``."""
@@ -84,15 +103,16 @@ def flash_available(capability: tuple[int, int]) -> bool:
 
 
 def choose_flex_kernel(q_tile_tokens: int, kv_tile_tokens: int, *, capability: tuple[int, int], head_dim: int,
-                       dtype: torch.dtype) -> FlexKernel:
+                       dtype: torch.dtype, device_name: str | None = None) -> FlexKernel:
     """Options for Flex over tiles of ``q_tile_tokens`` queries and ``kv_tile_tokens`` keys on a GPU of compute
-    ``capability``; one line (ValueError) when a tile holds no multiple of 16 tokens, which no Triton kernel takes."""
+    ``capability`` (named ``device_name``: its measured options apply, :data:`MEASURED`); one line (ValueError) when
+    a tile holds no multiple of 16 tokens, which no Triton kernel takes."""
     for what, tokens in (("query", q_tile_tokens), ("key/value", kv_tile_tokens)):
         if tokens % SMALLEST:
             raise ValueError(f"{what} tiles of {tokens} tokens: Flex's GPU kernels need tiles of a multiple of "
                              f"{SMALLEST} tokens (choose tile shapes whose product is one)")
     if flash_available(capability) and q_tile_tokens % 128 == 0 and kv_tile_tokens % 128 == 0:
-        return FlexKernel("FLASH", {"BACKEND": "FLASH"})
+        return FlexKernel("FLASH", {"BACKEND": "FLASH"}, "the flash_attn package is importable")
     arch = architecture(capability)
     sixteen_bit = dtype in (torch.bfloat16, torch.float16)
     block_m, block_n = _FORWARD.get((arch, sixteen_bit, head_dim), (64, 64))
@@ -108,7 +128,14 @@ def choose_flex_kernel(q_tile_tokens: int, kv_tile_tokens: int, *, capability: t
     if (options["bwd_BLOCK_M1"], options["bwd_BLOCK_N1"], options["bwd_BLOCK_M2"], options["bwd_BLOCK_N2"]) != (
             m1, n1, m2, n2):
         options["bwd_num_warps"] = 4
-    return FlexKernel("TRITON", options)
+    source = f"inductor's defaults for {arch}"
+    measured = measured_options(device_name)
+    if measured is not None:
+        extra, source = measured
+        for key, value in extra.items():  # a measured block size still has to divide the tiles
+            tokens = q_tile_tokens if "BLOCK_M" in key else kv_tile_tokens
+            options[key] = fit(value, tokens) if "BLOCK_" in key else value
+    return FlexKernel("TRITON", options, source)
 
 
 def kernel_for(q: torch.Tensor, block_mask) -> FlexKernel | None:
@@ -118,4 +145,4 @@ def kernel_for(q: torch.Tensor, block_mask) -> FlexKernel | None:
         return None
     q_block, kv_block = block_mask.BLOCK_SIZE
     return choose_flex_kernel(q_block, kv_block, capability=torch.cuda.get_device_capability(q.device),
-                              head_dim=q.shape[-1], dtype=q.dtype)
+                              head_dim=q.shape[-1], dtype=q.dtype, device_name=torch.cuda.get_device_name(q.device))

@@ -125,6 +125,7 @@ def _measure(config: GpuConfig, *, backward: bool, device: torch.device, dtype: 
         batch=config.batch, heads=config.heads, head_dim=config.head_dim, dtype=str(dtype).removeprefix("torch."),
         passes="fwd+bwd" if backward else "fwd", gna_backend=f"flex_{'compiled' if compile else 'eager'}",
         flex_kernel=kernel.describe() if kernel else "cpu",
+        flex_kernel_source=kernel.source if kernel else "Flex's CPU kernel (no options)",
         dense_backend=ladder.fastest.name, dense_probe_s=ladder.probe_s(), dense_probe_iters=ladder.probe_iters(),
         dense_probe_notes=ladder.notes(), block_sparse=sim.block_sparse, checked_queries=int(tokens.numel()),
         **{f"iters_{name}": len(timing.times_s) for name, timing in timings.items()}, warmup=warmup,

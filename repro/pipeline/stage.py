@@ -44,7 +44,10 @@ def _seeded(seed: int):
 
 class GPTStage(nn.Module):
     """``forward(x) -> hidden [b, s, h]``: token ids on the first stage, the previous stage's hidden otherwise;
-    the last stage's output is already final-layer-normed, ready for :meth:`loss`."""
+    the last stage's output is already final-layer-normed, ready for :meth:`loss`, unless ``norm_in_loss`` is set:
+    then :meth:`logits` (and so :meth:`loss`) applies the final layer norm, so that a compiled loss region holds it
+    with the output layer and the cross-entropy (the trainer's ``apply_compile``), where eager code between two
+    compiled regions ran it on its own."""
 
     def __init__(
         self,
@@ -63,6 +66,8 @@ class GPTStage(nn.Module):
         self.pp_rank, self.pp_size = pp_rank, pp_size
         self.layer_indices = stage_layers(config.num_layers, pp_size, pp_rank)
         self.embedding = self.output_word_embeddings = self.final_layernorm = None
+        #: whether the final layer norm runs in :meth:`logits` instead of :meth:`forward` (see the class docstring)
+        self.norm_in_loss = False
         if self.is_first:
             with _seeded(seed):
                 self.embedding = Embedding(config, group=group)
@@ -99,12 +104,15 @@ class GPTStage(nn.Module):
             x = self.embedding(x)  # [b, s] ids -> [b, s, h]
         for layer in self.layers:
             x = layer(x)
-        return self.final_layernorm(x) if self.is_last else x
+        return self.final_layernorm(x) if self.is_last and not self.norm_in_loss else x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[b, s, h] -> this tp rank's logits shard [b, s, V_padded / tp] (last stage only)."""
+        """[b, s, h] (:meth:`forward`'s output) -> this tp rank's logits shard [b, s, V_padded / tp] (last stage
+        only)."""
         if not self.is_last:
             raise RuntimeError(f"stage {self.pp_rank} of {self.pp_size} has no output layer; only the last stage")
+        if self.norm_in_loss:
+            hidden = self.final_layernorm(hidden)
         return parallel_lm_logits(hidden, self.tied_embedding())
 
     def loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -128,7 +128,8 @@ GEMMS = frozenset({"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"})
 @contextlib.contextmanager
 def compiled_graphs() -> Iterator[list[dict]]:
     """Record each graph inductor compiles inside the block, after its own passes (what it turns into kernels):
-    ``{"backward": bool, "gemms": [((m, k), (k, n)), ...], "outputs": [(dtype, shape), ...]}`` per graph, in compile
+    ``{"backward": bool, "gemms": [((m, k), (k, n)), ...], "ops": Counter of aten op names, "outputs": [(dtype,
+    shape), ...]}`` per graph, in compile
     order; a backward graph is one that takes tangents, and a forward graph's outputs are its results followed by
     what it saves for backward. Inductor's caches are off inside, so every graph is compiled and seen."""
     import torch._functorch.config as functorch_config
@@ -147,7 +148,9 @@ def compiled_graphs() -> Iterator[list[dict]]:
         backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in nodes)
         outputs = [a for n in nodes if n.op == "output" for a in torch.utils._pytree.tree_leaves(n.args)]
         values = [a.meta.get("val") for a in outputs if hasattr(a, "meta")]
-        graphs.append({"backward": backward, "gemms": gemms,
+        ops = Counter(str(node.target.overloadpacket) for node in nodes
+                      if node.op == "call_function" and hasattr(node.target, "overloadpacket"))
+        graphs.append({"backward": backward, "gemms": gemms, "ops": ops,
                        "outputs": [(v.dtype, tuple(v.shape)) for v in values if isinstance(v, torch.Tensor)]})
 
     try:  # torch >= 2.6 wants a CustomGraphPass (with a cache key); older ones take a callable

@@ -30,7 +30,9 @@ from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.optim import build_optimizer
 from repro.training.recompute import CompiledCheckpointed, Checkpointed
+from repro.training.reference_steps import PerParameterOptimizer
 from repro.training.settings import TrainSettings
+from repro.training.weight_casts import WeightCasts, attach_grad_sink
 
 
 def check_layout(config: GPTConfig, groups: ParallelGroups, settings: TrainSettings) -> None:
@@ -66,18 +68,24 @@ def build_stage(config: GPTConfig, groups: ParallelGroups, settings: TrainSettin
     return stage.to(device)
 
 
-def apply_activation_checkpointing(stage: GPTStage, rng_tracker: RNGTracker, *, compiled: bool) -> None:
+def apply_activation_checkpointing(stage: GPTStage, rng_tracker: RNGTracker, *, compiled: bool,
+                                   cast_dtype: torch.dtype | None = None) -> None:
     """Wrap each layer so that backward recomputes its activations instead of keeping them; a layer to be
-    compiled gets its checkpoint inside the compiled region (:class:`CompiledCheckpointed`)."""
+    compiled gets its checkpoint inside the compiled region (:class:`CompiledCheckpointed`). With ``cast_dtype``
+    the layer's matmul weights are cast to it once, before the checkpoint, which keeps the casts for the
+    recomputation (:mod:`repro.training.weight_casts`)."""
     for index, layer in enumerate(stage.layers):
-        stage.layers[index] = CompiledCheckpointed(layer) if compiled else Checkpointed(layer, rng_tracker)
+        casts = WeightCasts(layer, cast_dtype) if cast_dtype is not None else None
+        stage.layers[index] = (CompiledCheckpointed(layer, casts=casts) if compiled
+                               else Checkpointed(layer, rng_tracker, casts=casts))
 
 
-def apply_compile(stage: GPTStage, *, with_loss: bool) -> Callable[..., torch.Tensor]:
+def apply_compile(stage: GPTStage, *, with_loss: bool, norm_in_loss: bool = True) -> Callable[..., torch.Tensor]:
     """Compile each layer with ``torch.compile`` (the role of Megatron's fused bias-GeLU, bias-dropout-add and
     layer-norm kernels); with ``with_loss`` (not under ZeRO-3, whose loss runs in a module of its own) the last
-    stage's output layer and cross-entropy and the first stage's embedding become compiled regions too, so the glue
-    between the layers fuses. Returns the loss function the steps call (evaluation runs the eager one)."""
+    stage's final layer norm, output layer and cross-entropy and the first stage's embedding become compiled regions
+    too, so the glue between the layers fuses. Returns the loss function the steps call (evaluation runs the eager
+    one, which applies the final layer norm the same way)."""
     # torch 2.4 compiles a layer only with graph breaks around the RNG swap, and not at all inside an activation
     # checkpoint (AOTAutograd meets the generator state outside its fake mode)
     require_torch(COMPILED_LAYERS_TORCH, "compiled transformer layers (compile_layers)")
@@ -86,6 +94,7 @@ def apply_compile(stage: GPTStage, *, with_loss: bool) -> Callable[..., torch.Te
     loss = stage.loss
     if with_loss:
         if stage.is_last:
+            stage.norm_in_loss = norm_in_loss  # the final layer norm joins the loss's region (GPTStage's docstring)
             loss = torch.compile(stage.loss, fullgraph=True)
         if stage.is_first:
             stage.embedding.compile(fullgraph=True)
@@ -95,5 +104,11 @@ def apply_compile(stage: GPTStage, *, with_loss: bool) -> Callable[..., torch.Te
 def apply_data_parallel(stage: GPTStage, settings: TrainSettings, groups: ParallelGroups, *,
                         loss_module: torch.nn.Module | None = None):
     """The optimizer over the dp group: DDP-style gradient averaging (``zero_stage=0``) or ZeRO stage 1-3;
-    ``loss_module`` is the module whose forward computes the loss under ZeRO-3."""
-    return build_optimizer(stage, settings, groups, module=loss_module)
+    ``loss_module`` is the module whose forward computes the loss under ZeRO-3. Where the optimizer keeps the
+    gradients in flat buffers, the layers' weight casts write their gradients there."""
+    if settings.zero_stage == 0 and not settings.flat_buffers:  # the reference the flat buffers replaced
+        optimizer = PerParameterOptimizer(stage, settings, groups)
+    else:
+        optimizer = build_optimizer(stage, settings, groups, module=loss_module)
+    attach_grad_sink(stage.layers, getattr(optimizer, "flat", None))
+    return optimizer

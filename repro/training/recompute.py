@@ -1,7 +1,9 @@
 """Activation recomputation, one checkpoint per transformer layer (Megatron sec. 5; Chen et al. 2016).
 
 Megatron checkpointed after every transformer layer for its large models; the recompute costs a second forward,
-which the paper's FLOPs formula counts (96 instead of 72 in ``96 B s l h^2 (...)``).
+which the paper's FLOPs formula counts (96 instead of 72 in ``96 B s l h^2 (...)``). Either wrapper takes the
+layer's :class:`~repro.training.weight_casts.WeightCasts` (``casts``): the 16-bit casts of its weights are then made
+before the checkpoint and kept as its inputs, so the recomputation does not cast again.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from repro.dist.comm import CommGroup
 from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS, PartitionedCheckpoint
+from repro.training.weight_casts import WeightCasts, call_with
 
 
 class Checkpointed(torch.nn.Module):
@@ -25,31 +28,36 @@ class Checkpointed(torch.nn.Module):
     restored afterwards, so the recomputed layer draws the same dropout masks and later layers' draws are untouched.
     """
 
-    def __init__(self, layer: torch.nn.Module, rng_tracker: RNGTracker | None = None) -> None:
+    def __init__(self, layer: torch.nn.Module, rng_tracker: RNGTracker | None = None, *,
+                 casts: WeightCasts | None = None) -> None:
         super().__init__()
         self.layer = layer
         self.rng_tracker = rng_tracker
+        self.casts = casts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tracker = self.rng_tracker
+        casts = self.casts
+        values = casts.make() if casts is not None else ()
         if tracker is None:
-            return checkpoint(self.layer, x, use_reentrant=False)
+            return checkpoint(lambda inp, *ws: call_with(self.layer, inp, casts, ws), x, *values,
+                              use_reentrant=False)
         forward_state = tracker._state.clone()
         calls = 0
 
-        def run(inp: torch.Tensor) -> torch.Tensor:
+        def run(inp: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
             nonlocal calls
             calls += 1
             if calls == 1:  # the forward itself: advance the tracker as usual
-                return self.layer(inp)
+                return call_with(self.layer, inp, casts, weights)
             later_state = tracker._state  # recomputation in backward: replay the forward's draws, then restore
             tracker._state = forward_state.clone()
             try:
-                return self.layer(inp)
+                return call_with(self.layer, inp, casts, weights)
             finally:
                 tracker._state = later_state
 
-        return checkpoint(run, x, use_reentrant=False)
+        return checkpoint(run, x, *values, use_reentrant=False)
 
 
 def _keep_rng_swaps(ctx, op, *args, **kwargs):
@@ -71,18 +79,31 @@ class CompiledCheckpointed(torch.nn.Module):
     mask it drew from the tensor-parallel generator, and the tracker's swap ops are saved by the policy, not re-run.
     Compiled with ``fullgraph=True``: eagerly the policy would skip the swap while dropout redraws (wrong masks)."""
 
-    def __init__(self, layer: torch.nn.Module) -> None:
+    def __init__(self, layer: torch.nn.Module, *, casts: WeightCasts | None = None) -> None:
         super().__init__()
         self.layer = layer
+        self.casts = casts
+        self._compiled = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _checkpointed(self, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
-        return checkpoint(self.layer, x, use_reentrant=False,
+        return checkpoint(lambda inp, *ws: call_with(self.layer, inp, self.casts, ws), x, *weights, use_reentrant=False,
                           context_fn=functools.partial(create_selective_checkpoint_contexts, _keep_rng_swaps))
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.casts is None:
+            return self._checkpointed(x)
+        # the casts are made outside the compiled region (their backward writes into the flat gradients) and
+        # enter it as inputs of the checkpoint, which keeps them for the recomputation
+        run = self._compiled if self._compiled is not None else self._checkpointed
+        return run(x, *self.casts.make())
+
     def compile(self, **kwargs) -> None:  # noqa: D102 - nn.Module.compile, whole graph only
-        super().compile(fullgraph=True, **kwargs)
+        if self.casts is None:
+            super().compile(fullgraph=True, **kwargs)
+        else:
+            self._compiled = torch.compile(self._checkpointed, fullgraph=True, **kwargs)
 
 
 def checkpoint_layers(layers: torch.nn.ModuleList, mode: str, tp_group: CommGroup,

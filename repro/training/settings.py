@@ -14,6 +14,7 @@ from repro.training.schedule import LRSchedule
 from repro.zero.config import ZeroConfig
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+WEIGHT_CASTS = ("auto", "autocast", "saved")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,26 @@ class TrainSettings:
     lr_decay_iters: int | None = None
     lr_decay_style: str = "constant"
     zero: ZeroConfig | None = None  # a DeepSpeed config's ZeRO settings (buckets, offload); its stage = zero_stage
+    #: zero_stage 0: parameters, gradients and optimizer states in flat buffers (repro.training.flat_buffers), or
+    #: the per-parameter optimizer they replaced (a reference for measurements)
+    flat_buffers: bool = True
+    #: 16-bit weights under activation checkpointing: cast by autocast in the forward and again in the recomputation
+    #: ("autocast"), or cast once before each layer's checkpoint and kept for the recomputation ("saved",
+    #: repro.training.weight_casts; with flat buffers the casts' backward writes the gradients into them); "auto":
+    #: "saved" where it applies (bf16 or fp16 with activation checkpointing, not ZeRO-3; the same arithmetic), else
+    #: "autocast"
+    weight_casts: str = "auto"
+    #: with compile_layers: the final layer norm runs in the compiled loss region (with the output layer and the
+    #: cross-entropy) rather than eagerly between two compiled regions
+    final_norm_in_loss: bool = True
+
+    @property
+    def casts(self) -> str:
+        """The weight casts this run makes: ``weight_casts`` with "auto" resolved."""
+        if self.weight_casts != "auto":
+            return self.weight_casts
+        saves = self.precision != "fp32" and self.activation_checkpointing and self.zero_stage != 3
+        return "saved" if saves else "autocast"
 
     def schedule(self) -> LRSchedule:
         """The learning rate of each iteration (raises on a bad combination)."""
@@ -71,6 +92,15 @@ class TrainSettings:
                                  f"{self.zero.dtype} and leave fp16/bf16 out of the DeepSpeed config")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
+        if self.weight_casts not in WEIGHT_CASTS:
+            raise ValueError(f"weight_casts={self.weight_casts!r} must be one of {', '.join(WEIGHT_CASTS)}")
+        if self.weight_casts == "saved" and (self.precision == "fp32" or not self.activation_checkpointing):
+            raise ValueError(f"weight_casts='saved' keeps a layer's 16-bit weight casts for its recomputation: it "
+                             f"needs precision bf16 or fp16 (got {self.precision}) and activation_checkpointing "
+                             f"(got {self.activation_checkpointing})")
+        if self.weight_casts == "saved" and self.zero_stage == 3:
+            raise ValueError("weight_casts='saved' casts a layer's weights before its forward starts; zero_stage=3 "
+                             "gathers them only then: use weight_casts 'autocast' (or 'auto') with ZeRO-3")
         if self.precision == "fp16" and self.zero_stage != 0:
             raise ValueError(f"precision='fp16' with zero_stage={self.zero_stage} is not supported: the ZeRO stages "
                              "here keep their own fp32 states and have no loss scaler in the trainer; use bf16")

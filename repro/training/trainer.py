@@ -13,6 +13,10 @@ each transformer layer with ``torch.compile`` (the role of Megatron's fused bias
 layer-norm kernels), with its checkpoint inside the compiled region (:class:`~repro.training.recompute.
 CompiledCheckpointed`), and the embedding and the output layer with the loss as regions of their own.
 
+With ``zero_stage=0`` the parameters, gradients and AdamW states are flat buffers (:mod:`repro.training.flat_buffers`):
+the all-reduce, the gradient norm, the clipping and the update are one operation per buffer; under bf16 with
+checkpointing each layer's weights are cast once, before its checkpoint (:mod:`repro.training.weight_casts`).
+
 Nothing in a bf16 or fp32 step waits for the GPU: the loss, the gradient norm and the clipping factor stay on the
 device (:meth:`PipelineTrainer.step_lazy`); :meth:`PipelineTrainer.step` reads the loss, the one host sync.
 """
@@ -77,11 +81,14 @@ class PipelineTrainer:
         self.rng_tracker = seed_ranks(settings, groups, self.device)
         self.stage = build_stage(config, groups, settings, self.rng_tracker, self.device, initial_state)
         if settings.activation_checkpointing:
-            apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers)
+            apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers,
+                                           cast_dtype=(PRECISIONS[settings.precision]
+                                                       if settings.casts == "saved" else None))
         self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         #: the loss the steps call: the stage's own, or its compiled region (evaluation runs the eager one)
-        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None) if settings.compile_layers
-                      else self.stage.loss)
+        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None,
+                                    norm_in_loss=settings.final_norm_in_loss)
+                      if settings.compile_layers else self.stage.loss)
         self.autocast_dtype = PRECISIONS[settings.precision]
         self.optimizer = apply_data_parallel(self.stage, settings, groups, loss_module=self.stage_loss)
         self.last_result: StepResult | None = None

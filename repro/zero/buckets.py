@@ -75,8 +75,16 @@ class Bucket:
         """Ranges of this rank's shard that belong to parameters not in ``excluded`` (ids); None = everything."""
         if not excluded:
             return None
-        return [(p.shard_offset, p.shard_offset + p.numel) for p in self.pieces
-                if id(self.params[p.index]) not in excluded]
+        ranges: list[tuple[int, int]] = []
+        for piece in self.pieces:
+            if id(self.params[piece.index]) in excluded:
+                continue
+            lo, hi = piece.shard_offset, piece.shard_offset + piece.numel
+            if ranges and ranges[-1][1] == lo:  # adjacent counted pieces: one range, one reduction
+                ranges[-1] = (ranges[-1][0], hi)
+            else:
+                ranges.append((lo, hi))
+        return ranges
 
 
 def build_buckets(

@@ -88,3 +88,33 @@ def test_argparse_error_is_one_line_as_a_real_process(tmp_path):
     line = one_line(proc.stderr)
     assert line.startswith("repro.gpu_session: error: argument --plan: invalid choice: 'nope'"), line
     assert line.endswith("(see python -m repro.gpu_session --help)"), line
+
+
+#: ``python -m repro.gpu_probe``: (argv with {tmp} and {file} filled in, the text its one line must hold); None: the
+#: valid neighbour, which runs (a budget of one second: every section is skipped, saying so, and the command succeeds)
+PROBE_CASES = {
+    "budget_zero": (["--out", "{tmp}/p", "--budget-s", "0"], "'0' must be a positive, finite number"),
+    "budget_text": (["--out", "{tmp}/p", "--budget-s", "soon"], "'soon' is not a number"),
+    "out_a_file": (["--out", "{file}"], "--out {file} is a file"),
+    "out_missing": (["--budget-s", "5"], "the following arguments are required: --out"),
+    "budget_one_second": (["--out", "{tmp}/p", "--budget-s", "1", "--toy"], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROBE_CASES))
+def test_the_probe_refuses_a_bad_budget_or_folder_in_one_line(tmp_path, name):
+    argv, text = PROBE_CASES[name]
+    file = tmp_path / "a_file"
+    file.write_text("x")
+    argv = [a.format(tmp=tmp_path, file=file) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "repro.gpu_probe", *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "REPRO_RESULTS_DIR": str(tmp_path / "r")})
+    if text is None:
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count("skipped") == 6  # every section, each saying how little time was left
+        return
+    assert proc.returncode == 2 and not proc.stdout
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert text.format(file=file) in line, line
+    assert not (tmp_path / "r").exists()  # nothing written

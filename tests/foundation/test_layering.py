@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.claims", "repro.claims_render", "repro.cross_hardware"),              # the claims report
     ("repro.experiments", "repro.figures"),                                       # experiments and figures
     ("repro.harness",),                                                           # what runs the experiments
-    ("repro.cli", "repro.gpu_session", "repro.__main__", "repro.testing", "repro.about"),  # entry points
+    ("repro.cli", "repro.gpu_session", "repro.gpu_probe", "repro.__main__", "repro.testing", "repro.about"),  # entry
 )
 
 #: arrows that point up, module to module, each with its reason (a debt, not a design): none today

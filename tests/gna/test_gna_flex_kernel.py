@@ -53,3 +53,18 @@ def test_no_options_on_the_cpu():
         BLOCK_SIZE = (16, 16)
 
     assert kernel_for(torch.empty(1, 1, 16, 64), Mask()) is None
+
+
+def test_options_measured_on_a_gpu_model_apply_there_only_and_say_where_they_came_from(monkeypatch):
+    from repro.gna import flex_kernel
+
+    monkeypatch.setattr(flex_kernel, "MEASURED", ((("H200",), {"USE_TMA": True, "fwd_BLOCK_N": 128},
+                                                   "probe run 20270101T000000Z-abcdef"),))
+    hopper = dict(capability=(9, 0), head_dim=128, dtype=torch.bfloat16)
+    default = choose_flex_kernel(256, 256, **hopper, device_name="NVIDIA H100 80GB HBM3")
+    assert "USE_TMA" not in default.options and default.source == "inductor's defaults for sm90"
+    tuned = choose_flex_kernel(256, 256, **hopper, device_name="NVIDIA H200")
+    assert tuned.options["USE_TMA"] is True and tuned.options["fwd_BLOCK_N"] == 128
+    assert tuned.source == "probe run 20270101T000000Z-abcdef"
+    narrow = choose_flex_kernel(64, 64, **hopper, device_name="NVIDIA H200")
+    assert narrow.options["fwd_BLOCK_N"] == 64  # a measured block still divides the tile

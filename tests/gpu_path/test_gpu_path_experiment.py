@@ -67,8 +67,18 @@ def _check_rows(rows, point, device):
     assert all(math.isfinite(v) for v in frame.value)
     assert set(frame.variant) == set(mod.runnable_variants(params["variants"]))
     gpus = params["tp"] * params["dp"]
+    alternated = params.get("repetitions", 1) > 1
     for variant in mod.runnable_variants(params["variants"]):
-        mine = frame[frame.variant == variant].set_index("metric").value
+        own = frame[frame.variant == variant]
+        if alternated:  # A B A B A B: one row per repetition, then the median and range of each quantity
+            reps = own[own.metric == "repetition_iteration_s"]
+            assert sorted(reps.repetition) == list(range(1, params["repetitions"] + 1))
+            summary = own[own.metric == "iteration_s"].iloc[0]
+            assert summary.value == pytest.approx(float(reps.value.median()), rel=1e-12)
+            assert (summary.value_min, summary.value_max) == (reps.value.min(), reps.value.max())
+            assert (own.alternated_with == ",".join(mod.runnable_variants(params["variants"]))).all()
+            own = own[own.metric != "repetition_iteration_s"]
+        mine = own.set_index("metric").value
         for metric in ("iteration_s", "tokens_per_s", "model_tflops_per_gpu", "setup_s", "loss"):
             assert metric in mine and mine[metric] > 0, (variant, metric)
         assert 0.5 * math.log(params["vocab"]) < mine["loss"] < 2 * math.log(params["vocab"])  # near ln V at the start
@@ -79,11 +89,23 @@ def _check_rows(rows, point, device):
                                         hidden_size=params["hidden"], vocab_size=params["vocab"],
                                         activation_recompute=params["checkpointing"])
         assert mine["model_tflops_per_gpu"] * 1e12 * mine["iteration_s"] * gpus == pytest.approx(flops, rel=1e-9)
+        if alternated:  # the FLOPs without the recomputation credit: 72 instead of 96 in the layers' term
+            executed = gpt_flops_per_iteration(batch_size=batch, seq_length=params["seq_len"],
+                                               num_layers=params["layers"], hidden_size=params["hidden"],
+                                               vocab_size=params["vocab"], activation_recompute=False)
+            assert mine["executed_tflops_per_gpu"] * 1e12 * mine["iteration_s"] == pytest.approx(executed, rel=1e-9)
         if device == "cuda":
             assert "share_of_peak" in mine and "peak_memory_gib" in mine
         else:  # no GPU, no peak: the CPU rows do not pretend to a share of peak
             assert "share_of_peak" not in mine and "peak_memory_gib" not in mine
     assert (frame.gpu.isna().all()) == (device == "cpu")
+    if alternated and "plain_compiled" in set(frame.variant):  # the ratio of the medians, its range from the pairs
+        ratio = frame[(frame.metric == "tokens_per_s_vs_plain_compiled") & (frame.variant == "repro")]
+        if len(ratio):
+            medians = frame[frame.metric == "tokens_per_s"].set_index("variant").value
+            assert ratio.value.iloc[0] == pytest.approx(medians["repro"] / medians["plain_compiled"], rel=1e-12)
+            assert ratio.value_min.iloc[0] <= ratio.value.iloc[0] * (1 + 1e-12)
+            assert ratio.value_max.iloc[0] >= ratio.value.iloc[0] * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("name", [p.name for p in mod.SMOKE_POINTS])
@@ -122,7 +144,7 @@ def test_claims_without_rows_need_gpus(rows):
 
 def _row(metric, value, *, model="1p2B", tp=1, dp=1, variant="repro", checkpointing=True,
          gpu="NVIDIA H100 80GB HBM3"):
-    return dict(metric=metric, value=value, unit=mod._UNITS[metric], variant=variant, model=model, tp=tp, dp=dp,
+    return dict(metric=metric, value=value, unit=mod.UNITS[metric], variant=variant, model=model, tp=tp, dp=dp,
                 gpus=tp * dp, precision="bf16", checkpointing=checkpointing, gpu=gpu)
 
 
@@ -205,7 +227,7 @@ def test_smoke_on_one_gpu_runs_what_fits_and_skips_the_rest(tmp_path):
             "this machine has 1 (stand-in: REPRO_STANDIN_GPUS)") in proc.stdout
     rows = load_rows(tmp_path)
     assert set(rows["point"]) == {"toy_1rank"}
-    assert set(rows["variant"]) == set(mod.runnable_variants(["repro", "repro_eager"]))
+    assert set(rows["variant"]) == set(mod.runnable_variants(["repro", "plain_compiled"]))
     none = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
                            "--device", "cuda", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
