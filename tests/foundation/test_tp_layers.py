@@ -111,7 +111,7 @@ def test_vocab_parallel_embedding(world_size):
                      grad_out, y.detach()))
 
 
-def _vocab_parallel_cross_entropy_rank(rank, ws, logits, logits_grad, target, grad_loss, loss):
+def _vocab_parallel_cross_entropy_rank(rank, ws, logits, logits_grad, target, grad_loss, loss, shifted):
     groups = init_parallel(tp=ws)
     shard = logits.chunk(ws, -1)[rank].clone().requires_grad_(True)
     out = vocab_parallel_cross_entropy(shard, target, groups.tp)
@@ -123,6 +123,12 @@ def _vocab_parallel_cross_entropy_rank(rank, ws, logits, logits_grad, target, gr
         assert groups.ledger.calls("all_reduce", "tp") == 3
         assert groups.ledger.bytes("all_reduce", "tp") == 3 * 4 * 6 * 4
         assert groups.ledger.calls("all_gather") == 0
+    # the same logits + 1000: e^1000 overflows fp32 and fp64, so only the global max subtracted first keeps it finite
+    big = (logits + 1000).chunk(ws, -1)[rank].clone().requires_grad_(True)
+    out = vocab_parallel_cross_entropy(big, target, groups.tp)
+    out.backward(grad_loss)
+    assert_rel_close(out, shifted["loss"], TOL, "loss of logits + 1000")
+    assert_rel_close(big.grad, shifted["grad"].chunk(ws, -1)[rank], TOL, "logit grad of logits + 1000")
     return True
 
 
@@ -134,5 +140,9 @@ def test_vocab_parallel_cross_entropy(world_size):
     grad_loss = torch.rand(4, 6)
     loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(4, 6)
     loss.backward(grad_loss)
+    big = (logits.detach() + 1000).double().requires_grad_(True)  # torch's reference in fp64 (it subtracts the max)
+    big_loss = F.cross_entropy(big.flatten(0, 1), target.flatten(), reduction="none").view(4, 6)
+    big_loss.backward(grad_loss.double())
+    shifted = {"loss": big_loss.detach().float(), "grad": big.grad.float()}
     assert all(spawn(_vocab_parallel_cross_entropy_rank, world_size, logits.detach(), logits.grad, target, grad_loss,
-                     loss.detach()))
+                     loss.detach(), shifted))
