@@ -54,23 +54,21 @@ def random_cases(count: int, seed: int) -> list[Case]:
     return [random_case(rng, 1 + i % 3) for i in range(count)]
 
 
-def shared_dir():
-    """The shared folder holding paper_claims.csv: $REPRO_SHARED, default <repo>/../shared."""
+def claims_file():
+    """``$REPRO_SHARED/paper_claims.csv`` where that is set, else the copy committed in ``results/paper/`` (a fresh
+    clone without ``../shared`` tests against the same numbers)."""
     import os
     from pathlib import Path
 
-    default = Path(__file__).resolve().parents[2].parent / "shared"
-    return Path(os.environ.get("REPRO_SHARED", default))
+    if os.environ.get("REPRO_SHARED"):
+        return Path(os.environ["REPRO_SHARED"]) / "paper_claims.csv"
+    return Path(__file__).resolve().parents[2] / "results" / "paper" / "paper_claims.csv"
 
 
 def gna_claims() -> dict[str, str]:
     """claim_id -> value text of the gna_2025 rows of paper_claims.csv."""
     import csv
 
-    import pytest
-
-    path = shared_dir() / "paper_claims.csv"
-    if not path.exists():
-        pytest.skip(f"no paper claims table at {path} (set REPRO_SHARED)")
+    path = claims_file()
     with open(path, newline="") as handle:
         return {row["claim_id"]: row["value"] for row in csv.DictReader(handle) if row["paper"] == "gna_2025"}

@@ -32,12 +32,13 @@ def test_backends_agree_forward_and_backward(grid, window, stride, dilation, cau
         assert out.shape == x.shape
         outputs[backend] = out.detach()
         if backend != "flex":  # Flex is used for forward on CPU
-            layer.zero_grad()
-            (gx,) = torch.autograd.grad(out.square().sum(), x)
-            grads[backend] = (gx, layer.qkv.weight.grad)
+            grads[backend] = torch.autograd.grad(out.square().sum(), (x, *layer.parameters()))
     torch.testing.assert_close(outputs["fast"], outputs["reference"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(outputs["flex"], outputs["reference"], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(grads["fast"][0], grads["reference"][0], rtol=1e-4, atol=1e-5)
+    names = ["input", *(name for name, _ in layer.named_parameters())]  # qkv and proj weights and biases
+    assert len(names) == 5
+    for name, fast, reference in zip(names, grads["fast"], grads["reference"]):
+        torch.testing.assert_close(fast, reference, rtol=1e-4, atol=1e-5, msg=lambda m: f"gradient of {name}: {m}")
 
 
 def test_layer_trains_the_projections():
