@@ -100,6 +100,14 @@ def installed(tmp_path_factory) -> Path:
     wheel = next((tmp / "dist").glob("repro_llm_systems-*.whl"))
     venv.create(tmp / "venv", system_site_packages=True, with_pip=True)
     python = tmp / "venv" / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # the tests run inside a venv (the torch-floor job, many users): system_site_packages would show the base
+        # interpreter's packages, not this venv's (its torch, pandas); a .pth puts this venv's folders on the path,
+        # plain folders whose own .pth files do not run (so an editable install of a checkout stays out)
+        import site
+
+        site_dir = next((tmp / "venv" / "lib").glob("python*/site-packages"))
+        (site_dir / "outer_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     # --ignore-installed: the venv sees this machine's packages (torch is never installed twice), among them maybe
     # an editable install of a checkout, which pip would take for this wheel, already installed
     done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)],
