@@ -81,13 +81,14 @@ def _device(args):
 
 
 def _eval_spec(args, task: str):
-    from evals.tasks import EvalSpec
+    """The spec of ``task`` from a command's options; a task option the command lacks (``reconcile`` takes only
+    ``--stride``) keeps its default."""
+    from evals.tasks import TASKS, EvalSpec
 
+    options = {option.name: getattr(args, option.name) for option in TASKS[task].options if hasattr(args, option.name)}
     return EvalSpec(task=task, checkpoint=args.checkpoint, data_dir=args.data_dir, tp=args.tp, seq_len=args.seq_len,
-                    stride=getattr(args, "stride", 32), batch_size=args.batch_size, limit=args.limit,
-                    max_tokens=getattr(args, "max_tokens", None), split=getattr(args, "split", "test"),
-                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet,
-                    bootstrap_iters=args.bootstrap_iters)
+                    batch_size=args.batch_size, limit=args.limit, progress=not args.quiet,
+                    bootstrap_iters=args.bootstrap_iters, options=options)
 
 
 def cmd_eval(args) -> list[dict]:
@@ -256,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     for task in TASKS.values():  # one command per task record: the model options, then the task's own
         p = sub.add_parser(task.command, help=task.help)
         model_args(p)
-        for flag, keywords in task.options:
-            p.add_argument(flag, **keywords)
+        for option in task.options:
+            p.add_argument(option.flag, **option.argparse_keywords())
     p = sub.add_parser("reconcile", help="one model under every definition, side by side")
     model_args(p)
     p.add_argument("--stride", type=positive_int, default=32,
