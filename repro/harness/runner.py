@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from repro import provenance as P
 from repro import results as R
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import Row
@@ -105,7 +106,7 @@ class RowWriter:
     _kept: list[Row] = field(default_factory=list)
 
     def provenance(self) -> dict:
-        return R.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
+        return P.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
                             elapsed_s=time.perf_counter() - self.started, launcher=self.launcher)
 
     def __call__(self, rows: list[Row]) -> None:
@@ -245,7 +246,7 @@ def run_experiment(
     plan = plan_run(experiment, scale, points=points, device=device, skip_needs_gpu=skip_needs_gpu)
     chosen, devices, too_few = plan.points, plan.devices, plan.too_few
     earlier = R.earlier_runs(root, experiment.name, scale, [p.name for p in chosen])
-    run_id = run_id or R.new_run_id()
+    run_id = run_id or P.new_run_id()
     outcomes: list[PointOutcome] = []
     path: Path | None = None
     start = time.perf_counter()
@@ -288,7 +289,7 @@ def run_experiment(
         early = writer.written
         path = R.run_path(root, experiment.name, run_id)
         if rows or not early:
-            prov = R.provenance(config=point.params, world_size=point.world_size, device=point_device,
+            prov = P.provenance(config=point.params, world_size=point.world_size, device=point_device,
                                 elapsed_s=elapsed, launcher=launcher)
             R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
                           rows=rows, prov=prov)
