@@ -80,7 +80,7 @@ def _device(args):
     return eval_device(args.device)
 
 
-def _eval_spec(args, task: str):
+def eval_spec(args, task: str):
     """The spec of ``task`` from a command's options; a task option the command lacks (``reconcile`` takes only
     ``--stride``) keeps its default."""
     from evals.tasks import TASKS, EvalSpec
@@ -95,7 +95,7 @@ def cmd_eval(args) -> list[dict]:
     from evals.tasks import run_at_tp, task_of_command
 
     with _device(args):
-        rows = run_at_tp(_eval_spec(args, task_of_command(args.command).name))
+        rows = run_at_tp(eval_spec(args, task_of_command(args.command).name))
     _print_rows(rows)
     return rows
 
@@ -105,7 +105,7 @@ def cmd_reconcile(args) -> list[dict]:
     from evals.tasks import run_at_tp
 
     with _device(args):
-        rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
+        rows = run_at_tp(eval_spec(args, "wikitext")) + run_at_tp(eval_spec(args, "lambada"))
     measured = None
     if args.with_lm_eval:
         from evals.lm_eval_adapter import lm_eval_measure

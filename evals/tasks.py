@@ -65,15 +65,15 @@ class EvalSpec:
             raise ValueError(f"task {self.task!r} takes no option {unknown[0]!r} (its own: {tuple(own)})")
         # frozen: the checked values (defaults filled in) replace the given mapping once, here (a plain dict: a spec
         # travels to tp > 1 ranks pickled)
-        object.__setattr__(self, "options",
-                           {name: option.checked(self.options.get(name, option.default)) for name, option in own.items()})
+        checked = {name: option.checked(self.options.get(name, option.default)) for name, option in own.items()}
+        object.__setattr__(self, "options", checked)
 
     def __getitem__(self, name: str) -> Any:
         """The value of the task's own option ``name`` (``spec["stride"]``)."""
         return self.options[name]
 
 
-def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
+def row_settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
     """A row's ``settings``: the model options, then the task's own (an option of several values as a list)."""
     settings: dict[str, Any] = {name: getattr(spec, name) for name in SETTINGS}
     settings.update({name: list(value) if isinstance(value, tuple) else value for name, value in spec.options.items()})
@@ -109,7 +109,7 @@ def _wikitext(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[
     articles = split_articles(text)[: spec.limit]
     doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
                                           batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=_settings(spec, seq_len=seq_len),
+    kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=row_settings(spec, seq_len=seq_len),
               **common)
     return [
         row("token_perplexity", meg.token_perplexity, "perplexity", definition="megatron_token", **kw),
@@ -133,7 +133,7 @@ def _lambada(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[d
     loaded_text = load_lambada(spec.data_dir)
     results = lambada_mod.evaluate_lambada(model, tokenizer, loaded_text.records[: spec.limit],
                                            batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
+    kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=row_settings(spec), **common)
     rows: list[dict[str, Any]] = []
     perplexity_errors = perplexity_stderrs([r.logprobs for r in results.values()], iters=spec.bootstrap_iters)
     for (definition, result), perplexity_error in zip(results.items(), perplexity_errors):
@@ -159,7 +159,7 @@ def _race_zeroshot(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> 
         docs += documents_of(loaded_race.records, level)[: spec.limit]
         shas.append(loaded_race.data_sha256)
     result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
+    kw = dict(task="race", data_sha256=",".join(shas), settings=row_settings(spec), **common)
     rows = [row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}",
                 stderr=_percent(_accuracy_stderr(result.correct(level), spec)), **kw)
             for level in (*spec["levels"], "all")]

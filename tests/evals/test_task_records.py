@@ -16,7 +16,8 @@ SPEC_CASES = {
     "stride_one": (dict(task="wikitext", options={"stride": 1}), None),
     "max_tokens_one": (dict(task="wikitext", options={"max_tokens": 1}), "max_tokens=1 must be >= 2 (a perplexity"),
     "max_tokens_two": (dict(task="wikitext", options={"max_tokens": 2}), None),
-    "lambada_takes_no_stride": (dict(task="lambada", options={"stride": 32}), "task 'lambada' takes no option 'stride'"),
+    "lambada_takes_no_stride": (dict(task="lambada", options={"stride": 32}),
+                                "task 'lambada' takes no option 'stride'"),
     "lambada_without_options": (dict(task="lambada", options={}), None),
     "race_takes_no_max_tokens": (dict(task="race_zeroshot", options={"max_tokens": 9}), "no option 'max_tokens'"),
     "race_levels": (dict(task="race_zeroshot", options={"levels": ["high"]}), None),
@@ -43,24 +44,24 @@ def test_spec_refuses_or_accepts(name):
 def test_options_take_their_defaults_and_land_in_settings():
     wikitext = EvalSpec(task="wikitext", checkpoint="c", seq_len=64, options={"stride": 16})
     assert wikitext.options == {"stride": 16, "max_tokens": None, "split": "test"} and wikitext["stride"] == 16
-    assert tasks._settings(wikitext) == {"task": "wikitext", "tp": 1, "seq_len": 64, "batch_size": 8, "limit": None,
+    assert tasks.row_settings(wikitext) == {"task": "wikitext", "tp": 1, "seq_len": 64, "batch_size": 8, "limit": None,
                                          "bootstrap_iters": 100_000, "stride": 16, "max_tokens": None, "split": "test"}
     race = EvalSpec(task="race_zeroshot", checkpoint="c", options={"levels": "high"})
-    assert race["levels"] == ("high",) and tasks._settings(race)["levels"] == ["high"]
-    assert "stride" not in tasks._settings(EvalSpec(task="lambada", checkpoint="c"))
+    assert race["levels"] == ("high",) and tasks.row_settings(race)["levels"] == ["high"]
+    assert "stride" not in tasks.row_settings(EvalSpec(task="lambada", checkpoint="c"))
 
 
 def test_a_new_task_is_one_record(monkeypatch):
     """A record added to TASKS is a command with its own option, a spec that checks it, and rows that name it."""
     def evaluate(spec, model, tokenizer, common):
-        return [{"metric": "shots", "value": spec["shots"], "settings": tasks._settings(spec), **common}]
+        return [{"metric": "shots", "value": spec["shots"], "settings": tasks.row_settings(spec), **common}]
 
     record = Task("echo_shots", "echo-shots", "a task that scores nothing", evaluate,
                   options=(Option("shots", 0, "examples shown before each question", parse=int, minimum=0),))
     monkeypatch.setitem(tasks.TASKS, record.name, record)
     args = cli.build_parser().parse_args(["--quiet", "echo-shots", "--checkpoint", "c", "--shots", "3"])
     assert tasks.task_of_command(args.command) is record
-    spec = cli._eval_spec(args, record.name)
+    spec = cli.eval_spec(args, record.name)
     assert spec.options == {"shots": 3}
     assert record.evaluate(spec, None, None, {})[0]["settings"]["shots"] == 3
     with pytest.raises(ValueError, match="shots=-1 must be >= 0"):
