@@ -80,21 +80,22 @@ def _device(args):
     return eval_device(args.device)
 
 
-def _eval_spec(args, task: str):
-    from evals.tasks import EvalSpec
+def eval_spec(args, task: str):
+    """The spec of ``task`` from a command's options; a task option the command lacks (``reconcile`` takes only
+    ``--stride``) keeps its default."""
+    from evals.tasks import TASKS, EvalSpec
 
+    options = {option.name: getattr(args, option.name) for option in TASKS[task].options if hasattr(args, option.name)}
     return EvalSpec(task=task, checkpoint=args.checkpoint, data_dir=args.data_dir, tp=args.tp, seq_len=args.seq_len,
-                    stride=getattr(args, "stride", 32), batch_size=args.batch_size, limit=args.limit,
-                    max_tokens=getattr(args, "max_tokens", None), split=getattr(args, "split", "test"),
-                    levels=tuple(getattr(args, "levels", ("middle", "high"))), progress=not args.quiet,
-                    bootstrap_iters=args.bootstrap_iters)
+                    batch_size=args.batch_size, limit=args.limit, progress=not args.quiet,
+                    bootstrap_iters=args.bootstrap_iters, options=options)
 
 
 def cmd_eval(args) -> list[dict]:
     from evals.tasks import run_at_tp, task_of_command
 
     with _device(args):
-        rows = run_at_tp(_eval_spec(args, task_of_command(args.command).name))
+        rows = run_at_tp(eval_spec(args, task_of_command(args.command).name))
     _print_rows(rows)
     return rows
 
@@ -104,7 +105,7 @@ def cmd_reconcile(args) -> list[dict]:
     from evals.tasks import run_at_tp
 
     with _device(args):
-        rows = run_at_tp(_eval_spec(args, "wikitext")) + run_at_tp(_eval_spec(args, "lambada"))
+        rows = run_at_tp(eval_spec(args, "wikitext")) + run_at_tp(eval_spec(args, "lambada"))
     measured = None
     if args.with_lm_eval:
         from evals.lm_eval_adapter import lm_eval_measure
@@ -256,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     for task in TASKS.values():  # one command per task record: the model options, then the task's own
         p = sub.add_parser(task.command, help=task.help)
         model_args(p)
-        for flag, keywords in task.options:
-            p.add_argument(flag, **keywords)
+        for option in task.options:
+            p.add_argument(option.flag, **option.argparse_keywords())
     p = sub.add_parser("reconcile", help="one model under every definition, side by side")
     model_args(p)
     p.add_argument("--stride", type=positive_int, default=32,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repro import results
+from repro import provenance, results
 
 
 def row(metric: str, value: float | int, unit: str, *, task: str, definition: str, model: str,
@@ -55,9 +55,9 @@ def write_rows(rows: Sequence[Mapping[str, Any]], *, task: str, config: Mapping[
     """Append ``rows`` (one evaluation run) with provenance; returns the JSONL file written."""
     for r in rows:
         results.check_row(r, where=f"evals {task}")
-    prov = results.provenance(config=config, world_size=world_size, device=device,
-                              elapsed_s=time.perf_counter() - started, launcher="python -m evals")
-    run_id = results.new_run_id()
+    prov = provenance.provenance(config=config, world_size=world_size, device=device,
+                                 elapsed_s=time.perf_counter() - started, launcher="python -m evals")
+    run_id = provenance.new_run_id()
     path = results.results_dir(results_root) / "evals" / task / f"{run_id}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:

@@ -1,7 +1,9 @@
 """Named evaluations over a checkpoint, returning result rows: what the CLI, the experiments and the toy run call.
 
-Each zero-shot task is one :class:`Task` record in :data:`TASKS` (name, command, help, its own options, the
-function that scores); the CLI builds its commands from the records.
+Each zero-shot task is one :class:`~evals.task_record.Task` record in :data:`TASKS` (name, command, help, its own
+options as :class:`~evals.task_record.Option` records, the function that scores, an optional check against the model);
+the CLI's commands, :class:`EvalSpec`'s options and the rows' ``settings`` are built from the records, so adding a task
+is one record here and its scoring function.
 
 Every task builds its model on the caller's tensor-parallel group (``tp_group``); :func:`run_at_tp` spawns ``tp``
 local processes (gloo) and returns rank 0's rows, so the same checkpoint can be evaluated at any tp size.
@@ -10,9 +12,10 @@ local processes (gloo) and returns rank 0's rows, so the same checkpoint can be 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
 
+from evals.task_record import Option, Task
 from repro.cliargs import int_at_least, positive_int
 
 if TYPE_CHECKING:
@@ -23,58 +26,57 @@ if TYPE_CHECKING:
 MIN_WIKITEXT_TOKENS = 2
 WIKITEXT_TOKENS_WHY = "a perplexity scores the tokens after the first, so it needs two"
 
+#: the model options a row's ``settings`` name, before the task's own
+SETTINGS = ("task", "tp", "seq_len", "batch_size", "limit", "bootstrap_iters")
+
 # The scoring functions import the harness (torch, the data loaders) when they run: the records are read by
 # ``python -m evals --help``, which should not wait for torch.
 
 
 @dataclass(frozen=True)
-class Task:
-    """One zero-shot evaluation of a GPT checkpoint, declared as one record (lm-eval declares a task as one YAML
-    file): its name (:attr:`EvalSpec.task`), its ``python -m evals`` command and help, the options of its own that
-    the command takes (argparse flag and keywords, beside the model options every task takes), and the function
-    that scores the model and returns the rows. Adding an evaluation is adding a record to :data:`TASKS`."""
-
-    name: str
-    command: str
-    help: str
-    evaluate: Callable[["EvalSpec", Any, Any, dict[str, Any]], list[dict[str, Any]]]
-    options: tuple[tuple[str, dict[str, Any]], ...] = ()
-
-
-@dataclass(frozen=True)
 class EvalSpec:
-    """One evaluation. ``limit`` keeps the first N examples (LAMBADA passages, WikiText articles, RACE articles);
-    ``max_tokens`` keeps a BPE prefix of the WikiText stream for Megatron's windows (quick runs only)."""
+    """One evaluation: the model options every task takes, and in :attr:`options` the task's own (by
+    :attr:`Option.name`; a missing one takes its default, one the task does not take is refused). ``limit`` keeps
+    the first N examples (LAMBADA passages, WikiText articles, RACE articles)."""
 
     task: str
     checkpoint: str
     data_dir: str | None = None
     tp: int = 1
     seq_len: int | None = None  # default: the model's max_position_embeddings
-    stride: int | None = 32  # Megatron's --overlapping-eval
     batch_size: int = 8
     limit: int | None = None
-    max_tokens: int | None = None
-    split: str = "test"
-    levels: tuple[str, ...] = ("middle", "high")
     progress: bool = True
     bootstrap_iters: int = 100_000  # lm-eval's: resamples for a perplexity's standard error (0: no stderr at all)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task {self.task!r} is not one of {tuple(TASKS)}")
-        for name in ("tp", "batch_size", "seq_len", "stride", "limit", "max_tokens"):
-            value, lowest = getattr(self, name), MIN_WIKITEXT_TOKENS if name == "max_tokens" else 1
-            if value is not None and value < lowest:
-                raise ValueError(f"{name}={value} must be >= {lowest}"
-                                 + (f" ({WIKITEXT_TOKENS_WHY})" if name == "max_tokens" else ""))
+        for name in ("tp", "batch_size", "seq_len", "limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be >= 1")
         if self.bootstrap_iters < 0:
             raise ValueError(f"bootstrap_iters={self.bootstrap_iters} must be >= 0")
+        own = {option.name: option for option in TASKS[self.task].options}
+        unknown = sorted(set(self.options) - set(own))
+        if unknown:
+            raise ValueError(f"task {self.task!r} takes no option {unknown[0]!r} (its own: {tuple(own)})")
+        # frozen: the checked values (defaults filled in) replace the given mapping once, here (a plain dict: a spec
+        # travels to tp > 1 ranks pickled)
+        checked = {name: option.checked(self.options.get(name, option.default)) for name, option in own.items()}
+        object.__setattr__(self, "options", checked)
+
+    def __getitem__(self, name: str) -> Any:
+        """The value of the task's own option ``name`` (``spec["stride"]``)."""
+        return self.options[name]
 
 
-def _settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
-    settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in ("checkpoint", "data_dir", "progress")}
-    settings["levels"] = list(spec.levels)
+def row_settings(spec: EvalSpec, **extra: Any) -> dict[str, Any]:
+    """A row's ``settings``: the model options, then the task's own (an option of several values as a list)."""
+    settings: dict[str, Any] = {name: getattr(spec, name) for name in SETTINGS}
+    settings.update({name: list(value) if isinstance(value, tuple) else value for name, value in spec.options.items()})
     settings.update(extra)
     return settings
 
@@ -99,15 +101,15 @@ def _wikitext(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[
     from repro.text.wikitext_articles import split_articles
 
     seq_len = spec.seq_len or model.max_length
-    loaded_text = load_wikitext(spec.split, spec.data_dir)
+    loaded_text = load_wikitext(spec["split"], spec.data_dir)
     text = loaded_text.records
-    window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec.stride)
+    window = wikitext_mod.WindowConfig(seq_len=seq_len, stride=spec["stride"])
     meg = wikitext_mod.evaluate_megatron(model, tokenizer, text, window, batch_size=spec.batch_size,
-                                         progress=spec.progress, max_tokens=spec.max_tokens)
+                                         progress=spec.progress, max_tokens=spec["max_tokens"])
     articles = split_articles(text)[: spec.limit]
     doc = wikitext_mod.evaluate_documents(model, tokenizer, articles, max_length=seq_len,
                                           batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=_settings(spec, seq_len=seq_len),
+    kw = dict(task="wikitext103", data_sha256=loaded_text.data_sha256, settings=row_settings(spec, seq_len=seq_len),
               **common)
     return [
         row("token_perplexity", meg.token_perplexity, "perplexity", definition="megatron_token", **kw),
@@ -131,7 +133,7 @@ def _lambada(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> list[d
     loaded_text = load_lambada(spec.data_dir)
     results = lambada_mod.evaluate_lambada(model, tokenizer, loaded_text.records[: spec.limit],
                                            batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=_settings(spec), **common)
+    kw = dict(task="lambada", data_sha256=loaded_text.data_sha256, settings=row_settings(spec), **common)
     rows: list[dict[str, Any]] = []
     perplexity_errors = perplexity_stderrs([r.logprobs for r in results.values()], iters=spec.bootstrap_iters)
     for (definition, result), perplexity_error in zip(results.items(), perplexity_errors):
@@ -152,33 +154,42 @@ def _race_zeroshot(spec: EvalSpec, model, tokenizer, common: dict[str, Any]) -> 
     from evals.race_zeroshot import documents_of, evaluate_race_zeroshot
 
     docs, shas = [], []
-    for level in spec.levels:
-        loaded_race = load_race(spec.split, level, spec.data_dir)
+    for level in spec["levels"]:
+        loaded_race = load_race(spec["split"], level, spec.data_dir)
         docs += documents_of(loaded_race.records, level)[: spec.limit]
         shas.append(loaded_race.data_sha256)
     result = evaluate_race_zeroshot(model, tokenizer, docs, batch_size=spec.batch_size, progress=spec.progress)
-    kw = dict(task="race", data_sha256=",".join(shas), settings=_settings(spec), **common)
+    kw = dict(task="race", data_sha256=",".join(shas), settings=row_settings(spec), **common)
     rows = [row("accuracy", 100.0 * result.accuracy(level), "%", definition=f"lm_eval_zeroshot_{level}",
                 stderr=_percent(_accuracy_stderr(result.correct(level), spec)), **kw)
-            for level in (*spec.levels, "all")]
+            for level in (*spec["levels"], "all")]
     return rows + [row("documents", len(docs), "count", definition="lm_eval_zeroshot_all", **kw)]
+
+
+def _check_window(spec: EvalSpec, config: GPTConfig) -> None:
+    """WikiText's stride within the window the model reads."""
+    from evals.wikitext import WindowConfig
+
+    WindowConfig(seq_len=spec.seq_len or config.max_position_embeddings, stride=spec["stride"])
 
 
 #: every zero-shot task, by name, in the order ``python -m evals --help`` lists their commands
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("wikitext", "wikitext", "WikiText-103 perplexity: Megatron token/adjusted and lm-eval word/bpb", _wikitext,
-         options=(("--stride", dict(type=positive_int, default=32, help="new tokens scored per window (Megatron "
-                                    "--overlapping-eval; the paper's 32)")),
-                  ("--max-tokens", dict(type=int_at_least(MIN_WIKITEXT_TOKENS, WIKITEXT_TOKENS_WHY), default=None,
-                                        help=f"keep a BPE prefix of the test stream, N >= {MIN_WIKITEXT_TOKENS} "
-                                             "(default: the whole stream)")),
-                  ("--split", dict(default="test", choices=["test", "valid"], help="WikiText-103 split to score")))),
+         options=(Option("stride", 32, "new tokens scored per window (Megatron --overlapping-eval; the paper's 32)",
+                         parse=positive_int, minimum=1),
+                  Option("max_tokens", None, f"keep a BPE prefix of the test stream, N >= {MIN_WIKITEXT_TOKENS} "
+                                             "(default: the whole stream)",
+                         parse=int_at_least(MIN_WIKITEXT_TOKENS, WIKITEXT_TOKENS_WHY), minimum=MIN_WIKITEXT_TOKENS,
+                         why=WIKITEXT_TOKENS_WHY),
+                  Option("split", "test", "WikiText-103 split to score", choices=("test", "valid"))),
+         check=_check_window),
     Task("lambada", "lambada", "LAMBADA accuracy (strict, non-strict, lm-eval) and last-word perplexity", _lambada),
     Task("race_zeroshot", "race-zeroshot", "RACE zero-shot accuracy, lm-eval's race task definition",
          _race_zeroshot,
-         options=(("--split", dict(default="test", choices=["test", "dev"], help="RACE split to score")),
-                  ("--levels", dict(nargs="+", default=["middle", "high"], choices=["middle", "high"],
-                                    help="lm-eval's task is high only")))),
+         options=(Option("split", "test", "RACE split to score", choices=("test", "dev")),
+                  Option("levels", ("middle", "high"), "lm-eval's task is high only", choices=("middle", "high"),
+                         many=True))),
 )}
 
 
@@ -189,14 +200,13 @@ def task_of_command(command: str) -> Task | None:
 
 def check_settings(spec: EvalSpec, config: GPTConfig) -> None:
     """The settings of ``spec`` against the model's ``config`` (ValueError naming the value): ``seq_len`` within the
-    model's positions, whole heads per tp rank, WikiText's stride within the window."""
-    from evals.wikitext import WindowConfig
-
+    model's positions, whole heads per tp rank, then the task's own :attr:`Task.check`."""
     if spec.seq_len is not None and spec.seq_len > config.max_position_embeddings:
         raise ValueError(f"seq_len={spec.seq_len} exceeds the model's max_length={config.max_position_embeddings}")
     config.check_tensor_parallel(spec.tp)
-    if spec.task == "wikitext":
-        WindowConfig(seq_len=spec.seq_len or config.max_position_embeddings, stride=spec.stride)
+    check = TASKS[spec.task].check
+    if check is not None:
+        check(spec, config)
 
 
 def gpt_config_of(checkpoint: str) -> GPTConfig:

@@ -85,13 +85,13 @@ def run_toy(spec: ToySpec) -> tuple[list[dict[str, Any]], str]:
     timings["train_gpt"] = time.perf_counter() - start
 
     base = EvalSpec(task="wikitext", checkpoint=str(checkpoint), data_dir=spec.data_dir, seq_len=spec.train_seq_len,
-                    stride=spec.eval_stride, batch_size=32, limit=spec.eval_limit,
-                    max_tokens=spec.wikitext_max_tokens, progress=spec.progress)
+                    batch_size=32, limit=spec.eval_limit, progress=spec.progress,
+                    options={"stride": spec.eval_stride, "max_tokens": spec.wikitext_max_tokens})
     start = time.perf_counter()
     rows = run_eval(base)
     timings["eval_wikitext"] = time.perf_counter() - start
     start = time.perf_counter()
-    rows += run_eval(replace(base, task="lambada"))
+    rows += run_eval(replace(base, task="lambada", options={}))
     timings["eval_lambada"] = time.perf_counter() - start
 
     measured = None
@@ -109,7 +109,7 @@ def run_toy(spec: ToySpec) -> tuple[list[dict[str, Any]], str]:
     tp_rows: list[dict[str, Any]] = []
     if spec.tp_check:
         start = time.perf_counter()
-        check = replace(base, task="lambada", limit=spec.tp_check, progress=False)
+        check = replace(base, task="lambada", limit=spec.tp_check, progress=False, options={})
         tp_rows = [run_eval(check), run_at_tp(replace(check, tp=2))]
         timings["tp_check"] = time.perf_counter() - start
 

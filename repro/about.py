@@ -15,7 +15,7 @@ from repro.checkout import REPO_ROOT, in_checkout
 def commit() -> str | None:
     """The commit this code is, or None when nothing records it."""
     if in_checkout():
-        from repro.results import git_state
+        from repro.provenance import git_state
 
         sha, dirty = git_state(REPO_ROOT)
         return None if sha == "unknown" else sha + (" (modified)" if dirty else "")

@@ -58,7 +58,8 @@ class Probe:
     """The budget's clock and the rows: each result appended to the run as it comes, and printed."""
 
     def __init__(self, out: Path, budget_s: float, size: dict, device: torch.device, *, toy: bool) -> None:
-        from repro.results import new_run_id, provenance, results_dir
+        from repro.provenance import new_run_id, provenance
+        from repro.results import results_dir
 
         self.out, self.budget_s, self.start = out, budget_s, time.monotonic()
         self.size, self.device, self.toy = size, device, toy

@@ -155,7 +155,7 @@ def run_session(out: Path, *, deadline_s: float, rehearse: bool, parts: list[str
     says so in its note."""
     slack = (REHEARSAL_SLACK if rehearse else 1.0) if slack is None else slack
     deadline_s *= slack
-    from repro.results import new_run_id
+    from repro.provenance import new_run_id
 
     out.mkdir(parents=True, exist_ok=True)
     chosen = plan(out, rehearse=rehearse, run_id=new_run_id(), name=plan_name)

@@ -91,7 +91,7 @@ if [ -n "${REPRO_MASTER_PORT:-}" ]; then
   [[ "$REPRO_MASTER_PORT" =~ ^[0-9]{1,5}$ ]] && [ $(( 10#$REPRO_MASTER_PORT )) -ge 1 ] \
     && [ $(( 10#$REPRO_MASTER_PORT )) -le 65535 ] || die "$(shown REPRO_MASTER_PORT) must be a port number 1-65535"
 fi
-# a run id as repro.results.RUN_ID_PATTERN has it: a UTC time (microseconds optional), Z, a dash, 6 hex digits
+# a run id as repro.provenance.RUN_ID_PATTERN has it: a UTC time (microseconds optional), Z, a dash, 6 hex digits
 if [ -n "${REPRO_RUN_ID:-}" ] && ! [[ "$REPRO_RUN_ID" =~ ^[0-9]{8}T[0-9]{6}(\.[0-9]{6})?Z-[0-9a-f]{6}$ ]]; then
   die "$(shown REPRO_RUN_ID) is not a timestamp run id like 20261127T222905.210778Z-4c66fb (a UTC time, Z, a dash, \
 6 hex digits): leave it unset for a new run, or name a run to append to"

@@ -113,14 +113,6 @@ class ParallelGroups:
     dp_rank = property(lambda self: self.dp.rank)
     pp_rank = property(lambda self: self.pp.rank)
 
-    @property
-    def is_first_stage(self) -> bool:
-        return self.pp.rank == 0
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.pp.rank == self.pp.size - 1
-
 
 def _mine(name: str, all_ranks: list[list[int]], ledger: CollectiveLedger, timeout_s: float | None) -> CommGroup:
     """Create every group of a family (collective call on all ranks) and keep the one holding this rank."""

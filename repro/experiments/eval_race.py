@@ -69,8 +69,8 @@ def _zeroshot(point: Point, ctx: RunContext) -> list[dict]:
     if p.get("needs_checkpoint"):
         checkpoint, fmt = resolve_checkpoint(p.get("checkpoint"), CHECKPOINT_ENV, point=point.name,
                                              what="a GPT checkpoint")
-        spec = EvalSpec(task="race_zeroshot", checkpoint=checkpoint, split=p["split"], levels=tuple(p["levels"]),
-                        batch_size=p["batch_size"], limit=p.get("limit"), progress=False)
+        spec = EvalSpec(task="race_zeroshot", checkpoint=checkpoint, batch_size=p["batch_size"], limit=p.get("limit"),
+                        progress=False, options={"split": p["split"], "levels": p["levels"]})
         with eval_device(ctx.device):
             rows = run_eval(spec)
         return [{**r, "checkpoint_format": fmt} for r in rows]
@@ -82,7 +82,7 @@ def _zeroshot(point: Point, ctx: RunContext) -> list[dict]:
     path = ctx.scratch_dir / "random_gpt"
     save_consolidated(path, merge_state_dicts([model.state_dict()], config), architecture="gpt", config=config)
     return run_eval(EvalSpec(task="race_zeroshot", checkpoint=str(path), limit=point.params["articles"],
-                             levels=("high",), progress=False))
+                             progress=False, options={"levels": ("high",)}))
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:

@@ -66,9 +66,9 @@ def _toy(point: Point, ctx: RunContext) -> list[dict]:
                                                        lr=3e-3, warmup_steps=5), progress=False)
     path = ctx.scratch_dir / "toy_gpt"
     save_consolidated(path, merge_state_dicts([model.state_dict()], config), architecture="gpt", config=config)
-    spec = EvalSpec(task="wikitext", checkpoint=str(path), seq_len=p["seq_len"], stride=p["stride"],
-                    batch_size=16, limit=p["articles"], max_tokens=p["wikitext_tokens"], progress=False)
-    rows = run_eval(spec) + run_eval(EvalSpec(**{**spec.__dict__, "task": "lambada", "limit": p["lambada"]}))
+    spec = EvalSpec(task="wikitext", checkpoint=str(path), seq_len=p["seq_len"], batch_size=16, limit=p["articles"],
+                    progress=False, options={"stride": p["stride"], "max_tokens": p["wikitext_tokens"]})
+    rows = run_eval(spec) + run_eval(dataclasses.replace(spec, task="lambada", limit=p["lambada"], options={}))
     rows.append({"metric": "train_loss", "value": log.final_loss, "unit": "nats", "task": "train",
                  "definition": "last 10% of steps", "model": "toy"})
     return rows
@@ -83,11 +83,11 @@ def _paper(point: Point, ctx: RunContext) -> list[dict]:
     p = point.params
     checkpoint, fmt = resolve_checkpoint(p.get("checkpoint"), CHECKPOINT_ENV,
                                          point=point.name, what="a GPT-2 355M checkpoint", legacy_env=LEGACY_ENV)
-    spec = EvalSpec(task="wikitext", checkpoint=checkpoint, seq_len=p["seq_len"], stride=p["stride"],
-                    batch_size=p["batch_size"], limit=p.get("limit"), max_tokens=p.get("max_tokens"),
-                    progress=False)
+    spec = EvalSpec(task="wikitext", checkpoint=checkpoint, seq_len=p["seq_len"], batch_size=p["batch_size"],
+                    limit=p.get("limit"), progress=False,
+                    options={"stride": p["stride"], "max_tokens": p.get("max_tokens")})
     with eval_device(ctx.device):
-        rows = run_eval(spec) + run_eval(dataclasses.replace(spec, task="lambada"))
+        rows = run_eval(spec) + run_eval(dataclasses.replace(spec, task="lambada", options={}))
     for r in rows:
         r["checkpoint_format"] = fmt
     return rows

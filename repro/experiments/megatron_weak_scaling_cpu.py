@@ -167,22 +167,6 @@ def _points(sweep: dict[int, tuple[int, int]]) -> tuple[Point, ...]:
     return tuple(Point(f"tp{tp}", {"sweep": sweep}, world_size=tp) for tp in sweep)
 
 
-def efficiency_rows(rows) -> list[dict]:
-    """Weak-scaling efficiency per tp from the measured rows (and from the predicted step times)."""
-    out = []
-    for source, metric in (("measured", "step_time_s"), ("predicted", "predicted_step_time_s")):
-        hits = rows[rows["metric"] == metric]
-        if hits.empty or 1 not in set(hits["tp"].astype(int)):
-            continue
-        base = hits[hits["tp"].astype(int) == 1].iloc[-1]
-        base_rate = float(base["step_flops"]) / float(base["value"])
-        for _, row in hits.iterrows():
-            tp = int(row["tp"])
-            rate = float(row["step_flops"]) / tp / float(row["value"])
-            out.append({"source": source, "tp": tp, "efficiency": rate / base_rate})
-    return out
-
-
 def claims(rows) -> list:
     """The ledger's all-reduces per layer (forward + backward) against Megatron-LM sec 3's four: conformance, the
     count any correct implementation of the design gives (two all-reduces per layer forward, g after attention and

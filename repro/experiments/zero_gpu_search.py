@@ -189,6 +189,36 @@ def measure_rows(result: dict, *, largest: bool = False, **fields) -> list[dict]
             for name in names if result.get(name) is not None]
 
 
+def _device_cap_bytes(params: dict, device) -> float:
+    """The device memory a size may use: the point's cap, else the GPU's free memory plus what this process holds
+    (a CPU run: the host's available memory)."""
+    if params["device_cap_gib"] is not None:
+        return params["device_cap_gib"] * 2**30
+    if device.type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0]) + torch.cuda.memory_allocated(device)
+    return _host_available_bytes(1)
+
+
+def _summary_rows(outcome, common: dict, device_cap: float, host_limit: float) -> list[dict]:
+    """The arm's summary: the largest size trained (and its measurements), the next size and why it failed, and the
+    largest sizes the estimate fits on the device and within ``host_limit`` bytes of host memory."""
+    largest, above = outcome.largest, outcome.next_larger
+    fits_device = [a.params for a in outcome.attempts if a.estimate.device_bytes <= device_cap]
+    fits_host = [a.params for a in outcome.attempts if a.estimate.host_bytes <= host_limit]
+    summary = dict(common, stopped=outcome.stopped, largest_size=largest.size["name"] if largest else None,
+                   next_params_b=above.params / 1e9 if above else None, next_decision=above.decision if above else None,
+                   next_error=above.error if above else None)
+    rows = [result_row("largest_trained_params_b", largest.params / 1e9 if largest else 0.0, "billion params",
+                       **summary),
+            result_row("largest_device_fit_estimate_b", max(fits_device, default=0.0) / 1e9, "billion params",
+                       **summary),
+            result_row("largest_host_fit_estimate_b", max(fits_host, default=0.0) / 1e9, "billion params",
+                       **summary)]
+    if largest is not None:
+        rows += measure_rows(largest.result, largest=True, **summary)
+    return rows
+
+
 def search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed: dict, say,
                 emit: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Search ``arm``'s sizes for the largest that trains; its rows: per attempt (in size order) the estimate, the
@@ -216,12 +246,7 @@ def search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed
         return float(param_count(search_config(size, params), groups))
 
     _free(device)
-    if params["device_cap_gib"] is not None:
-        device_cap = params["device_cap_gib"] * 2**30
-    elif device.type == "cuda":
-        device_cap = float(torch.cuda.mem_get_info(device)[0]) + torch.cuda.memory_allocated(device)
-    else:
-        device_cap = _host_available_bytes(1)
+    device_cap = _device_cap_bytes(params, device)
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", groups.world_size))
 
     def host_available() -> float:
@@ -264,20 +289,7 @@ def search_arm(arm: dict, params: dict, *, device, groups, nvme_path: str, fixed
     rows = []
     for attempt in outcome.attempts:  # in size order; the sizes after a failure were not reached (not reported)
         rows += decided[id(attempt)] if id(attempt) in decided else attempt_rows(attempt)
-    largest, above = outcome.largest, outcome.next_larger
-    fits_device = [a.params for a in outcome.attempts if a.estimate.device_bytes <= device_cap]
-    fits_host = [a.params for a in outcome.attempts if a.estimate.host_bytes <= 0.9 * host_available()]
-    summary = dict(common, stopped=outcome.stopped, largest_size=largest.size["name"] if largest else None,
-                   next_params_b=above.params / 1e9 if above else None, next_decision=above.decision if above else None,
-                   next_error=above.error if above else None)
-    rows.append(result_row("largest_trained_params_b", largest.params / 1e9 if largest else 0.0, "billion params",
-                           **summary))
-    rows.append(result_row("largest_device_fit_estimate_b", max(fits_device, default=0.0) / 1e9, "billion params",
-                     **summary))
-    rows.append(result_row("largest_host_fit_estimate_b", max(fits_host, default=0.0) / 1e9, "billion params",
-                           **summary))
-    if largest is not None:
-        rows += measure_rows(largest.result, largest=True, **summary)
+    rows += _summary_rows(outcome, common, device_cap, 0.9 * host_available())
     emitted = {id(row) for done in decided.values() for row in done}
     emit([row for row in rows if id(row) not in emitted])  # the arm has ended: the rest of its rows
     return rows

@@ -71,16 +71,129 @@ def _budgets(params: dict, path: str) -> tuple[int, int, int]:
     return info["MemTotal"], memory, disk
 
 
+def _candidate_rows(table: list[dict], common: dict) -> list[dict]:
+    """The host and disk bytes of every candidate size, whether it fits the budgets and which one was chosen."""
+    rows = []
+    for row in table:
+        label = {**common, "num_layers": row["config"].num_layers, "candidate_params": row["psi"],
+                 "fits": row["fits"], "chosen": row["chosen"], "evidence": "derived"}
+        rows += [{"metric": "candidate_host_bytes_per_rank", "value": row["host_bytes_per_rank"], "unit": "bytes",
+                  **label},
+                 {"metric": "candidate_disk_bytes", "value": row["disk_bytes"], "unit": "bytes", **label}]
+    return rows
+
+
+def _model_rows(got: dict, per_rank: list[dict], machine_memory: int, tier: str, common: dict) -> list[dict]:
+    """The model state against the machine's memory (ZeRO-Infinity Fig. 1 and 5a), and each rank's peak
+    resident memory while building and training."""
+    rows = [
+        {"metric": "params", "value": got["psi"], "unit": "params", **common},
+        {"metric": "model_state_bytes", "value": got["model_state_bytes"], "unit": "bytes", **common},
+        {"metric": "model_state_over_memory", "value": got["model_state_bytes"] / machine_memory, "unit": "x",
+         **common},
+        {"metric": "machine_memory_bytes", "value": machine_memory, "unit": "bytes", **common},
+        {"metric": "paper_params_scaled", "value": PAPER_PARAMS_PER_BYTE[tier] * machine_memory, "unit": "params",
+         **{**common, "evidence": "arithmetic on the paper's numbers"}},
+    ]
+    for rank, mine in enumerate(per_rank):
+        mine_common = {**common, "rank": rank}
+        rows += [
+            {"metric": "construction_peak_rss_bytes", "value": mine["construction_peak_rss"], "unit": "bytes",
+             **mine_common},
+            {"metric": "construction_block_bytes", "value": mine["construction_block_bytes"], "unit": "bytes",
+             **mine_common},
+            {"metric": "train_peak_rss_bytes", "value": mine["train_peak_rss"], "unit": "bytes", **mine_common},
+            {"metric": "swap_used_bytes", "value": mine["swap_used"], "unit": "bytes", **mine_common},
+        ]
+    return rows
+
+
+def _nvme_step_rows(step: int, per_rank: list[dict], slowest: float, raw: dict | None,
+                    step_common: dict) -> list[dict]:
+    """One step's NVMe traffic: bytes, bandwidth over the step and over the drive's busy time, and the busy time
+    split into I/O regimes, each against the raw drive where it was measured."""
+    from repro.zero.offload.aio import union_seconds
+    from repro.zero.offload.io_regimes import REGIMES, regime_bandwidths, split_regimes
+
+    read = sum(r["bytes_read"][step] for r in per_rank)
+    written = sum(r["bytes_written"][step] for r in per_rank)
+    busy = {d: union_seconds([i for r in per_rank for i in r[f"{d}_busy_intervals"][step]])
+            for d in ("read", "write")}
+    rows = [
+        {"metric": "nvme_read_bytes", "value": read, "unit": "bytes", **step_common},
+        {"metric": "nvme_written_bytes", "value": written, "unit": "bytes", **step_common},
+        # both ranks share one drive: their bytes over the step's wall time (I/O overlaps compute, so
+        # this is what the step achieved, a lower bound of the drive's busy bandwidth)
+        {"metric": "nvme_read_gbs", "value": read / slowest / 1e9, "unit": "GB/s", **step_common},
+        {"metric": "nvme_write_gbs", "value": written / slowest / 1e9, "unit": "GB/s", **step_common},
+        # the same bytes over the time the drive had at least one of the tier's requests (either rank's)
+        # executing in that direction: the bandwidth the tier achieved while moving data
+        {"metric": "nvme_read_busy_s", "value": busy["read"], "unit": "s", **step_common},
+        {"metric": "nvme_write_busy_s", "value": busy["write"], "unit": "s", **step_common},
+        {"metric": "nvme_read_busy_gbs", "value": read / busy["read"] / 1e9 if busy["read"] else None,
+         "unit": "GB/s", **step_common},
+        {"metric": "nvme_write_busy_gbs", "value": written / busy["write"] / 1e9 if busy["write"] else None,
+         "unit": "GB/s", **step_common},
+    ]
+    if raw is not None:
+        rows += [{"metric": f"nvme_{d}_busy_over_raw", "unit": "fraction", **step_common,
+                  "value": (b / busy[d] / 1e9) / raw[f"{d}_gbs"] if busy[d] else None}
+                 for d, b in (("read", read), ("write", written))]
+    # the busy time split into reads alone, writes alone and both at once (io_regimes), each direction's
+    # bandwidth in a regime against the raw drive in the same regime
+    regimes = regime_bandwidths(split_regimes([b for r in per_rank for b in r["read_blocks"][step]],
+                                              [b for r in per_rank for b in r["write_blocks"][step]]))
+    for regime in REGIMES:
+        rows.append({"metric": "nvme_regime_s", "value": regimes[f"{regime}_s"], "unit": "s",
+                     "regime": regime, **step_common})
+    for key, reference in (("read_alone", "read_gbs"), ("write_alone", "write_gbs"),
+                           ("read_both", "mixed_read_gbs"), ("write_both", "mixed_write_gbs")):
+        got_gbs = regimes[f"{key}_gbs"]
+        rows.append({"metric": "nvme_regime_gbs", "value": got_gbs, "unit": "GB/s", "regime": key,
+                     **step_common})
+        if raw is not None:
+            rows.append({"metric": "nvme_regime_over_raw", "unit": "fraction", "regime": key,
+                         "value": None if got_gbs is None else got_gbs / raw[reference], **step_common})
+    return rows
+
+
+def _step_rows(got: dict, per_rank: list[dict], tier: str, raw: dict | None, common: dict) -> list[dict]:
+    """Each training step: its loss, the slowest rank's step and update times and, on the NVMe tier, its traffic."""
+    rows = []
+    for step, loss in enumerate(got["losses"]):
+        step_common = {**common, "step": step}
+        slowest = max(r["step_s"][step] for r in per_rank)
+        rows += [
+            {"metric": "loss", "value": loss, "unit": "nats", **step_common},
+            {"metric": "step_time_s", "value": slowest, "unit": "s", **step_common},
+            {"metric": "update_time_s", "value": max(r["update_s"][step] for r in per_rank), "unit": "s",
+             **step_common},
+        ]
+        if tier == "nvme":
+            rows += _nvme_step_rows(step, per_rank, slowest, raw, step_common)
+    return rows
+
+
+def _raw_disk_rows(raw: dict, common: dict) -> list[dict]:
+    """The raw drive's read, write and mixed bandwidth, with how it was measured."""
+    how = {"direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
+           "io_threads": raw["io_threads"]}
+    rows = [{"metric": "raw_read_gbs", "value": raw["read_gbs"], "unit": "GB/s", **common, **how},
+            {"metric": "raw_write_gbs", "value": raw["write_gbs"], "unit": "GB/s", **common, **how}]
+    return rows + [{"metric": f"raw_mixed_{d}_gbs", "value": raw[f"mixed_{d}_gbs"], "unit": "GB/s", **common,
+                    **how, "note": "readers and writers in flight at once"} for d in ("read", "write")]
+
+
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    """Choose the largest candidate that fits this machine's budgets on the point's tier, train it a few steps
+    on every rank, and return rank 0's rows (the other ranks return none)."""
     import torch
     import torch.distributed as dist
 
     from repro.dist import init_parallel
     from repro.experiments.zero_measure import nvme_dir
     from repro.experiments.zero_model_scale import largest_fitting, placement, scale_run
-    from repro.zero.offload.aio import union_seconds
     from repro.zero.offload.bandwidth import raw_disk_bandwidth
-    from repro.zero.offload.io_regimes import REGIMES, regime_bandwidths, split_regimes
 
     groups = init_parallel()
     torch.set_num_threads(1)
@@ -93,13 +206,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
                             disk_budget=disk_budget, **shape)
     common = {"tier": tier, "nd": groups.dp_size, "memory_budget_bytes": memory_budget,
               "disk_budget_bytes": disk_budget}
-    rows = []
-    for row in table:
-        label = {**common, "num_layers": row["config"].num_layers, "candidate_params": row["psi"],
-                 "fits": row["fits"], "chosen": row["chosen"], "evidence": "derived"}
-        rows += [{"metric": "candidate_host_bytes_per_rank", "value": row["host_bytes_per_rank"], "unit": "bytes",
-                  **label},
-                 {"metric": "candidate_disk_bytes", "value": row["disk_bytes"], "unit": "bytes", **label}]
+    rows = _candidate_rows(table, common)
     chosen = [row["config"] for row in table if row["chosen"]]
     if not chosen:
         return rows
@@ -121,86 +228,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     common = {**common, "num_layers": config.num_layers, "hidden_size": config.hidden_size,
               "vocab_size": config.vocab_size, "seq_len": params["seq_len"], "micro_batch": params["micro_batch"],
               "psi": got["psi"], "lr": params["lr"], "evidence": "measured"}
-    rows += [
-        {"metric": "params", "value": got["psi"], "unit": "params", **common},
-        {"metric": "model_state_bytes", "value": got["model_state_bytes"], "unit": "bytes", **common},
-        {"metric": "model_state_over_memory", "value": got["model_state_bytes"] / machine_memory, "unit": "x",
-         **common},
-        {"metric": "machine_memory_bytes", "value": machine_memory, "unit": "bytes", **common},
-        {"metric": "paper_params_scaled", "value": PAPER_PARAMS_PER_BYTE[tier] * machine_memory, "unit": "params",
-         **{**common, "evidence": "arithmetic on the paper's numbers"}},
-    ]
-    for rank, mine in enumerate(per_rank):
-        mine_common = {**common, "rank": rank}
-        rows += [
-            {"metric": "construction_peak_rss_bytes", "value": mine["construction_peak_rss"], "unit": "bytes",
-             **mine_common},
-            {"metric": "construction_block_bytes", "value": mine["construction_block_bytes"], "unit": "bytes",
-             **mine_common},
-            {"metric": "train_peak_rss_bytes", "value": mine["train_peak_rss"], "unit": "bytes", **mine_common},
-            {"metric": "swap_used_bytes", "value": mine["swap_used"], "unit": "bytes", **mine_common},
-        ]
-    for step, loss in enumerate(got["losses"]):
-        step_common = {**common, "step": step}
-        slowest = max(r["step_s"][step] for r in per_rank)
-        read = sum(r["bytes_read"][step] for r in per_rank)
-        written = sum(r["bytes_written"][step] for r in per_rank)
-        rows += [
-            {"metric": "loss", "value": loss, "unit": "nats", **step_common},
-            {"metric": "step_time_s", "value": slowest, "unit": "s", **step_common},
-            {"metric": "update_time_s", "value": max(r["update_s"][step] for r in per_rank), "unit": "s",
-             **step_common},
-        ]
-        if tier == "nvme":
-            busy = {d: union_seconds([i for r in per_rank for i in r[f"{d}_busy_intervals"][step]])
-                    for d in ("read", "write")}
-            rows += [
-                {"metric": "nvme_read_bytes", "value": read, "unit": "bytes", **step_common},
-                {"metric": "nvme_written_bytes", "value": written, "unit": "bytes", **step_common},
-                # both ranks share one drive: their bytes over the step's wall time (I/O overlaps compute, so
-                # this is what the step achieved, a lower bound of the drive's busy bandwidth)
-                {"metric": "nvme_read_gbs", "value": read / slowest / 1e9, "unit": "GB/s", **step_common},
-                {"metric": "nvme_write_gbs", "value": written / slowest / 1e9, "unit": "GB/s", **step_common},
-                # the same bytes over the time the drive had at least one of the tier's requests (either rank's)
-                # executing in that direction: the bandwidth the tier achieved while moving data
-                {"metric": "nvme_read_busy_s", "value": busy["read"], "unit": "s", **step_common},
-                {"metric": "nvme_write_busy_s", "value": busy["write"], "unit": "s", **step_common},
-                {"metric": "nvme_read_busy_gbs", "value": read / busy["read"] / 1e9 if busy["read"] else None,
-                 "unit": "GB/s", **step_common},
-                {"metric": "nvme_write_busy_gbs", "value": written / busy["write"] / 1e9 if busy["write"] else None,
-                 "unit": "GB/s", **step_common},
-            ]
-            if raw is not None:
-                rows += [{"metric": f"nvme_{d}_busy_over_raw", "unit": "fraction", **step_common,
-                          "value": (b / busy[d] / 1e9) / raw[f"{d}_gbs"] if busy[d] else None}
-                         for d, b in (("read", read), ("write", written))]
-            # the busy time split into reads alone, writes alone and both at once (io_regimes), each direction's
-            # bandwidth in a regime against the raw drive in the same regime
-            regimes = regime_bandwidths(split_regimes([b for r in per_rank for b in r["read_blocks"][step]],
-                                                      [b for r in per_rank for b in r["write_blocks"][step]]))
-            for regime in REGIMES:
-                rows.append({"metric": "nvme_regime_s", "value": regimes[f"{regime}_s"], "unit": "s",
-                             "regime": regime, **step_common})
-            for key, reference in (("read_alone", "read_gbs"), ("write_alone", "write_gbs"),
-                                   ("read_both", "mixed_read_gbs"), ("write_both", "mixed_write_gbs")):
-                got_gbs = regimes[f"{key}_gbs"]
-                rows.append({"metric": "nvme_regime_gbs", "value": got_gbs, "unit": "GB/s", "regime": key,
-                             **step_common})
-                if raw is not None:
-                    rows.append({"metric": "nvme_regime_over_raw", "unit": "fraction", "regime": key,
-                                 "value": None if got_gbs is None else got_gbs / raw[reference], **step_common})
-    if raw is not None:
-        rows += [{"metric": "raw_read_gbs", "value": raw["read_gbs"], "unit": "GB/s", **common,
-                  "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
-                  "io_threads": raw["io_threads"]},
-                 {"metric": "raw_write_gbs", "value": raw["write_gbs"], "unit": "GB/s", **common,
-                  "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
-                  "io_threads": raw["io_threads"]}]
-        rows += [{"metric": f"raw_mixed_{d}_gbs", "value": raw[f"mixed_{d}_gbs"], "unit": "GB/s", **common,
-                  "direct_io": raw["direct"], "bytes_moved": raw["bytes"], "block_bytes": raw["block_bytes"],
-                  "io_threads": raw["io_threads"], "note": "readers and writers in flight at once"}
-                 for d in ("read", "write")]
-    return rows
+    rows += _model_rows(got, per_rank, machine_memory, tier, common) + _step_rows(got, per_rank, tier, raw, common)
+    return rows + (_raw_disk_rows(raw, common) if raw is not None else [])
 
 
 def claims(rows) -> list[ClaimCheck]:

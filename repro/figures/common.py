@@ -125,11 +125,6 @@ def legend_below(ax: plt.Axes, *, ncol: int = 2, **kwargs) -> plt.Legend:
     return legend
 
 
-def legend_outside(ax: plt.Axes, **kwargs) -> plt.Legend:
-    """A legend to the right of the axes, outside them (for a panel with room on its right)."""
-    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, **kwargs)
-
-
 def _place_legends_below(fig: plt.Figure, renderer) -> None:
     pad_px = 4 * DPI / 72
     for ax in fig.axes:

@@ -30,17 +30,32 @@ def _measured_axis(frame: pd.DataFrame) -> str | None:
 CPU = "megatron_weak_scaling_cpu"
 
 
+def efficiency_rows(rows: pd.DataFrame) -> list[dict]:
+    """Weak-scaling efficiency per tp from ``megatron_weak_scaling_cpu``'s rows, measured and predicted: the FLOP
+    rate per rank at tp, over the rate at tp 1 (Megatron-LM sec. 5.1, Fig. 5's definition)."""
+    out = []
+    for source, metric in (("measured", "step_time_s"), ("predicted", "predicted_step_time_s")):
+        hits = rows[rows["metric"] == metric]
+        if hits.empty or 1 not in set(hits["tp"].astype(int)):
+            continue
+        base = hits[hits["tp"].astype(int) == 1].iloc[-1]
+        base_rate = float(base["step_flops"]) / float(base["value"])
+        for _, row in hits.iterrows():
+            tp = int(row["tp"])
+            rate = float(row["step_flops"]) / tp / float(row["value"])
+            out.append({"source": source, "tp": tp, "efficiency": rate / base_rate})
+    return out
+
+
 def _measured_rows(ctx: FigureContext) -> pd.DataFrame:
     """Efficiencies measured on this machine: ``megatron_weak_scaling_cpu``'s step times turned into efficiency
-    (measured and step-time-model predicted) by its own ``efficiency_rows``, plus any Megatron experiment's rows
-    whose metric says measured efficiency."""
+    (measured and step-time-model predicted) by :func:`efficiency_rows`, plus any Megatron experiment's rows whose
+    metric says measured efficiency."""
     if ctx.rows.empty:
         return ctx.rows
     frames = []
     if ctx.has_rows(CPU):
-        from importlib import import_module
-
-        derived = pd.DataFrame(import_module(f"repro.experiments.{CPU}").efficiency_rows(ctx.rows_of(CPU)))
+        derived = pd.DataFrame(efficiency_rows(ctx.rows_of(CPU)))
         if len(derived):
             frames.append(pd.DataFrame({"experiment": CPU, "metric": derived["source"] + " efficiency",
                                         "value": 100 * derived["efficiency"], "tp": derived["tp"]}))
@@ -52,17 +67,12 @@ def _measured_rows(ctx: FigureContext) -> pd.DataFrame:
 
 def _fit_inputs(ctx: FigureContext, claim_ids) -> tuple[set[str], set[str]]:
     """(fitted, by definition): the Fig. 5 bars the performance model was fitted on, and the baseline that is
-    100 % by definition, from the claim checks' evidence column (else from the experiment's declaration)."""
-    ids = set(claim_ids)
-    if len(ctx.checks) and "evidence" in ctx.checks.columns:
-        mine = ctx.checks[(ctx.checks["paper"] == "megatron_lm_2019") & ctx.checks["claim_id"].isin(ids)]
-        fitted = set(mine.loc[mine["evidence"] == "fitted", "claim_id"])
-        defined = set(mine.loc[mine["evidence"] == "configuration", "claim_id"])
-        if fitted or defined:
-            return fitted, defined
-    from repro.experiments.megatron_weak_scaling import FITTED
-
-    return ids & FITTED, ids & {"fig5_eff_mp_1gpu"}
+    100 % by definition, from the claim checks' evidence column (none marked where no check has run)."""
+    if not len(ctx.checks) or "evidence" not in ctx.checks.columns:
+        return set(), set()
+    mine = ctx.checks[(ctx.checks["paper"] == "megatron_lm_2019") & ctx.checks["claim_id"].isin(set(claim_ids))]
+    return (set(mine.loc[mine["evidence"] == "fitted", "claim_id"]),
+            set(mine.loc[mine["evidence"] == "configuration", "claim_id"]))
 
 
 def weak_scaling(ctx: FigureContext) -> list[Path]:

@@ -55,10 +55,6 @@ class SimResult:
     def block_sparse(self) -> bool:
         return self.partial_pairs == 0
 
-    @property
-    def mean_kv_tiles(self) -> float:
-        return (self.full_pairs + self.partial_pairs) / self.num_q_tiles
-
 
 def attended_pairs(grid: Sequence[int], spec: GNASpec) -> int:
     """Number of (query, key) pairs the mask allows; it factorises over dimensions."""

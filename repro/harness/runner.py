@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from repro import provenance as P
 from repro import results as R
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import Row
@@ -105,7 +106,7 @@ class RowWriter:
     _kept: list[Row] = field(default_factory=list)
 
     def provenance(self) -> dict:
-        return R.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
+        return P.provenance(config=self.point.params, world_size=self.point.world_size, device=self.device,
                             elapsed_s=time.perf_counter() - self.started, launcher=self.launcher)
 
     def __call__(self, rows: list[Row]) -> None:
@@ -221,6 +222,56 @@ def plan_run(experiment: Experiment, scale: str, *, points: Sequence[str] | None
     return RunPlan(tuple(chosen), devices, too_few)
 
 
+def _run_point(experiment: Experiment, point: Point, scale: str, root: Path, run_id: str, point_device: str,
+               timeout_s: float, label: str, say: Progress) -> tuple[PointOutcome, Path | None]:
+    """Run one point in a scratch directory and append its rows to the run file: its outcome, and the run file
+    when the point wrote to it. A point that raises is a ``failed`` outcome (the rows it wrote before are kept),
+    except :class:`~repro.optional.MissingPackage`, which stops the run."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-"))
+    launcher = "local" if point.world_size == 1 else "local-spawn"
+    writer = RowWriter(root, experiment, scale, point, run_id, point_device, launcher)
+    t0 = time.perf_counter()
+    try:
+        rows = execute_point(experiment, point, scale, device=point_device, scratch_dir=scratch,
+                             timeout_s=timeout_s, writer=writer)
+    except MissingPackage:  # like a missing GPU: one line from the command (exit 2), not a failed point
+        raise
+    except Exception as err:  # noqa: BLE001 - a failing point is reported, the others still run
+        elapsed = time.perf_counter() - t0
+        message = f"{type(err).__name__}: {err}"
+        kept = _rows_of(root, experiment.name, run_id, point.name)
+        path = None
+        if kept:
+            path = R.run_path(root, experiment.name, run_id)
+            message += f" ({kept} row(s) written before the failure are kept in {path.name})"
+        again = f"{experiment.name} --scale {scale} --point {point.name}"
+        say(f"  FAIL {label} after {elapsed:.1f} s: {short_error(message, again)}")
+        return PointOutcome(point.name, "failed", kept, elapsed, message + "\n" + traceback.format_exc()), path
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elapsed = time.perf_counter() - t0
+    early = writer.written
+    if rows or not early:
+        prov = P.provenance(config=point.params, world_size=point.world_size, device=point_device,
+                            elapsed_s=elapsed, launcher=launcher)
+        R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
+                      rows=rows, prov=prov)
+    say(f"  done {label}: {len(rows) + early} row(s) in {elapsed:.1f} s")
+    return PointOutcome(point.name, "ok", len(rows) + early, elapsed), R.run_path(root, experiment.name, run_id)
+
+
+def _replace_earlier(root: Path, experiment: str, scale: str, outcomes: list[PointOutcome], path: Path) -> list[Path]:
+    """``--force``: the earlier run files of the points that ran ``ok`` this time, deleted (``path``, this run's
+    file, kept); returns them."""
+    done = {o.point for o in outcomes if o.status == "ok"}
+    replaced = []
+    for old in R.earlier_runs(root, experiment, scale, done):
+        if old != path:
+            old.unlink()
+            replaced.append(old)
+    return replaced
+
+
 def run_experiment(
     experiment: Experiment,
     scale: str,
@@ -245,7 +296,7 @@ def run_experiment(
     plan = plan_run(experiment, scale, points=points, device=device, skip_needs_gpu=skip_needs_gpu)
     chosen, devices, too_few = plan.points, plan.devices, plan.too_few
     earlier = R.earlier_runs(root, experiment.name, scale, [p.name for p in chosen])
-    run_id = run_id or R.new_run_id()
+    run_id = run_id or P.new_run_id()
     outcomes: list[PointOutcome] = []
     path: Path | None = None
     start = time.perf_counter()
@@ -261,47 +312,11 @@ def run_experiment(
             say(f"  skip {label}: needs a GPU")
             continue
         say(f"  run  {label} on {point_device}")
-        scratch = Path(tempfile.mkdtemp(prefix=f"repro-{experiment.name}-"))
-        launcher = "local" if point.world_size == 1 else "local-spawn"
-        writer = RowWriter(root, experiment, scale, point, run_id, point_device, launcher)
-        t0 = time.perf_counter()
-        try:
-            rows = execute_point(experiment, point, scale, device=point_device, scratch_dir=scratch,
-                                 timeout_s=timeout_s, writer=writer)
-        except MissingPackage:  # like a missing GPU: one line from the command (exit 2), not a failed point
-            raise
-        except Exception as err:  # noqa: BLE001 - a failing point is reported, the others still run
-            elapsed = time.perf_counter() - t0
-            message = f"{type(err).__name__}: {err}"
-            kept = _rows_of(root, experiment.name, run_id, point.name)
-            if kept:
-                path = R.run_path(root, experiment.name, run_id)
-                message += f" ({kept} row(s) written before the failure are kept in {path.name})"
-            outcomes.append(PointOutcome(point.name, "failed", kept, elapsed,
-                                         message + "\n" + traceback.format_exc()))
-            again = f"{experiment.name} --scale {scale} --point {point.name}"
-            say(f"  FAIL {label} after {elapsed:.1f} s: {short_error(message, again)}")
-            continue
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        elapsed = time.perf_counter() - t0
-        early = writer.written
-        path = R.run_path(root, experiment.name, run_id)
-        if rows or not early:
-            prov = R.provenance(config=point.params, world_size=point.world_size, device=point_device,
-                                elapsed_s=elapsed, launcher=launcher)
-            R.append_rows(root, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
-                          rows=rows, prov=prov)
-        outcomes.append(PointOutcome(point.name, "ok", len(rows) + early, elapsed))
-        say(f"  done {label}: {len(rows) + early} row(s) in {elapsed:.1f} s")
+        outcome, written = _run_point(experiment, point, scale, root, run_id, point_device, timeout_s, label, say)
+        outcomes.append(outcome)
+        path = written or path
     total = time.perf_counter() - start
-    replaced: list[Path] = []
-    if force and path is not None:
-        done = {o.point for o in outcomes if o.status == "ok"}
-        for old in R.earlier_runs(root, experiment.name, scale, done):
-            if old != path:
-                old.unlink()
-                replaced.append(old)
+    replaced = _replace_earlier(root, experiment.name, scale, outcomes, path) if force and path is not None else []
     kept = tuple(p for p in earlier if p not in replaced)
     budget, _ = budget_for(experiment, scale)
     return RunReport(experiment.name, scale, run_id, path, tuple(outcomes), total, budget, tuple(replaced), kept)

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from repro import provenance as P
 from repro import results as R
 from repro.cliargs import OneLineParser, non_negative_int
 from repro.environment import check_environment
@@ -50,7 +51,7 @@ def _points(experiment: Experiment, scale: str, name: str | None, index: int | N
 def written_by_this_job(results: Path, experiment: str, scale: str, run_id: str) -> set[str]:
     """Points of ``scale`` with rows in run ``run_id`` whose provenance names this Slurm job (the same job id on
     every attempt of a requeued job); empty outside Slurm or when the run has no file yet."""
-    job = R.slurm_provenance()["job_id"]
+    job = P.slurm_provenance()["job_id"]
     path = R.run_path(results, experiment, run_id)
     if job is None or not path.exists():
         return set()
@@ -133,7 +134,7 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
     elapsed = time.perf_counter() - t0
     if writer is not None:
         early, rows = writer.written, writer.unwritten(rows)
-        prov = R.provenance(config=point.params, world_size=launch.world_size, device=device, elapsed_s=elapsed,
+        prov = P.provenance(config=point.params, world_size=launch.world_size, device=device, elapsed_s=elapsed,
                             launcher=launch.launcher)
         path = R.append_rows(results, experiment=experiment.name, scale=scale, point=point.name, run_id=run_id,
                              rows=rows, prov=prov)
@@ -176,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_done and not (args.plan and args.run_id):
             raise ValueError("--skip-done needs --plan and --run-id (the run whose written points are left out)")
         if args.run_id is not None:
-            R.check_run_id(args.run_id)
+            P.check_run_id(args.run_id)
         check_environment()  # REPRO_GLOO_CHUNK_BYTES, REPRO_START_METHOD, LOCAL_WORLD_SIZE: before any point runs
         ranks = _launched_world_size()  # the launch variables, checked before any work
-        R.slurm_provenance()
+        P.slurm_provenance()
         experiment = get_experiment(args.experiment)
         points = _points(experiment, args.scale, args.point, args.point_index)
         if args.plan:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{point.name}\t{point.world_size}\t{int(point.needs_gpu)}\t{point.memory_gib:g}")
             return 0
         results = _checked_results(args.results_dir, write=True, ranks=ranks)
-        run_id = args.run_id or R.new_run_id()
+        run_id = args.run_id or P.new_run_id()
         if ranks > 1:
             if len(points) != 1:
                 raise ValueError("under srun/torchrun the worker runs one point: pass --point or --point-index")

@@ -168,70 +168,88 @@ def _timed(fn: Callable[[], None], group: CommGroup, prepare: Callable[[], None]
     return time.perf_counter() - start
 
 
+Cases = dict[str, tuple[Callable[[], None] | None, Callable[[], None]]]
+
+
 def mode_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, seed: int,
-           device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32):
+               device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32) -> Cases:
     """``{mode: (prepare, run)}`` closures for one sublayer on this rank. Layers are built on the CPU from ``seed``
     (the same weights whatever the device) and moved to ``device`` and ``dtype`` before their twins share them."""
-    tp = group.size
     torch.manual_seed(seed)
     like = {"device": device, "dtype": dtype}
 
     def randn(*shape: int, requires_grad: bool = False) -> torch.Tensor:  # drawn on the CPU: same on any device
         return torch.randn(*shape, dtype=dtype).to(device).requires_grad_(requires_grad)
 
-    if spec.parallel == "column":
-        plain = ColumnParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
-        overlapped = OverlappedColumnParallelLinear.from_plain(plain, num_chunks=num_chunks)
-        def sequential(inputs):  # f, then the GEMM: dX's all-reduce waits for both backward GEMMs
-            return F.linear(copy_to_tensor_parallel(inputs, group), plain.weight, plain.bias)
+    build = {"column": _column_cases, "row": _row_cases}.get(spec.parallel, _sequence_cases)
+    return build(spec, group, tokens, num_chunks, randn, like)
 
-        x = randn(tokens, spec.in_features, requires_grad=True)
-        grad = randn(tokens, spec.out_features // tp)
-        grad_x = torch.empty(tokens, spec.in_features, **like)
-        state = {}
 
-        def forward(layer):
-            def prepare():
-                x.grad = None
-                plain.zero_grad(set_to_none=True)
-                state["y"] = layer(x)
-            return prepare
+def _column_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, randn, like: dict) -> Cases:
+    """A column-parallel linear (Megatron's f then the GEMM): its backward's dX all-reduce is what T3 overlaps."""
+    tp = group.size
+    plain = ColumnParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
+    overlapped = OverlappedColumnParallelLinear.from_plain(plain, num_chunks=num_chunks)
 
-        def gemm():
-            torch.matmul(grad, plain.weight.detach(), out=grad_x)
-            grad.t() @ x.detach()
+    def sequential(inputs):  # f, then the GEMM: dX's all-reduce waits for both backward GEMMs
+        return F.linear(copy_to_tensor_parallel(inputs, group), plain.weight, plain.bias)
 
-        def chunked():
-            for block in row_chunks(tokens, num_chunks):
-                torch.matmul(grad[block], plain.weight.detach(), out=grad_x[block])
-                comm.all_reduce(grad_x[block], group)
-            grad.t() @ x.detach()
+    x = randn(tokens, spec.in_features, requires_grad=True)
+    grad = randn(tokens, spec.out_features // tp)
+    grad_x = torch.empty(tokens, spec.in_features, **like)
+    state = {}
 
-        return {
-            "gemm": (None, gemm),
-            "comm": (None, lambda: comm.all_reduce(grad_x, group)),
-            "sequential": (forward(sequential), lambda: state["y"].backward(grad)),
-            "chunked": (None, chunked),
-            "overlapped": (forward(overlapped), lambda: state["y"].backward(grad)),
-        }
-    if spec.parallel == "row":
-        plain = RowParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
-        overlapped = OverlappedRowParallelLinear.from_plain(plain, num_chunks=num_chunks)
-        x = randn(tokens, spec.in_features // tp)
-        out = torch.empty(tokens, spec.out_features, **like)
+    def forward(layer):
+        def prepare():
+            x.grad = None
+            plain.zero_grad(set_to_none=True)
+            state["y"] = layer(x)
+        return prepare
 
-        def chunked():
-            for block in row_chunks(tokens, num_chunks):
-                torch.matmul(x[block], plain.weight.detach().t(), out=out[block])
-                comm.all_reduce(out[block], group)
+    def gemm():
+        torch.matmul(grad, plain.weight.detach(), out=grad_x)
+        grad.t() @ x.detach()
 
-        return {
-            "gemm": (None, lambda: torch.matmul(x, plain.weight.detach().t(), out=out)),
-            "comm": (None, lambda: comm.all_reduce(out, group)),
-            "sequential": (None, lambda: plain(x)),
-            "chunked": (None, chunked),
-            "overlapped": (None, lambda: overlapped(x)),
-        }
+    def chunked():
+        for block in row_chunks(tokens, num_chunks):
+            torch.matmul(grad[block], plain.weight.detach(), out=grad_x[block])
+            comm.all_reduce(grad_x[block], group)
+        grad.t() @ x.detach()
+
+    return {
+        "gemm": (None, gemm),
+        "comm": (None, lambda: comm.all_reduce(grad_x, group)),
+        "sequential": (forward(sequential), lambda: state["y"].backward(grad)),
+        "chunked": (None, chunked),
+        "overlapped": (forward(overlapped), lambda: state["y"].backward(grad)),
+    }
+
+
+def _row_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, randn, like: dict) -> Cases:
+    """A row-parallel linear: its forward's output all-reduce is what T3 overlaps."""
+    plain = RowParallelLinear(spec.in_features, spec.out_features, group=group).to(**like)
+    overlapped = OverlappedRowParallelLinear.from_plain(plain, num_chunks=num_chunks)
+    x = randn(tokens, spec.in_features // group.size)
+    out = torch.empty(tokens, spec.out_features, **like)
+
+    def chunked():
+        for block in row_chunks(tokens, num_chunks):
+            torch.matmul(x[block], plain.weight.detach().t(), out=out[block])
+            comm.all_reduce(out[block], group)
+
+    return {
+        "gemm": (None, lambda: torch.matmul(x, plain.weight.detach().t(), out=out)),
+        "comm": (None, lambda: comm.all_reduce(out, group)),
+        "sequential": (None, lambda: plain(x)),
+        "chunked": (None, chunked),
+        "overlapped": (None, lambda: overlapped(x)),
+    }
+
+
+def _sequence_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: int, randn,
+                    like: dict) -> Cases:
+    """A sequence-parallel row linear: its forward's reduce-scatter is what T3 overlaps."""
+    tp = group.size
     sequential = SequenceParallelRowLinear(spec.in_features, spec.out_features, group=group, num_chunks=1)
     sequential = sequential.to(**like)
     overlapped = SequenceParallelRowLinear.from_plain(sequential, num_chunks=num_chunks)
@@ -256,8 +274,8 @@ def mode_cases(spec: SublayerSpec, group: CommGroup, tokens: int, num_chunks: in
     }
 
 
-def time_cases(cases: dict[str, tuple[Callable[[], None] | None, Callable[[], None]]], group: CommGroup, *,
-               rounds: int, warmup: int, device: torch.device = torch.device("cpu")) -> torch.Tensor:
+def time_cases(cases: Cases, group: CommGroup, *, rounds: int, warmup: int,
+               device: torch.device = torch.device("cpu")) -> torch.Tensor:
     """Seconds of each case's ``run`` per round, ``[cases, rounds]`` in the order of ``cases``, each the slowest
     rank's (all ranks must call it with the same cases). A round runs every case once, in order, each after its
     ``prepare`` and a barrier (so drift in a shared machine's load hits all cases alike); ``warmup`` rounds are

@@ -51,9 +51,3 @@ def allreduce_time(*, num_ranks: int, message_bytes: float, link: Link, link_eff
     """Time of a ring all-reduce of ``message_bytes`` on ``num_ranks`` ranks over ``link``."""
     return ring_time(bytes_per_rank=allreduce_bytes_per_rank(num_ranks, message_bytes),
                      steps=2 * (num_ranks - 1), link=link, link_efficiency=link_efficiency)
-
-
-def allgather_time(*, num_ranks: int, message_bytes: float, link: Link, link_efficiency: float = 1.0) -> float:
-    """Time of a ring all-gather (or reduce-scatter) of a ``message_bytes`` buffer on ``num_ranks`` ranks."""
-    return ring_time(bytes_per_rank=allgather_bytes_per_rank(num_ranks, message_bytes),
-                     steps=num_ranks - 1, link=link, link_efficiency=link_efficiency)

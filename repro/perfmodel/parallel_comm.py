@@ -55,20 +55,7 @@ def pipeline_idle_fraction(*, pp_size: int, num_micro_batches: int) -> float:
     return (pp_size - 1) / (num_micro_batches + pp_size - 1)
 
 
-def pp_bytes_per_boundary(*, micro_batch_size: int, seq_length: int, hidden_size: int, num_micro_batches: int,
-                          bytes_per_element: int = 2) -> float:
-    """Bytes crossing one pipeline-stage boundary per iteration: each micro-batch sends its ``b x s x h``
-    activation forward and receives the same-sized gradient backward."""
-    message = micro_batch_size * seq_length * hidden_size * bytes_per_element
-    return 2.0 * num_micro_batches * message
-
-
 # --- Data parallelism and ZeRO: ZeRO sec 7 ------------------------------------------------------------------
-
-def dp_allreduce_elements_per_rank(*, dp_size: int, num_params: float) -> float:
-    """Elements each rank sends in the gradient all-reduce of plain data parallelism: ``2 (N_d-1)/N_d psi``."""
-    return allreduce_bytes_per_rank(dp_size, num_params)
-
 
 def zero_communication_volume(*, stage: int, num_params: float) -> float:
     """Per-rank communication volume in elements per step (ZeRO sec 7), ``psi`` parameters, large ``N_d``.

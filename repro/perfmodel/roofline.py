@@ -46,11 +46,3 @@ def op_time(op: Op, device: Accelerator, efficiency: Efficiency) -> float:
 def ops_time(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> float:
     """Sum of :func:`op_time` over kernels that run one after another."""
     return sum(op_time(op, device, efficiency) for op in ops)
-
-
-def time_by_kind(ops: Iterable[Op], device: Accelerator, efficiency: Efficiency) -> dict[str, float]:
-    """Seconds per op kind ("gemm", "elementwise"): a breakdown for reports."""
-    totals: dict[str, float] = {}
-    for op in ops:
-        totals[op.kind] = totals.get(op.kind, 0.0) + op_time(op, device, efficiency)
-    return totals

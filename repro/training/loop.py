@@ -89,6 +89,86 @@ def _validate(trainer, validation: Validation, activity: Callable[[str], None],
     return sum(losses) / len(losses)
 
 
+def _validate_and_log(trainer, validation: Validation, doing: Callable[[str], None],
+                      preemption: PreemptionFlag | None, log: TrainingLog, outcome: Outcome) -> None:
+    """One validation (:func:`_validate`), printed as Megatron prints it and kept in ``outcome``."""
+    value = _validate(trainer, validation, doing, preemption)
+    if value is None:
+        log.print(f" validation at iteration {trainer.iteration} cut short by a preemption signal")
+        return
+    outcome.validation.append((trainer.iteration, value))
+    log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
+    log.event("validation", iteration=trainer.iteration, lm_loss=value)
+
+
+def _log_preempted(log: TrainingLog, preemption: PreemptionFlag, iteration: int, save: str | None) -> None:
+    """The line and event of a stop the ranks agreed on after ``iteration``: which signal, heard by which ranks."""
+    log.print(f"received {preemption.describe()}: stopping after "
+              f"iteration {iteration}" + ("" if save else " (no --save given: nothing is saved)"))
+    log.event("preempted", iteration=iteration, signal=preemption.received,
+              ranks={str(r): name for r, name in preemption.heard.items()})
+
+
+class _StepReader:
+    """The steps trained but not yet read, read in one host sync when the loop logs (Megatron's per-interval
+    timing: nothing waits on the GPU per step), and the checkpoints whose next step has not been read yet (their
+    weights' loss decides whether they are known good)."""
+
+    def __init__(self, trainer, log: TrainingLog, outcome: Outcome, on_nan: str, resumed: bool) -> None:
+        self.trainer, self.log, self.outcome, self.on_nan = trainer, log, outcome, on_nan
+        b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
+        shape = dict(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
+                     hidden_size=config.hidden_size, vocab_size=config.vocab_size)
+        self.flops = model_flops(**shape, recompute=s.activation_checkpointing)
+        self.mfu_flops = model_flops(**shape, recompute=False)
+        self.peak = device_peak_flops(trainer.device)  # None on a CPU or an unknown GPU: no MFU
+        self.tokens = b * s.seq_len
+        self.world = trainer.groups.world
+        #: checkpoints whose next step has not been read yet
+        self.unconfirmed: set[int] = {trainer.iteration} if resumed else set()
+        self.pending: list[tuple[dict, torch.Tensor, object]] = []  # steps not yet read: (record, loss, grad norm)
+        self.skipped_before = trainer.skipped_steps  # fp16 steps the loss scaler skipped, up to the last step read
+        self.window_start = time.perf_counter()
+
+    def add(self, record: dict, loss: torch.Tensor, norm: object) -> None:
+        self.pending.append((record, loss, norm))
+
+    def read(self) -> None:
+        """Read the losses and norms of the steps since the last read in one host sync, then log them; each step
+        is credited the window's mean time. A non-finite loss or norm raises :class:`NonFiniteTraining` (``on_nan``
+        "stop") once every step of the window is logged."""
+        pending, world, peak = self.pending, self.world, self.peak
+        if not pending:
+            return
+        lazy = [loss for _, loss, _ in pending] + [norm for _, _, norm in pending if isinstance(norm, torch.Tensor)]
+        values = iter(torch.stack([v.reshape(()).to(torch.float64) for v in lazy]).tolist())
+        losses = [next(values) for _ in pending]
+        elapsed = (time.perf_counter() - self.window_start) / len(pending)
+        memory = _max_over_ranks(self.trainer, world)
+        bad = None
+        for (record, _, norm), loss in zip(pending, losses):
+            norm = next(values) if isinstance(norm, torch.Tensor) else norm
+            self.outcome.losses.append(loss)
+            self.log.step({**record, "lm_loss": loss, "iteration_s": elapsed, "tokens_per_s": self.tokens / elapsed,
+                           "tflops_per_rank": self.flops / elapsed / world.size / 1e12,
+                           "mfu": self.mfu_flops / elapsed / world.size / peak if peak else None, **memory,
+                           "grad_norm": float(norm) if norm is not None else None})
+            skipped = record["skipped_iterations"] > self.skipped_before  # fp16: the loss scaler's business
+            self.skipped_before = record["skipped_iterations"]
+            for what, value in (("lm loss", loss), ("grad norm", norm)):
+                if bad is None and not skipped and value is not None and not math.isfinite(value):
+                    bad = NonFiniteTraining(record["iteration"], what, value)
+            if bad is None and math.isfinite(loss) and record["iteration"] - 1 in self.unconfirmed:
+                self.unconfirmed.discard(record["iteration"] - 1)  # its weights gave this finite loss
+                self.trainer.known_good_iteration = record["iteration"] - 1
+        pending.clear()
+        self.window_start = time.perf_counter()
+        if bad is not None:
+            self.log.event("nonfinite", iteration=bad.iteration, what=bad.what, value=str(bad.value))
+            if self.on_nan == "stop":
+                raise bad
+
+
 def train_loop(
     trainer, source: SampleSource, *, steps: int, log: TrainingLog, save: str | None = None,
     save_interval: int | None = None, validation: Validation | None = None,
@@ -108,89 +188,36 @@ def train_loop(
         raise ValueError(f"on_nan={on_nan!r} must be one of {ON_NAN}")
     doing = activity or (lambda what: None)
     outcome = Outcome()
-    b, s, config = trainer.global_batch_size, trainer.settings, trainer.config
-    flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
-                        hidden_size=config.hidden_size, vocab_size=config.vocab_size,
-                        recompute=s.activation_checkpointing)
-    mfu_flops = model_flops(global_batch=b, seq_len=s.seq_len, num_layers=config.num_layers,
-                            hidden_size=config.hidden_size, vocab_size=config.vocab_size, recompute=False)
-    peak = device_peak_flops(trainer.device)  # None on a CPU or an unknown GPU: no MFU
-    world = trainer.groups.world
-    first = trainer.iteration
-    #: checkpoints whose next step has not been read yet (their weights' loss decides whether they are good)
-    unconfirmed: set[int] = {first} if resumed else set()
+    b, world, first = trainer.global_batch_size, trainer.groups.world, trainer.iteration
+    reader = _StepReader(trainer, log, outcome, on_nan, resumed)
 
     def checkpoint() -> None:
         started, iteration = time.perf_counter(), trainer.iteration
         path = save_training_checkpoint(
             save, trainer, progress=lambda phase: doing(f"saving checkpoint iteration {iteration}: {phase}"),
             guard=save_guard, extra={"known_good": trainer.known_good_iteration})
-        unconfirmed.add(iteration)
+        reader.unconfirmed.add(iteration)
         outcome.saved.append(str(path))
         log.print(f"saved checkpoint at iteration {trainer.iteration:>7} to {path} "
                   f"({time.perf_counter() - started:.2f} s)")
         log.event("save", iteration=trainer.iteration, path=str(path))
 
-    pending: list[tuple[dict, torch.Tensor, object]] = []  # steps not yet read: (record, loss, grad norm)
-    skipped_before = [trainer.skipped_steps]  # fp16 steps the loss scaler skipped, up to the last step read
-    window_start = time.perf_counter()
-
-    def read_pending() -> None:
-        """Read the losses and norms of the steps since the last read in one host sync, then log them; each step
-        is credited the window's mean time (Megatron's per-interval timing: nothing waits on the GPU per step)."""
-        nonlocal window_start
-        if not pending:
-            return
-        lazy = [loss for _, loss, _ in pending] + [norm for _, _, norm in pending if isinstance(norm, torch.Tensor)]
-        values = iter(torch.stack([v.reshape(()).to(torch.float64) for v in lazy]).tolist())
-        losses = [next(values) for _ in pending]
-        elapsed = (time.perf_counter() - window_start) / len(pending)
-        memory = _max_over_ranks(trainer, world)
-        bad = None
-        for (record, _, norm), loss in zip(pending, losses):
-            norm = next(values) if isinstance(norm, torch.Tensor) else norm
-            outcome.losses.append(loss)
-            log.step({**record, "lm_loss": loss, "iteration_s": elapsed, "tokens_per_s": b * s.seq_len / elapsed,
-                      "tflops_per_rank": flops / elapsed / world.size / 1e12,
-                      "mfu": mfu_flops / elapsed / world.size / peak if peak else None, **memory,
-                      "grad_norm": float(norm) if norm is not None else None})
-            skipped = record["skipped_iterations"] > skipped_before[0]  # fp16: the loss scaler's business
-            skipped_before[0] = record["skipped_iterations"]
-            for what, value in (("lm loss", loss), ("grad norm", norm)):
-                if bad is None and not skipped and value is not None and not math.isfinite(value):
-                    bad = NonFiniteTraining(record["iteration"], what, value)
-            if bad is None and math.isfinite(loss) and record["iteration"] - 1 in unconfirmed:
-                unconfirmed.discard(record["iteration"] - 1)  # its weights gave this finite loss
-                trainer.known_good_iteration = record["iteration"] - 1
-        pending.clear()
-        window_start = time.perf_counter()
-        if bad is not None:
-            log.event("nonfinite", iteration=bad.iteration, what=bad.what, value=str(bad.value))
-            if on_nan == "stop":
-                raise bad
-
     while trainer.iteration < steps:
         doing(f"step {trainer.iteration + 1}")
         batch = source.batch(trainer.consumed_samples, b)
         loss = trainer.step_lazy(batch)
-        pending.append(({
+        reader.add({
             "iteration": trainer.iteration, "consumed_samples": trainer.consumed_samples,
             "learning_rate": trainer.schedule.lr(trainer.iteration - 1), "global_batch_size": b,
             "loss_scale": trainer.loss_scale, "skipped_iterations": trainer.skipped_steps,
-        }, loss, trainer.grad_norm_lazy))
+        }, loss, trainer.grad_norm_lazy)
         due = (trainer.iteration % log.log_interval == 0 or trainer.iteration == steps
                or (validation is not None and trainer.iteration % validation.interval == 0)
                or (save is not None and save_interval and trainer.iteration % save_interval == 0))
         if due:
-            read_pending()
+            reader.read()
         if validation is not None and trainer.iteration % validation.interval == 0:
-            value = _validate(trainer, validation, doing, preemption)
-            if value is None:
-                log.print(f" validation at iteration {trainer.iteration} cut short by a preemption signal")
-            else:
-                outcome.validation.append((trainer.iteration, value))
-                log.print(f" validation loss at iteration {trainer.iteration} | lm loss value: {value:.6E} |")
-                log.event("validation", iteration=trainer.iteration, lm_loss=value)
+            _validate_and_log(trainer, validation, doing, preemption, log, outcome)
         saved = False
         if save is not None and save_interval and trainer.iteration % save_interval == 0:
             checkpoint()
@@ -198,16 +225,13 @@ def train_loop(
         if preemption is not None:
             doing(f"agreeing on preemption after iteration {trainer.iteration}")
         if preemption is not None and preemption.agreed(world, trainer.device):
-            read_pending()
-            log.print(f"received {preemption.describe()}: stopping after "
-                      f"iteration {trainer.iteration}" + ("" if save else " (no --save given: nothing is saved)"))
-            log.event("preempted", iteration=trainer.iteration, signal=preemption.received,
-                      ranks={str(r): name for r, name in preemption.heard.items()})
+            reader.read()
+            _log_preempted(log, preemption, trainer.iteration, save)
             if save is not None and not saved:
                 checkpoint()
             outcome.preempted = True
             return outcome
-    read_pending()
+    reader.read()
     last_saved = outcome.saved[-1] if outcome.saved else ""
     if save is not None and save_at_end and trainer.iteration > first and not last_saved.endswith(f"{trainer.iteration:07d}"):
         checkpoint()

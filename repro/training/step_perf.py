@@ -38,7 +38,7 @@ class Report:
     """Rows with provenance, appended to ``out/step_perf.jsonl`` as they come; the budget's clock."""
 
     def __init__(self, out: Path, budget_s: float, size: dict, device: torch.device) -> None:
-        from repro.results import new_run_id, provenance
+        from repro.provenance import new_run_id, provenance
 
         self.path, self.budget_s, self.start = out / "step_perf.jsonl", budget_s, time.monotonic()
         self.run_id = new_run_id()

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pandas as pd
 
+from repro import provenance as P
 from repro import results as R
 
 
@@ -45,16 +46,16 @@ def test_value_changes_lists_changed_new_and_vanished_rows():
 
 def test_slurm_provenance_names_array_tasks():
     env = {"SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "15", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NODELIST": "n1"}
-    assert R.slurm_provenance(env) == {"job_id": "15_2", "array_task_id": 2, "nodelist": "n1"}
-    assert R.slurm_provenance({"SLURM_JOB_ID": "9"})["job_id"] == "9"
-    assert R.slurm_provenance({})["job_id"] is None
+    assert P.slurm_provenance(env) == {"job_id": "15_2", "array_task_id": 2, "nodelist": "n1"}
+    assert P.slurm_provenance({"SLURM_JOB_ID": "9"})["job_id"] == "9"
+    assert P.slurm_provenance({})["job_id"] is None
 
 
 def test_run_ids_sort_by_time_and_are_unique():
-    early = R.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
-    late = R.new_run_id(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
+    early = P.new_run_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    late = P.new_run_id(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
     assert early < late and early.startswith("20260101T000000.000000Z-")
-    assert len({R.new_run_id() for _ in range(50)}) == 50
+    assert len({P.new_run_id() for _ in range(50)}) == 50
 
 
 def test_a_run_written_by_hand_under_another_id_is_placed_by_its_date(tmp_path):
@@ -68,7 +69,7 @@ def test_a_run_written_by_hand_under_another_id_is_placed_by_its_date(tmp_path):
                       rows=[{"metric": "m", "value": value, "unit": "u"}], prov={"date": date})
     rows = R.load_rows(tmp_path)
     assert dict(zip(rows.point, rows.value)) == {"p1": 2.0, "p2": 3.0}
-    assert R.run_time("20260101T000000Z-aaaaaa") == "20260101T000000.000000"
+    assert P.run_time("20260101T000000Z-aaaaaa") == "20260101T000000.000000"
 
 
 def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkeypatch):
@@ -81,13 +82,13 @@ def test_a_copy_inside_another_git_repository_records_no_commit(tmp_path, monkey
                     "--allow-empty", "-m", "other project"], check=True)
     (tmp_path / "copy").mkdir()
     monkeypatch.delenv("REPRO_GIT_COMMIT", raising=False)
-    R.git_state.cache_clear()
-    assert R.git_state(tmp_path / "copy") == ("unknown", False)
+    P.git_state.cache_clear()
+    assert P.git_state(tmp_path / "copy") == ("unknown", False)
     monkeypatch.setenv("REPRO_GIT_COMMIT", "9923494")  # said by whoever exported the copy
-    R.git_state.cache_clear()  # read once per process
-    assert R.git_state(tmp_path / "copy") == ("9923494", False)
-    R.git_state.cache_clear()
-    commit, _ = R.git_state(tmp_path)
+    P.git_state.cache_clear()  # read once per process
+    assert P.git_state(tmp_path / "copy") == ("9923494", False)
+    P.git_state.cache_clear()
+    commit, _ = P.git_state(tmp_path)
     assert len(commit) == 40
 
 

@@ -8,7 +8,8 @@ import sys
 
 import torch
 
-from repro.results import REPO_ROOT, git_state
+from repro.provenance import git_state
+from repro.results import REPO_ROOT
 
 
 def _repro(*args: str, cwd=REPO_ROOT) -> subprocess.CompletedProcess:

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from repro.results import REPO_ROOT, new_run_id
+from repro.provenance import new_run_id
+from repro.results import REPO_ROOT
 from tests.foundation.bad_input_helpers import one_line
 from tests.slurm.launch_stubs import LAUNCH, make_stubs, stub_env
 
