@@ -225,8 +225,9 @@ def resolve_batch(config: TrainConfig, *, dp: int, given: frozenset[str] = froze
         keys = "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps"
         _agree(settings, given, "micro_batch_size", size, f"batch keys ({keys}) with dp {dp}")
         _agree(settings, given, "micro_batches", steps, f"batch keys ({keys}) with dp {dp}")
-        fixed_by = "--deepspeed-config's batch keys"
-    elif "micro_batches" in given:
+        if batch.train_batch_size is not None or batch.micro_batches is not None:  # else they are the options'
+            fixed_by = "--deepspeed-config's batch keys"
+    if fixed_by is None and "micro_batches" in given:
         fixed_by = "--micro-batches"
     steps, total = resolve_global_batch(training.global_batch_size, micro_batch_size=size, micro_batches=steps,
                                         dp=dp, fixed_by=fixed_by)
