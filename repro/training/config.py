@@ -27,6 +27,7 @@ from repro.training.rules import (
     check_fp16_zero, check_lr_floor, check_warmup_within_decay, check_zero_matches, check_zero_pipeline,
 )
 from repro.training.schedule import DECAY_STYLES
+from repro.training.settings import PRECISIONS, TrainSettings
 from repro.zero.config import ZeroConfig, check_stage
 
 #: the longest --timeout-s / --watchdog-s: beyond it, a timedelta or a C++ timeout overflows
@@ -37,7 +38,6 @@ MIN_WAIT_S = 1.0
 MAX_EVAL_ITERS = 100_000
 #: --vocab of the synthetic data when none is given
 SYNTHETIC_VOCAB = 256
-PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -326,11 +326,8 @@ class TrainConfig:
             raise ConfigError(f"--heads {model.heads} --hidden {model.hidden} --tp {tp}: {err}") from None
         return config
 
-    def train_settings(self, device: str):
-        """How the trainer trains (:class:`~repro.training.settings.TrainSettings`) on ``device`` (this rank's,
-        resolved from --device)."""
-        from repro.training.settings import TrainSettings
-
+    def train_settings(self, device: str) -> TrainSettings:
+        """How the trainer trains on ``device`` (this rank's, resolved from --device)."""
         model, parallel, training, optimizer = self.model, self.parallelism, self.training, self.optimizer
         return TrainSettings(
             steps=training.steps, micro_batches=training.micro_batches,
