@@ -31,277 +31,157 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from repro.cliargs import (
-    OneLineParser, non_negative_float, non_negative_int, positive_float, positive_int, probability, seed,
-)
 from repro.dist import init_distributed, init_parallel
 from repro.dist.launch import RendezvousFailed
-from repro.training.argcheck import check_args, explicit_options
+from repro.training.argcheck import check_args
+from repro.training.config import TrainConfig
 from repro.training.log import arguments_block
-from repro.training.megatron_names import add_megatron_options, names
 from repro.training.failfast import (
-    EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, ON_NAN, UsageError, agree_on_setup, run_fail_fast,
+    EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, UsageError, agree_on_setup, run_fail_fast,
 )
+from repro.training.options import explicit_options, option_parser
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted, note_rank
-from repro.training.schedule import DECAY_STYLES
 
 PROG = "repro train"
 #: a rank that refuses a command without saying why (rank 0 says it) waits this long before it exits: a launcher
 #: such as torchrun stops every rank once one exits, which could cut rank 0 off before its line
 SILENT_RANK_GRACE_S = 2.0
-#: the longest --timeout-s / --watchdog-s: 30 days (longer is no bound, and overflows the process group's timedelta)
 #: where the synthetic held-out batches start: far beyond any training sample index
 SYNTHETIC_VALID_START = 2**40
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-    g = parser.add_argument_group("layout")
-    g.add_argument(*names("--tp"), type=positive_int, default=1, help="tensor-parallel size")
-    g.add_argument(*names("--pp"), type=positive_int, default=1, help="pipeline-parallel size (stages)")
-    g.add_argument("--dp", type=positive_int, default=None, help="data-parallel size; default: world / (tp x pp)")
-    g.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3),
-                   help="0: all-reduce gradients (DDP); 1-3: ZeRO over dp (2 and 3 need --pp 1)")
-    g.add_argument("--deepspeed-config", default=None, metavar="JSON",
-                   help="a DeepSpeed config file: its zero_optimization (stage, bucket sizes, offload tiers), "
-                        "gradient_clipping and batch keys are used (the stage in place of --zero-stage, the clipping "
-                        "of --clip-grad, train_micro_batch_size_per_gpu of --micro-batch-size, "
-                        "gradient_accumulation_steps of --micro-batches; train_batch_size must equal micro-batch "
-                        "size x micro-batches x dp, or sets the one of them the file leaves out; an option also "
-                        "given on the command line must agree with the file, else both are refused); every key is "
-                        "checked for its name and type, "
-                        "keys that would change the results unhonoured are refused (repro.zero.deepspeed_json); "
-                        "default: none, the options below")
-    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
-    g = parser.add_argument_group("model")
-    g.add_argument(*names("--layers"), type=positive_int, default=4, help="transformer layers")
-    g.add_argument(*names("--hidden"), type=positive_int, default=64, help="hidden size")
-    g.add_argument(*names("--heads"), type=positive_int, default=4, help="attention heads")
-    g.add_argument(*names("--vocab"), type=positive_int, default=None,
-                   help="the model's vocabulary; every token id of --data and --valid-data must be below it "
-                        "(default: 256 with synthetic data, else the vocab_size of the --data corpus's index, "
-                        "GPT-2's 50257)")
-    g.add_argument(*names("--seq-len"), type=positive_int, default=32, help="sequence length")
-    g.add_argument("--dropout", type=probability, default=0.0,
-                   help="hidden and attention dropout probability, in [0, 1) (--hidden-dropout and "
-                        "--attention-dropout set them apart)")
-    g = parser.add_argument_group("training")
-    g.add_argument(*names("--steps"), dest="steps", type=positive_int, default=20,
-                   help="iterations to train in all (a resumed run continues up to this count)")
-    g.add_argument("--micro-batches", type=positive_int, default=4, help="micro-batches per step per dp rank")
-    g.add_argument("--micro-batch-size", type=positive_int, default=2, help="sequences per micro-batch")
-    g.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=non_negative_float, default=0.0, help="floor of the decay")
-    g.add_argument("--lr-warmup-iters", type=non_negative_int, default=0, help="linear warm-up iterations")
-    g.add_argument("--lr-decay-iters", type=positive_int, default=None,
-                   help="iteration where the decay reaches --min-lr; default: --steps")
-    g.add_argument("--lr-decay-style", default="constant", choices=DECAY_STYLES, help="decay after the warm-up")
-    g.add_argument("--weight-decay", type=non_negative_float, default=0.0, help="AdamW's decoupled weight decay")
-    g.add_argument("--clip-grad", type=non_negative_float, default=1.0,
-                   help="clip the global gradient norm to this (0: no clipping)")
-    g.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
-                   help="autocast dtype over fp32 master weights (fp16 with dynamic loss scaling)")
-    g.add_argument(*names("--activation-checkpointing"), action="store_true",
-                   help="recompute each layer in backward (default: off, activations are kept)")
-    g.add_argument("--seed", type=seed, default=0,
-                   help="seed of the weights, dropout, synthetic data and corpus shuffling, in [0, 2**63)")
-    g = parser.add_argument_group("data")
-    g.add_argument(*names("--data"), default="synthetic",
-                   help="'synthetic' (a learnable random corpus) or the prefix of a token file written by "
-                        "python -m repro.training.corpus")
-    g.add_argument(*names("--valid-data"), default=None,
-                   help="prefix of the held-out token file; default: held-out synthetic samples (with --data "
-                        "synthetic) or none")
-    g.add_argument("--eval-interval", type=positive_int, default=None,
-                   help="validation loss every this many iterations; default: none")
-    g.add_argument("--eval-iters", type=positive_int, default=2,
-                   help="global batches per validation, at most 100,000 (a preemption signal stops a validation "
-                        "between two of its batches)")
-    g = parser.add_argument_group("logging and checkpoints")
-    g.add_argument("--log-interval", type=positive_int, default=1, help="iterations per printed log line")
-    g.add_argument("--on-nan", choices=ON_NAN, default="stop",
-                   help="stop (default): a loss or gradient norm that is inf or NaN (not an fp16 step the loss scaler "
-                        "skipped) stops the run with one line naming the iteration and exit code 3, before any "
-                        "later save; the line names the newest checkpoint known good (its weights gave a finite "
-                        "loss in the step after it) and how to resume from it; continue: log it and train on "
-                        "(Megatron's 'number of nan iterations')")
-    g.add_argument("--log-jsonl", default=None,
-                   help="every iteration as one JSON line (appended); default: DIR/log.jsonl with --save DIR")
-    g.add_argument("--tensorboard-dir", default=None,
-                   help="TensorBoard scalars here (needs tensorboard; default: none, or the DeepSpeed config's "
-                        "tensorboard block)")
-    g.add_argument("--wandb-project", default=None,
-                   help="log to this Weights & Biases project from rank 0 (needs wandb; WANDB_MODE=offline keeps "
-                        "the run on disk; default: none, or the DeepSpeed config's wandb block)")
-    g.add_argument("--wandb-exp-name", default=None,
-                   help="the W&B run's name (default: the --save directory's name, else W&B's own)")
-    g.add_argument("--wandb-save-dir", default=None,
-                   help="the folder W&B makes its wandb/ folder in, as Megatron's (default: the --save DIR, so the "
-                        "run lands in DIR/wandb/; without --save, W&B's ./wandb)")
-    g.add_argument("--save", default=None, help="directory for checkpoints, held by this job for its life (the lock "
-                   "file DIR/repro-train.lock: a second run is refused, naming the holder; a dead run's lock is taken "
-                   "over); a save that cannot be written, e.g. on a full disk, stops the run with one line and exit "
-                   "code 74, the previous checkpoint intact; default: no checkpoints")
-    g.add_argument("--save-interval", type=positive_int, default=None,
-                   help="checkpoint every this many iterations (and always at the end and on preemption; "
-                        "default: only then)")
-    g.add_argument("--load", default=None,
-                   help="resume from the newest checkpoint in this directory, if any (default: start afresh)")
-    g.add_argument("--overwrite-checkpoints", action="store_true",
-                   help="save into a --save directory that holds another run's checkpoints without loading them "
-                        "(its newest pointer then moves to this run's); default: refused, since that run could no "
-                        "longer resume")
-    g = parser.add_argument_group("failure handling")
-    g.add_argument("--timeout-s", type=positive_float, default=30.0,
-                   help="seconds a rank waits for the others in a collective or receive of any process group (tp, "
-                        "pp, dp, world; also the start-up rendezvous) before it exits with code 124 and one line "
-                        "naming itself, what it was doing and the rank it waits for. A save or load waits at its "
-                        "barriers for the slowest rank to write or read its own checkpoint file: set it above that "
-                        "time for big models. A MASTER_ADDR that does not resolve is looked up again until then (DNS "
-                        "may lag at a job's start), then exit code 124 with one line naming it. At least 1 s, at "
-                        "most 30 days")
-    g.add_argument("--watchdog-s", type=positive_float, default=None,
-                   help="exit with code 124 when this rank makes no progress for this long in a step (each pipeline "
-                        "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
-                        "a hang that no collective times out; at least 1 s, at most 30 days; default: --timeout-s + 10")
-    add_megatron_options(parser)
-    return parser
+    """The options of ``repro train`` (:func:`~repro.training.options.option_parser`)."""
+    return option_parser(PROG, __doc__.splitlines()[0])
 
 
-def _sources(args: argparse.Namespace):
-    """(training source, validation or None, vocabulary size)."""
+def _sources(config: TrainConfig):
+    """(training source, validation or None)."""
     from repro.training.data import SyntheticSamples
     from repro.training.loop import Validation
 
-    if args.data == "synthetic":
-        train, vocab = SyntheticSamples(vocab_size=args.vocab, seq_len=args.seq_len, seed=args.seed), args.vocab
+    data, seq_len, seed = config.data, config.model.seq_len, config.training.seed
+    if data.data == "synthetic":
+        train = SyntheticSamples(vocab_size=config.model.vocab, seq_len=seq_len, seed=seed)
     else:
         from repro.training.corpus import TokenCorpus
 
-        corpus = TokenCorpus(args.data)
-        train, vocab = corpus.samples(args.seq_len, seed=args.seed), args.vocab  # check_args: ids < args.vocab
+        train = TokenCorpus(data.data).samples(seq_len, seed=seed)  # check_args: its ids < the vocabulary
     valid = None
-    if args.valid_data is not None:
+    if data.valid_data is not None:
         from repro.training.corpus import TokenCorpus
 
-        held_out = TokenCorpus(args.valid_data).samples(args.seq_len, seed=args.seed)
-        valid = Validation(held_out, args.eval_interval, args.eval_iters, 0)
-    elif args.eval_interval and args.data == "synthetic":
-        valid = Validation(train, args.eval_interval, args.eval_iters, SYNTHETIC_VALID_START)
-    return train, valid, vocab
+        held_out = TokenCorpus(data.valid_data).samples(seq_len, seed=seed)
+        valid = Validation(held_out, data.eval_interval, data.eval_iters, 0)
+    elif data.eval_interval and data.data == "synthetic":
+        valid = Validation(train, data.eval_interval, data.eval_iters, SYNTHETIC_VALID_START)
+    return train, valid
 
 
-def train(args: argparse.Namespace, *, on_action: Callable[[str, int], None] | None = None) -> int:
-    """Run the training this rank takes part in; returns the process's exit code (0, or 75 when preempted)."""
+def train(config: TrainConfig, *, on_action: Callable[[str, int], None] | None = None) -> int:
+    """Run the training this rank takes part in (``config``: resolved by :func:`~repro.training.argcheck.
+    check_args`); returns the process's exit code (0, or 75 when preempted)."""
     from repro.training.dirlock import hold_directory
 
+    save = config.checkpoint.save
     # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
     try:
-        launch = agree_on_setup(lambda: init_distributed(timeout_s=args.timeout_s))
+        launch = agree_on_setup(lambda: init_distributed(timeout_s=config.failures.timeout_s))
     except RendezvousFailed as err:  # nobody to agree with: each rank says it
         print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
         return EXIT_HUNG
     # --save belongs to this job from here until the process ends: rank 0 takes it, every rank learns the outcome
     # (a second run is refused in one line before it loads or writes anything)
-    lock = agree_on_setup(lambda: hold_directory(args.save) if args.save and launch.rank == 0 else None)
+    lock = agree_on_setup(lambda: hold_directory(save) if save and launch.rank == 0 else None)
     try:
-        return _train_holding(args, launch, lock, on_action=on_action)
+        return _train_holding(config, launch, lock, on_action=on_action)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
+def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
     """:func:`train` once the run holds its --save directory (``lock`` on rank 0, None elsewhere)."""
     from repro.dist.device import select_device
     from repro.training.checkpoint import load_training_checkpoint
     from repro.zero.checkpoint import CheckpointWriteError
     from repro.training.log import TrainingLog
     from repro.training.loop import NonFiniteTraining, known_good_line, train_loop
-    from repro.training.startcheck import model_config
-    from repro.training.trainer import PipelineTrainer, TrainSettings
+    from repro.training.trainer import PipelineTrainer
 
+    steps, save, load, logging = config.training.steps, config.checkpoint.save, config.checkpoint.load, config.logging
     with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
         def setup():
-            groups = init_parallel(tp=args.tp, pp=args.pp, dp=args.dp, timeout_s=args.timeout_s)
-            source, validation, vocab = _sources(args)
-            config = model_config(args)  # the GPT the options describe, as the start-up checks sized it
-            device = select_device(args.device, local_rank=launch.local_rank)
-            settings = TrainSettings(
-                steps=args.steps, micro_batches=args.micro_batches, micro_batch_size=args.micro_batch_size,
-                seq_len=args.seq_len, lr=args.lr, min_lr=args.min_lr, lr_warmup=args.lr_warmup_iters,
-                lr_decay_iters=args.lr_decay_iters if args.lr_decay_iters is not None else args.steps,
-                lr_decay_style=args.lr_decay_style, weight_decay=args.weight_decay,
-                clip_grad=args.clip_grad or None, zero_stage=args.zero_stage, seed=args.seed, device=str(device),
-                precision=args.precision, activation_checkpointing=args.activation_checkpointing,
-                zero=args.zero if args.zero is not None and args.zero_stage > 0 else None,
-            )
-            trainer = PipelineTrainer(config, groups, settings, on_action=on_action)
+            layout = config.parallelism
+            groups = init_parallel(tp=layout.tp, pp=layout.pp, dp=layout.dp, timeout_s=config.failures.timeout_s)
+            source, validation = _sources(config)
+            device = select_device(config.training.device, local_rank=launch.local_rank)
+            trainer = PipelineTrainer(config.gpt_config(), groups, config.train_settings(str(device)),
+                                      on_action=on_action)
             return groups, trainer, source, validation
 
         groups, trainer, source, validation = agree_on_setup(setup)
-        resolved = _resolved_arguments(args, groups)
+        resolved = _resolved_arguments(config, groups)
         if groups.rank == 0:
             print(arguments_block(resolved), flush=True)
-        with _watchdog(args, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
+        with _watchdog(config, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
             trainer.on_action = _beating(watchdog, on_action)
             resumed = None
-            if args.load:
-                watchdog.doing(f"loading checkpoint from {args.load}")
+            if load:
+                watchdog.doing(f"loading checkpoint from {load}")
                 resumed = agree_on_setup(lambda: load_training_checkpoint(
-                    args.load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
-            if resumed is not None and trainer.iteration >= args.steps:  # a finished run is done: nothing written
+                    load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
+            if resumed is not None and trainer.iteration >= steps:  # a finished run is done: nothing written
                 if groups.rank == 0:
                     print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
-                          f"train: at iteration {trainer.iteration} of --steps {args.steps}", flush=True)
+                          f"train: at iteration {trainer.iteration} of --steps {steps}", flush=True)
                 preemption.finish()
                 return 0
             # only now, with the load done, does anything go into --save or the logs
-            if args.save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
+            if save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
                 from repro.atomic_files import atomic_write
                 from repro.training.checkpoint import remove_unfinished
 
-                for folder in remove_unfinished(args.save):  # a save a second Ctrl-C (or a kill) cut short
+                for folder in remove_unfinished(save):  # a save a second Ctrl-C (or a kill) cut short
                     print(f"removed {folder}: an unfinished save of an earlier run (never published)", flush=True)
 
-                atomic_write(Path(args.save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
-            jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
-            log = TrainingLog(total_iters=args.steps, log_interval=args.log_interval, jsonl=jsonl,
-                              tensorboard_dir=args.tensorboard_dir, enabled=groups.rank == 0,
-                              wandb=_wandb_settings(args, resolved) if args.wandb_project else None,
+                atomic_write(Path(save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
+            log = TrainingLog(total_iters=steps, log_interval=logging.log_interval, jsonl=config.log_jsonl,
+                              tensorboard_dir=logging.tensorboard_dir, enabled=groups.rank == 0,
+                              wandb=_wandb_settings(config, resolved) if logging.wandb_project else None,
                               per="GPU" if trainer.device.type == "cuda" else "CPU rank")
             try:
                 if resumed is not None:
                     log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
                               f"({trainer.consumed_samples} samples consumed)")
-                elif args.load:
-                    log.print(f"no checkpoint in {args.load}: starting from iteration 0")
+                elif load:
+                    log.print(f"no checkpoint in {load}: starting from iteration 0")
                 log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
                           world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
                           slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                           slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
                 try:
-                    outcome = train_loop(trainer, source, steps=args.steps, log=log, save=args.save,
-                                         save_interval=args.save_interval, validation=validation,
-                                         preemption=preemption, activity=watchdog.doing, on_nan=args.on_nan,
+                    outcome = train_loop(trainer, source, steps=steps, log=log, save=save,
+                                         save_interval=config.checkpoint.save_interval, validation=validation,
+                                         preemption=preemption, activity=watchdog.doing,
+                                         on_nan=config.failures.on_nan,
                                          save_guard=(lock.check if lock is not None else lambda: None)
-                                         if args.save else None, resumed=resumed is not None)
+                                         if save else None, resumed=resumed is not None)
                 except CheckpointWriteError as err:  # every rank raises it, with the same reason
-                    log.error(f"{PROG}: error: {err}; {_last_checkpoint(args.save)} (exit code "
+                    log.error(f"{PROG}: error: {err}; {_last_checkpoint(save)} (exit code "
                               f"{EXIT_WRITE_FAILED})")
                     return EXIT_WRITE_FAILED
                 except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
                     log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
-                              f"trains on); {known_good_line(args.save, resumed, trainer.known_good_iteration)}")
+                              f"trains on); {known_good_line(save, resumed, trainer.known_good_iteration)}")
                     return EXIT_NONFINITE
                 if outcome.preempted:
-                    resume = f"resume with --load {args.save}" if args.save else "nothing saved: no --save"
+                    resume = f"resume with --load {save}" if save else "nothing saved: no --save"
                     log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
                     return EXIT_PREEMPTED
                 if not outcome.losses:
-                    log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {args.steps}")
+                    log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {steps}")
                     preemption.finish()
                     return 0
                 log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
@@ -312,17 +192,14 @@ def _train_holding(args: argparse.Namespace, launch, lock, *, on_action) -> int:
                 log.close()
 
 
-def _resolved_arguments(args: argparse.Namespace, groups) -> dict:
-    """Every option as this run resolved it (the DeepSpeed config applied, dp and the vocabulary filled in), with
-    the layout, the launch and the software, as JSON values."""
-    import dataclasses
-
+def _resolved_arguments(config: TrainConfig, groups) -> dict:
+    """Every setting as this run resolved it (the DeepSpeed config applied, dp, the batch and the vocabulary filled
+    in), with the layout, the launch and the software, as JSON values."""
     import torch
 
     import repro
 
-    values = {k: v for k, v in vars(args).items() if k not in ("zero", "explicit")}
-    values["zero"] = dataclasses.asdict(args.zero) if args.zero is not None else None
+    values = config.arguments()
     values.update(world_size=groups.world_size, dp=groups.dp_size, torch_version=torch.__version__,
                   repro_version=repro.__version__)
     return json.loads(json.dumps(values, default=str))
@@ -337,17 +214,18 @@ def _done_line(iteration: int, loss: float, window: tuple[int, int, float] | Non
     return line + ")"
 
 
-def _wandb_settings(args: argparse.Namespace, resolved: dict) -> dict:
+def _wandb_settings(config: TrainConfig, resolved: dict) -> dict:
     """``wandb.init``'s arguments: Megatron's --wandb-project / --wandb-exp-name / --wandb-save-dir, the DeepSpeed
     config's group and team, and the resolved arguments as the run's config."""
-    name = args.wandb_exp_name or (Path(args.save).name if args.save else None)
+    logging, save = config.logging, config.checkpoint.save
+    name = logging.wandb_exp_name or (Path(save).name if save else None)
     # W&B makes a wandb/ folder inside the directory it is given (its dir=, as Megatron passes --wandb-save-dir):
     # the --save directory itself, so that the run lands in DIR/wandb/, not DIR/wandb/wandb/
-    directory = args.wandb_save_dir or args.save
+    directory = logging.wandb_save_dir or save
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
-    return {"project": args.wandb_project, "name": name, "dir": directory, "group": args.wandb_group,
-            "entity": args.wandb_entity, "config": resolved}
+    return {"project": logging.wandb_project, "name": name, "dir": directory, "group": logging.wandb_group,
+            "entity": logging.wandb_entity, "config": resolved}
 
 
 def _last_checkpoint(save: str) -> str:
@@ -360,18 +238,19 @@ def _last_checkpoint(save: str) -> str:
             f"--load {save}")
 
 
-def _watchdog(args: argparse.Namespace, rank: int):
+def _watchdog(config: TrainConfig, rank: int):
     """The run's watchdog (:mod:`repro.training.watchdog`): ``--watchdog-s`` without progress, or a collective past
     ``--timeout-s``, ends the rank with one line; heartbeats in the rendezvous store name the rank it waits for."""
     from repro.training.watchdog import Heartbeats, Watchdog, heartbeat_interval
 
-    limit, limit_name = ((args.watchdog_s, "--watchdog-s") if args.watchdog_s is not None
-                         else (args.timeout_s + 10, "--timeout-s + 10 ="))
-    return Watchdog(limit, name="starting", rank=rank, limit_name=limit_name, group_timeout_s=args.timeout_s,
-                    heartbeats=Heartbeats.of_default_group(interval_s=heartbeat_interval(args.timeout_s)),
+    failures, training = config.failures, config.training
+    limit, limit_name = ((failures.watchdog_s, "--watchdog-s") if failures.watchdog_s is not None
+                         else (failures.timeout_s + 10, "--timeout-s + 10 ="))
+    return Watchdog(limit, name="starting", rank=rank, limit_name=limit_name, group_timeout_s=failures.timeout_s,
+                    heartbeats=Heartbeats.of_default_group(interval_s=heartbeat_interval(failures.timeout_s)),
                     slow_hint=f"no rank is waiting for another: if one micro-batch is only slow (--seq-len "
-                              f"{args.seq_len}, --micro-batch-size {args.micro_batch_size} on {args.device}), raise "
-                              "--watchdog-s")
+                              f"{config.model.seq_len}, --micro-batch-size {training.micro_batch_size} on "
+                              f"{training.device}), raise --watchdog-s")
 
 
 def _beating(watchdog, on_action):
@@ -394,9 +273,8 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
         if exit_.code and not speaks(UsageError(None)):
             time.sleep(SILENT_RANK_GRACE_S)  # so that rank 0 says why before a launcher stops it
         raise
-    try:
-        args.explicit = explicit_options(parser, argv)
-        check_args(args)
+    try:  # the options become one checked config, once; nothing changes them afterwards
+        config = check_args(args, explicit_options(parser, argv))
     except UsageError as err:
         if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad
             print(f"{PROG}: error: {err}", file=sys.stderr)
@@ -404,7 +282,7 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
             time.sleep(SILENT_RANK_GRACE_S)
         return 2
     note_rank("started")  # for repro.dist.torchrun: a signal after every started rank finished is no failure
-    code = run_fail_fast(lambda: train(args, on_action=on_action), prog=PROG)
+    code = run_fail_fast(lambda: train(config, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:
         note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1
     return code

@@ -77,23 +77,22 @@ def add_megatron_options(parser: argparse.ArgumentParser) -> None:
                    help="pad the embedding to a multiple of N x --tp rows (masked out of the softmax)")
 
 
-def resolve_global_batch(args: argparse.Namespace, dp: int, *, from_config: bool) -> None:
-    """Megatron's global batch: ``--global-batch-size`` sets ``--micro-batches`` (refused where it does not divide,
-    or contradicts a --micro-batches or DeepSpeed batch given too); afterwards ``args.global_batch_size`` holds the
-    run's global batch either way, as Megatron's argument dump shows it."""
-    per_micro_batch = args.micro_batch_size * dp
-    if args.global_batch_size is not None:
-        given = args.global_batch_size
-        if given % per_micro_batch:
-            raise UsageError(f"--global-batch-size {given} must be a multiple of --micro-batch-size "
-                             f"{args.micro_batch_size} x dp {dp} = {per_micro_batch} (micro-batches per iteration = "
-                             "global batch / (micro-batch size x dp), as in Megatron-LM)")
-        steps = given // per_micro_batch
-        set_elsewhere = "micro_batches" in getattr(args, "explicit", ()) or from_config
-        if set_elsewhere and args.micro_batches != steps:
-            source = "--deepspeed-config's batch keys" if from_config else "--micro-batches"
-            raise UsageError(f"--global-batch-size {given} contradicts {source}: {args.micro_batches} micro-batches "
-                             f"of {args.micro_batch_size} on dp {dp} make {args.micro_batches * per_micro_batch}; "
-                             "drop one of them")
-        args.micro_batches = steps
-    args.global_batch_size = args.micro_batches * per_micro_batch
+def resolve_global_batch(global_batch_size: int | None, *, micro_batch_size: int, micro_batches: int, dp: int,
+                         fixed_by: str | None = None) -> tuple[int, int]:
+    """(micro-batches per iteration, global batch) of Megatron's ``--global-batch-size``: it sets the micro-batches
+    (Megatron's ``num_microbatches_calculator``), refused where it does not divide, or where it contradicts the
+    micro-batches ``fixed_by`` names (``--micro-batches`` given, or a DeepSpeed config's batch keys); without it,
+    the global batch the others make, as Megatron's argument dump shows it."""
+    per_micro_batch = micro_batch_size * dp
+    if global_batch_size is None:
+        return micro_batches, micro_batches * per_micro_batch
+    if global_batch_size % per_micro_batch:
+        raise UsageError(f"--global-batch-size {global_batch_size} must be a multiple of --micro-batch-size "
+                         f"{micro_batch_size} x dp {dp} = {per_micro_batch} (micro-batches per iteration = "
+                         "global batch / (micro-batch size x dp), as in Megatron-LM)")
+    steps = global_batch_size // per_micro_batch
+    if fixed_by is not None and micro_batches != steps:
+        raise UsageError(f"--global-batch-size {global_batch_size} contradicts {fixed_by}: {micro_batches} "
+                         f"micro-batches of {micro_batch_size} on dp {dp} make {micro_batches * per_micro_batch}; "
+                         "drop one of them")
+    return steps, global_batch_size

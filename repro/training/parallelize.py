@@ -31,6 +31,7 @@ from repro.tensor_parallel.random import COMPILED_LAYERS_TORCH
 from repro.training.optim import build_optimizer
 from repro.training.recompute import CompiledCheckpointed, Checkpointed
 from repro.training.reference_steps import PerParameterOptimizer
+from repro.training.rules import check_zero_pipeline
 from repro.training.settings import TrainSettings
 from repro.training.weight_casts import WeightCasts, attach_grad_sink
 
@@ -41,10 +42,7 @@ def check_layout(config: GPTConfig, groups: ParallelGroups, settings: TrainSetti
     check_micro_batches(settings.micro_batches, groups.pp_size)
     if settings.seq_len > config.max_position_embeddings:
         raise ValueError(f"seq_len={settings.seq_len} exceeds max_position_embeddings={config.max_position_embeddings}")
-    if settings.zero_stage >= 2 and groups.pp_size > 1:
-        raise ValueError(f"zero_stage={settings.zero_stage} with pp={groups.pp_size}: ZeRO stages 2 and 3 shard "
-                         "gradients as backward produces them, which pipeline parallelism's tied-embedding sum "
-                         "needs whole (DeepSpeed refuses the same); use zero_stage 0 or 1 with pp > 1")
+    check_zero_pipeline(settings.zero_stage, groups.pp_size)
 
 
 def seed_ranks(settings: TrainSettings, groups: ParallelGroups, device: torch.device) -> RNGTracker:

@@ -11,7 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from repro.training.rules import check_lr_floor, check_warmup_within_decay, renamed
+
 DECAY_STYLES = ("constant", "linear", "cosine")
+#: the rules' names (repro train's options) for this class's fields
+_FIELDS = renamed({"lr": "max_lr", "lr_warmup_iters": "warmup", "lr_decay_iters": "decay_iters"})
 
 
 @dataclass(frozen=True)
@@ -29,14 +33,16 @@ class LRSchedule:
     def __post_init__(self) -> None:
         if not self.max_lr > 0:
             raise ValueError(f"lr={self.max_lr} must be positive")
-        if not 0 <= self.min_lr <= self.max_lr:
-            raise ValueError(f"min_lr={self.min_lr} must lie in [0, lr={self.max_lr}]")
+        if not self.min_lr >= 0:
+            raise ValueError(f"min_lr={self.min_lr} must be >= 0")
+        check_lr_floor(self.min_lr, self.max_lr, _FIELDS)
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup={self.warmup!r} must be a non-negative integer of iterations")
         if self.decay_style not in DECAY_STYLES:
             raise ValueError(f"decay_style={self.decay_style!r} must be one of {', '.join(DECAY_STYLES)}")
-        if self.decay_iters is not None and (not isinstance(self.decay_iters, int) or self.decay_iters < self.warmup):
-            raise ValueError(f"decay_iters={self.decay_iters!r} must be an integer >= warmup={self.warmup}")
+        if self.decay_iters is not None and not isinstance(self.decay_iters, int):
+            raise ValueError(f"decay_iters={self.decay_iters!r} must be an integer of iterations")
+        check_warmup_within_decay(self.warmup, self.decay_iters, _FIELDS)
 
     def lr(self, iteration: int) -> float:
         if iteration < self.warmup:

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
+from repro.training.rules import check_fp16_zero, check_zero_matches
 from repro.training.schedule import LRSchedule
-from repro.zero.config import ZeroConfig
+from repro.zero.config import ZeroConfig, check_stage
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 WEIGHT_CASTS = ("auto", "autocast", "saved")
@@ -77,19 +78,11 @@ class TrainSettings:
             raise ValueError(f"lr={self.lr} must be positive")
         if self.clip_grad is not None and not self.clip_grad > 0:
             raise ValueError(f"clip_grad={self.clip_grad} must be positive (or None for no clipping)")
-        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
-            raise ValueError(f"zero_stage={self.zero_stage!r} must be an integer 0-3: 0 (DDP all-reduce) or a ZeRO "
-                             "stage over dp")
+        check_stage(self.zero_stage, "zero_stage")
         if not self.weight_decay >= 0:
             raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
         self.schedule()
-        if self.zero is not None:
-            if self.zero.stage != self.zero_stage:
-                raise ValueError(f"the ZeRO config's stage {self.zero.stage} differs from zero_stage={self.zero_stage}")
-            if self.zero.dtype != "fp32":
-                raise ValueError(f"the ZeRO config asks for {self.zero.dtype} parameters; the trainer keeps fp32 "
-                                 "parameters and masters and computes in --precision (autocast): set --precision "
-                                 f"{self.zero.dtype} and leave fp16/bf16 out of the DeepSpeed config")
+        check_zero_matches(self.zero_stage, self.zero)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}")
         if self.weight_casts not in WEIGHT_CASTS:
@@ -101,9 +94,7 @@ class TrainSettings:
         if self.weight_casts == "saved" and self.zero_stage == 3:
             raise ValueError("weight_casts='saved' casts a layer's weights before its forward starts; zero_stage=3 "
                              "gathers them only then: use weight_casts 'autocast' (or 'auto') with ZeRO-3")
-        if self.precision == "fp16" and self.zero_stage != 0:
-            raise ValueError(f"precision='fp16' with zero_stage={self.zero_stage} is not supported: the ZeRO stages "
-                             "here keep their own fp32 states and have no loss scaler in the trainer; use bf16")
+        check_fp16_zero(self.precision, self.zero_stage)
         try:
             kind = torch.device(self.device).type
         except (RuntimeError, TypeError) as err:  # torch rejects unknown device strings with a RuntimeError

@@ -17,7 +17,6 @@ by the first rank of each machine (the others are printed by rank 0 alone: every
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from repro.dist.launch import LaunchEnv, read_launch_env
 from repro.environment import SettingError, check_environment, local_world_size
+from repro.training.config import SYNTHETIC_VOCAB, TrainConfig
 from repro.training.failfast import UsageError
 
 GIB = 2**30
@@ -34,8 +34,6 @@ GIB = 2**30
 WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES = 4, 4, 8
 #: one checkpoint holds fp32 weights and Adam's moments: 12 B per parameter (per dp rank without ZeRO)
 CHECKPOINT_BYTES = WEIGHT_BYTES + ADAM_BYTES
-#: --vocab of the synthetic data when none is given
-SYNTHETIC_VOCAB = 256
 
 
 class MachineError(UsageError):
@@ -80,7 +78,7 @@ def machine_error(launch: LaunchEnv, message: str) -> MachineError:
     return MachineError(where + message)
 
 
-def check_launch(args: argparse.Namespace) -> tuple[LaunchEnv, int]:
+def check_launch(config: TrainConfig) -> tuple[LaunchEnv, int]:
     """(launch variables, data-parallel size): whole numbers in range, and world = tp x pp x dp."""
     from repro.dist.groups import resolve_grid
 
@@ -105,26 +103,11 @@ def check_launch(args: argparse.Namespace) -> tuple[LaunchEnv, int]:
             message = "launch variables " + ", ".join(f"{n}={os.environ.get(n)!r}" for n in names) + ": " + message
         raise LaunchError(message) from None
     try:
-        grid = resolve_grid(launch.world_size, tp=args.tp, pp=args.pp, dp=args.dp)
+        layout = config.parallelism
+        grid = resolve_grid(launch.world_size, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     except ValueError as err:
         raise UsageError(str(err)) from None
     return launch, grid.dp
-
-
-def model_config(args: argparse.Namespace):
-    """The GPT the options describe, checked against the tensor-parallel size (heads and FFN split evenly)."""
-    from repro.models import GPTConfig
-
-    try:
-        dropout = {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}
-        dropout.update({k: v for k in dropout if (v := getattr(args, k, None)) is not None})  # Megatron's two
-        config = GPTConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers,
-                           num_attention_heads=args.heads, max_position_embeddings=args.seq_len,
-                           make_vocab_size_divisible_by=getattr(args, "make_vocab_size_divisible_by", 128), **dropout)
-        config.check_tensor_parallel(args.tp)
-    except ValueError as err:
-        raise UsageError(f"--heads {args.heads} --hidden {args.hidden} --tp {args.tp}: {err}") from None
-    return config
 
 
 # ---- memory ---------------------------------------------------------------------------------------------------
@@ -177,65 +160,71 @@ def state_bytes(params: int, *, dp: int, zero) -> tuple[int, int]:
     return device, host
 
 
-def activation_bytes(args: argparse.Namespace, config) -> int:
+def activation_bytes(config: TrainConfig) -> int:
     """A lower bound on the activations one micro-batch keeps on the busiest stage (so that a run refused here
     could not have fit): per layer the tensors its backward needs at the least (Korthikanti et al. 2022, sec. 4.1,
     without the attention scores, which a fused attention kernel never stores): its input (s b h, not split over
     tp) and, split over tp, the QKV projection (3 s b h), the attention output (s b h) and the MLP's hidden and
     GeLU output (8 s b h); under --activation-checkpointing only the input, plus one layer's set while it is
     recomputed. The logits (s b V / tp) come on top, once. Elements are 4 bytes in fp32, 2 under bf16/fp16."""
-    element = 4 if args.precision == "fp32" else 2
-    tokens, hidden, tp = args.micro_batch_size * args.seq_len, config.hidden_size, args.tp
-    layers = math.ceil(config.num_layers / args.pp)
+    model, training, layout = config.gpt_config(), config.training, config.parallelism
+    element = 4 if training.precision == "fp32" else 2
+    tokens, hidden, tp = training.micro_batch_size * config.model.seq_len, model.hidden_size, layout.tp
+    layers = math.ceil(model.num_layers / layout.pp)
     full_layer = tokens * (hidden + 12 * hidden // tp)
-    per_layer = tokens * hidden if args.activation_checkpointing else full_layer
-    stored = layers * per_layer + (full_layer if args.activation_checkpointing else 0)
-    return (stored + tokens * config.padded_vocab_size(tp) // tp) * element
+    per_layer = tokens * hidden if training.activation_checkpointing else full_layer
+    stored = layers * per_layer + (full_layer if training.activation_checkpointing else 0)
+    return (stored + tokens * model.padded_vocab_size(tp) // tp) * element
 
 
-def check_batch_memory(args: argparse.Namespace, *, launch: LaunchEnv, dp: int) -> None:
+def check_batch_memory(config: TrainConfig, *, launch: LaunchEnv) -> None:
     """Refuse a global batch whose int64 tokens alone (every rank builds the whole global batch, micro-batch size x
     micro-batches x dp sequences of --seq-len + 1 tokens, in host memory) exceed this rank's share of host memory."""
-    sequences = args.micro_batch_size * args.micro_batches * dp
-    needs = sequences * (args.seq_len + 1) * 8
+    training, dp, seq_len = config.training, config.parallelism.dp, config.model.seq_len
+    sequences = training.micro_batch_size * training.micro_batches * dp
+    needs = sequences * (seq_len + 1) * 8
     has, source = available_bytes("cpu", launch.local_rank)
     if needs > has:
-        raise machine_error(launch, f"--micro-batch-size {args.micro_batch_size} x --micro-batches "
-                                    f"{args.micro_batches} x dp {dp} = {sequences:,} sequences of --seq-len "
-                                    f"{args.seq_len} + 1 tokens: the global batch's int64 tokens need "
+        raise machine_error(launch, f"--micro-batch-size {training.micro_batch_size} x --micro-batches "
+                                    f"{training.micro_batches} x dp {dp} = {sequences:,} sequences of --seq-len "
+                                    f"{seq_len} + 1 tokens: the global batch's int64 tokens need "
                                     f"{needs / GIB:,.1f} GiB of host memory per rank; it must fit the "
                                     f"{has / GIB:,.1f} GiB this machine has ({source})")
 
 
-def check_memory(args: argparse.Namespace, config, *, launch: LaunchEnv, dp: int) -> None:
+def check_memory(config: TrainConfig, *, launch: LaunchEnv) -> None:
     """Refuse a model whose states and one micro-batch's activations (a lower bound) exceed this rank's free
-    memory."""
+    memory (``config`` resolved: its dp and vocabulary known)."""
     from repro.dist.device import select_device
     from repro.models.params import count_parameters
 
-    check_batch_memory(args, launch=launch, dp=dp)
+    check_batch_memory(config, launch=launch)
+    training, layout, model = config.training, config.parallelism, config.gpt_config()
+    tp, pp, dp, seq_len = layout.tp, layout.pp, layout.dp, config.model.seq_len
     try:
-        device = select_device(args.device, local_rank=launch.local_rank).type
+        device = select_device(training.device, local_rank=launch.local_rank).type
     except ValueError as err:
-        raise machine_error(launch, f"--device {args.device}: {err}") from None
-    total = count_parameters(config, args.tp)
-    on_device, on_host = state_bytes(parameters_per_rank(config, tp=args.tp, pp=args.pp), dp=dp, zero=args.zero)
+        raise machine_error(launch, f"--device {training.device}: {err}") from None
+    total = count_parameters(model, tp)
+    on_device, on_host = state_bytes(parameters_per_rank(model, tp=tp, pp=pp), dp=dp, zero=layout.zero)
     needs = on_device + (on_host if device == "cpu" else 0)
     has, source = available_bytes(device, launch.local_rank)
     if needs > has:
-        shape = f"--layers {args.layers} --hidden {args.hidden} --vocab {config.vocab_size} --seq-len {args.seq_len}"
+        shape = (f"--layers {model.num_layers} --hidden {model.hidden_size} --vocab {model.vocab_size} --seq-len "
+                 f"{seq_len}")
         raise machine_error(launch, f"{shape}: the model ({total:,} parameters) needs at least "
                                     f"{needs / GIB:,.1f} GiB on {device} per rank for fp32 weights, gradients and "
-                                    f"Adam states (tp {args.tp}, pp {args.pp}, dp {dp}, ZeRO stage "
-                                    f"{args.zero_stage}); this machine has {has / GIB:,.1f} GiB ({source})")
-    activations = activation_bytes(args, config)
+                                    f"Adam states (tp {tp}, pp {pp}, dp {dp}, ZeRO stage "
+                                    f"{layout.zero_stage}); this machine has {has / GIB:,.1f} GiB ({source})")
+    activations = activation_bytes(config)
     if needs + activations > has:
-        hint = "" if args.activation_checkpointing else ", --activation-checkpointing"
-        raise machine_error(launch, f"--micro-batch-size {args.micro_batch_size} --seq-len {args.seq_len}: one "
-                                    f"micro-batch's activations need at least {activations / GIB:,.1f} GiB on "
-                                    f"{device} per rank ({args.precision}, tp {args.tp}, pp {args.pp}), on top of "
-                                    f"{needs / GIB:,.1f} GiB of model states; this machine has {has / GIB:,.1f} GiB "
-                                    f"({source}): lower them, or raise --tp / --pp{hint}")
+        hint = "" if training.activation_checkpointing else ", --activation-checkpointing"
+        raise machine_error(launch, f"--micro-batch-size {training.micro_batch_size} --seq-len "
+                                    f"{seq_len}: one micro-batch's activations need at least "
+                                    f"{activations / GIB:,.1f} GiB on {device} per rank ({training.precision}, tp "
+                                    f"{tp}, pp {pp}), on top of {needs / GIB:,.1f} GiB of model states; this "
+                                    f"machine has {has / GIB:,.1f} GiB ({source}): lower them, or raise --tp / "
+                                    f"--pp{hint}")
     if device == "cuda" and on_host:
         free, source = available_bytes("cpu", launch.local_rank)
         if on_host > free:
@@ -254,26 +243,29 @@ def _make_dir(option: str, path: Path, launch: LaunchEnv) -> None:
         raise machine_error(launch, f"{option} {path} {problem}")
 
 
-def check_outputs(args: argparse.Namespace, *, launch: LaunchEnv, checkpoint_bytes: int) -> None:
+def check_outputs(config: TrainConfig, *, launch: LaunchEnv) -> None:
     """``--save`` writable with room for one checkpoint (every rank writes its shard there); ``--log-jsonl`` and
     ``--tensorboard-dir`` writable by rank 0, which alone writes them."""
-    if args.save is not None:
-        save = Path(args.save)
+    save_dir = config.checkpoint.save
+    if save_dir is not None:
+        save = Path(save_dir)
         _make_dir("--save", save, launch)
         free = shutil.disk_usage(save).free
-        if checkpoint_bytes > free:
-            raise machine_error(launch, f"--save {save}: one checkpoint needs about {checkpoint_bytes / GIB:,.2f} "
+        layout = config.parallelism
+        needs = checkpoint_bytes(config.gpt_config(), tp=layout.tp, dp=layout.dp, zero_stage=layout.zero_stage)
+        if needs > free:
+            raise machine_error(launch, f"--save {save}: one checkpoint needs about {needs / GIB:,.2f} "
                                         f"GiB (fp32 weights and Adam states), the file system has "
                                         f"{free / GIB:,.2f} GiB free")
     if launch.rank != 0:
         return
-    if args.tensorboard_dir is not None:
-        _make_dir("--tensorboard-dir", Path(args.tensorboard_dir), launch)
-    jsonl = args.log_jsonl or (str(Path(args.save) / "log.jsonl") if args.save else None)
+    if config.logging.tensorboard_dir is not None:
+        _make_dir("--tensorboard-dir", Path(config.logging.tensorboard_dir), launch)
+    jsonl = config.log_jsonl
     if jsonl is not None:
         from repro.paths import appendable_file_problem
 
-        option = "--log-jsonl" if args.log_jsonl else "--save (its log.jsonl)"
+        option = "--log-jsonl" if config.logging.log_jsonl else "--save (its log.jsonl)"
         problem = appendable_file_problem(jsonl)
         if problem is not None:
             raise machine_error(launch, f"{option} {jsonl} {problem}")
@@ -288,24 +280,24 @@ def checkpoint_bytes(config, *, tp: int, dp: int, zero_stage: int) -> int:
 
 # ---- corpora --------------------------------------------------------------------------------------------------
 
-def check_data(args: argparse.Namespace) -> None:
-    """Set ``args.vocab`` when it was not given (256 for synthetic data, else the --data index's vocab_size) and
-    check that the largest token id of --data and --valid-data is below it: the model's embedding has one row per
-    id, so a larger id would fail at the step that reads it."""
-    given = args.vocab is not None
-    if args.data == "synthetic" and not given:
-        args.vocab = SYNTHETIC_VOCAB
-    for option, prefix in (("--data", args.data), ("--valid-data", args.valid_data)):
+def check_data(config: TrainConfig, *, vocab_given: bool) -> int:
+    """The model's vocabulary (``--vocab``, else 256 for synthetic data, else the --data index's vocab_size), once
+    the largest token id of --data and --valid-data is checked to lie below it: the model's embedding has one row
+    per id, so a larger id would fail at the step that reads it. ``vocab_given``: --vocab was on the command line."""
+    data, vocab = config.data, config.model.vocab
+    for option, prefix in (("--data", data.data), ("--valid-data", data.valid_data)):
         if prefix in (None, "synthetic"):
             continue
-        vocab, largest, recorded = check_corpus(option, prefix, seq_len=args.seq_len, seed=args.seed)
-        if args.vocab is None:
-            args.vocab = vocab  # --data comes first
-        if largest >= args.vocab:
-            source = "--vocab" if given else ("the default for synthetic data" if args.data == "synthetic"
-                                              else "the vocab_size of the --data index")
+        found, largest, recorded = check_corpus(option, prefix, seq_len=config.model.seq_len,
+                                                seed=config.training.seed)
+        if vocab is None:
+            vocab = found  # --data comes first
+        if largest >= vocab:
+            source = "--vocab" if vocab_given else ("the default for synthetic data" if data.data == "synthetic"
+                                                    else "the vocab_size of the --data index")
             raise UsageError(f"{option} {prefix} holds token ids up to {largest} ({recorded}): every "
-                             f"id must be below the vocabulary, {args.vocab} ({source})")
+                             f"id must be below the vocabulary, {vocab} ({source})")
+    return vocab if vocab is not None else SYNTHETIC_VOCAB
 
 
 def check_corpus(option: str, prefix: str, *, seq_len: int, seed: int) -> tuple[int, int, str]:

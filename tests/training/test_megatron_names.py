@@ -5,7 +5,6 @@ Megatron command line trains the same model to the same losses as the repro one.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -48,9 +47,13 @@ def test_megatron_options_translate(argv, expected):
     assert {key: args[key] for key in expected} == expected
 
 
-def _namespace(**values) -> argparse.Namespace:
-    defaults = {"global_batch_size": None, "micro_batch_size": 2, "micro_batches": 4, "explicit": frozenset()}
-    return argparse.Namespace(**{**defaults, **values})
+def _resolve(values: dict, dp: int, from_config: bool) -> tuple[int, int]:
+    """(micro-batches, global batch) of the settings ``values`` (``explicit``: the options the command line gave)."""
+    settings = {"global_batch_size": None, "micro_batch_size": 2, "micro_batches": 4, **values}
+    fixed_by = ("--deepspeed-config's batch keys" if from_config
+                else "--micro-batches" if "micro_batches" in settings.get("explicit", ()) else None)
+    return resolve_global_batch(settings["global_batch_size"], micro_batch_size=settings["micro_batch_size"],
+                                micro_batches=settings["micro_batches"], dp=dp, fixed_by=fixed_by)
 
 
 @pytest.mark.parametrize("values, dp, from_config, expected", [
@@ -64,13 +67,11 @@ def _namespace(**values) -> argparse.Namespace:
     ({"global_batch_size": 24, "micro_batches": 3}, 2, True, "contradicts --deepspeed-config's batch keys"),
 ])
 def test_global_batch_size_is_megatrons(values, dp, from_config, expected):
-    args = _namespace(**values)
     if isinstance(expected, str):
         with pytest.raises(UsageError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-            resolve_global_batch(args, dp, from_config=from_config)
+            _resolve(values, dp, from_config)
     else:
-        resolve_global_batch(args, dp, from_config=from_config)
-        assert (args.micro_batches, args.global_batch_size) == expected
+        assert _resolve(values, dp, from_config) == expected
 
 
 def _train(tmp_path, name: str, argv: list[str]) -> tuple[list[float], str]:

@@ -11,9 +11,10 @@ import pytest
 
 from repro.training.argcheck import check_args
 from repro.training.cli import build_parser
+from repro.training.config import TrainConfig
 from repro.training.corpus import max_token_id
 from repro.training.data import SyntheticSamples
-from repro.training.startcheck import checkpoint_bytes, model_config, state_bytes
+from repro.training.startcheck import checkpoint_bytes, state_bytes
 from repro.zero import config as zero_config
 from repro.zero.config import OffloadConfig, ZeroConfig
 from repro.zero.deepspeed_json import OFFLOAD_KEYS, ZERO_KEYS, DeepSpeedBatch
@@ -29,9 +30,7 @@ def one_process(monkeypatch):
 def _checked(tmp_path, ds: dict, *argv: str):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(ds))
-    args = build_parser().parse_args(["--deepspeed-config", str(path), *argv])
-    check_args(args)
-    return args
+    return check_args(build_parser().parse_args(["--deepspeed-config", str(path), *argv]))
 
 
 @pytest.mark.parametrize("ds, argv, expected", [
@@ -43,8 +42,8 @@ def _checked(tmp_path, ds: dict, *argv: str):
     ({"zero_optimization": {"stage": 1}}, ["--micro-batch-size", "5", "--micro-batches", "2"], (5, 2)),
 ])
 def test_deepspeed_batch_keys_are_honoured(tmp_path, ds, argv, expected):
-    args = _checked(tmp_path, ds, *argv)
-    assert (args.micro_batch_size, args.micro_batches) == expected
+    config = _checked(tmp_path, ds, *argv)
+    assert (config.training.micro_batch_size, config.training.micro_batches) == expected
 
 
 def test_train_batch_size_counts_the_data_parallel_ranks():
@@ -109,8 +108,7 @@ def test_state_bytes_follow_the_zero_stages():
 
 
 def test_checkpoint_estimate_counts_each_dp_copy_without_zero():
-    args = build_parser().parse_args(["--vocab", "128"])
-    config = model_config(args)
+    config = TrainConfig.from_settings(vocab=128).gpt_config()
     from repro.models.params import count_parameters
 
     assert checkpoint_bytes(config, tp=1, dp=2, zero_stage=0) == count_parameters(config) * 12 * 2
@@ -127,10 +125,9 @@ def test_on_a_gpu_the_estimate_meets_the_gpus_free_memory(monkeypatch):
 
     monkeypatch.setattr(repro.dist.device, "select_device", lambda *a, **k: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (2**30, 80 * 2**30))
-    args = build_parser().parse_args(["--hidden", "4096", "--heads", "32", "--layers", "4"])
-    args.vocab, args.zero = 50257, None
+    config = TrainConfig.from_settings(hidden=4096, heads=32, layers=4, vocab=50257, dp=1)
     with pytest.raises(UsageError, match=r"1,011,703,808 parameters\) needs at least 15\.1 GiB on cuda .* has "
                                         r"1\.0 GiB \(free on cuda:0\)"):
-        check_memory(args, model_config(args), launch=read_launch_env(), dp=1)
-    args.hidden, args.heads = 256, 4
-    check_memory(args, model_config(args), launch=read_launch_env(), dp=1)  # about 16 M parameters: 0.25 GiB fits
+        check_memory(config, launch=read_launch_env())
+    config = config.replaced(hidden=256, heads=4)
+    check_memory(config, launch=read_launch_env())  # about 16 M parameters: 0.25 GiB fits

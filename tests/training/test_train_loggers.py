@@ -74,7 +74,5 @@ def test_the_deepspeed_tensorboard_block_sets_the_directory(tmp_path, monkeypatc
         monkeypatch.delenv(name, raising=False)
     argv = ["--steps", "1", "--layers", "2", "--deepspeed-config", str(config)]
     parser = build_parser()
-    args = parser.parse_args(argv)
-    args.explicit = explicit_options(parser, argv)
-    check_args(args)
-    assert args.tensorboard_dir == str(tmp_path / "tb" / "run1")
+    config = check_args(parser.parse_args(argv), explicit_options(parser, argv))
+    assert config.logging.tensorboard_dir == str(tmp_path / "tb" / "run1")
