@@ -127,3 +127,21 @@ def test_a_seeded_stage_of_one_draws_each_block_from_its_own_seed():
     torch.manual_seed(5)
     first_draws = GPTModel(CONFIG).embedding.word_embeddings.weight  # the first block an ordinary build draws
     assert torch.equal(stage.output_word_embeddings.weight, first_draws)
+
+
+#: a layer's parameters in the order the checkpoints of ``repro train`` hold them (and the flat buffers lay them out)
+LAYER = ["input_layernorm.weight", "input_layernorm.bias", "attention.qkv.weight", "attention.qkv.bias",
+         "attention.dense.weight", "attention.dense.bias", "post_attention_layernorm.weight",
+         "post_attention_layernorm.bias", "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"]
+
+
+@pytest.mark.parametrize("pp_size", [1, 2])
+def test_stage_names_are_those_of_the_checkpoints_written_before(pp_size):
+    """The names, in order, that checkpoints written by the earlier stage class carry, written out by hand: a
+    checkpoint from before the model became one module with steps applied still loads, into the same slots."""
+    layers = CONFIG.num_layers // pp_size
+    first = ["embedding.word_embeddings.weight", "embedding.position_embeddings.weight"]
+    last = ["final_layernorm.weight", "final_layernorm.bias"] + ([OUTPUT_EMBEDDING] if pp_size > 1 else [])
+    body = [f"layers.{i}.{name}" for i in range(layers) for name in LAYER]
+    expected = [first + body + last] if pp_size == 1 else [first + body, body + last]
+    assert [list(GPTStage(CONFIG, pp_rank=r, pp_size=pp_size).state_dict()) for r in range(pp_size)] == expected
