@@ -72,6 +72,12 @@ def optimizer_difference(saved: Any, optimizer) -> str | None:
     if not isinstance(saved, dict):
         return f"its optimizer state is a {type(saved).__name__}, not a dict"
     params = getattr(optimizer, "params", None)
+    flat = getattr(optimizer, "flat", None)
+    if "layout" in saved and flat is not None:  # the flat format: one torch parameter per flat buffer
+        if saved["layout"] != flat.layout():
+            return ("its optimizer state was laid out for other parameters (names, sizes or dtypes differ from this "
+                    "run's model)")
+        params = [group.data for group in flat.groups]
     if "torch" in saved and params is not None:  # repro.training.optim.DataParallelOptimizer
         torch_state = saved["torch"]
         count = sum(len(group.get("params", ())) for group in torch_state.get("param_groups", ()))
