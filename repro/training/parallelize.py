@@ -20,7 +20,7 @@ the ratio of the trainer's speed to it measures the parallel machinery alone.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -142,7 +142,8 @@ class StageLoss(torch.nn.Module):
         return self.stage.output_loss(self.stage.hidden_states(ids), labels)
 
 
-def apply_data_parallel(stage: GPTModel, settings: TrainSettings, groups: ParallelGroups):
+def apply_data_parallel(stage: GPTModel, settings: TrainSettings,
+                        groups: ParallelGroups) -> tuple[Any, StageLoss | None]:
     """Data parallelism over ``groups.dp``: ``(optimizer, loss module)``. ``zero_stage`` 0 keeps a replica of
     everything per rank and averages the gradients with one all-reduce of a flat buffer per step (DDP); ZeRO
     (Rajbhandari et al. 2020, sec. 5) shards over dp the optimizer states (stage 1, P_os), also the gradients,
