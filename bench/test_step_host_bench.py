@@ -24,7 +24,7 @@ import torch
 
 from repro.dist import init_parallel
 from repro.models import GPTConfig
-from repro.models.plain_gpt import PlainGPT
+from repro.training.parallelize import build_plain_gpt
 from repro.training.trainer import PipelineTrainer, TrainSettings
 
 #: many layers of almost nothing: ~14 parameters and ~100 operations per layer, each on a few hundred numbers
@@ -42,7 +42,7 @@ def _repro_step(batch: torch.Tensor):
 
 def _plain_step(batch: torch.Tensor):
     torch.manual_seed(0)
-    model = PlainGPT(CONFIG, checkpointing=True)
+    model = build_plain_gpt(CONFIG, activation_checkpointing=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95))
     ids, labels = batch[:, :-1], batch[:, 1:]
     model.train()
@@ -50,7 +50,7 @@ def _plain_step(batch: torch.Tensor):
     def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model.loss(ids, labels)
+            loss = model.loss(ids, labels).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         optimizer.step()

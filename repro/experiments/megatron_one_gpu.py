@@ -1,6 +1,6 @@
 """The 1-GPU baseline of Megatron-LM's weak scaling (paper sec. 5.1.1) measured two ways, beside a plain GPT.
 
-Repro's trainer (compiled layers, or eager) and a plain single-GPU GPT (:mod:`repro.models.plain_gpt`, compiled
+Repro's trainer (compiled layers, or eager) and a plain single-GPU GPT (the same GPT with no parallel step, compiled
 whole, or eager) on the same configuration, batch and precision: each built and stepped once (compiled) by a
 ``prepare_*`` function, then either timed alone (``measure_*``, :func:`repro.training.throughput.measure_steps`) or,
 for the comparison users can trust, timed in turn with the others in one process (:func:`run_alternated`: A B A B
@@ -55,18 +55,23 @@ def repro_settings(params, device, *, compiled: bool):
 
 
 def prepare_plain(params, config, device, *, compiled: bool):
-    """The plain GPT (:mod:`repro.models.plain_gpt`), its fused AdamW and its step, built and stepped once."""
-    from repro.models.plain_gpt import PlainGPT
+    """The plain GPT (:func:`repro.training.parallelize.build_plain_gpt`: the trainer's GPT with no parallel step),
+    its fused AdamW and its step, built and stepped once."""
+    from repro.training.parallelize import build_plain_gpt
     from repro.training.throughput import Prepared, Stopwatch, model_flops
 
     b, s = params["micro_batch_size"], params["seq_len"]
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     with Stopwatch(device) as build:
         torch.manual_seed(0)
-        model = PlainGPT(config, checkpointing=params["checkpointing"]).to(device)
+        model = build_plain_gpt(config, activation_checkpointing=params["checkpointing"]).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1.5e-4, betas=(0.9, 0.95),
                                       fused=True if device.type == "cuda" else None)
-        loss_fn = torch.compile(model.loss) if compiled else model.loss
+
+        def mean_loss(ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return model.loss(ids, labels).mean()
+
+        loss_fn = torch.compile(mean_loss) if compiled else mean_loss
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(params["precision"])
     generator = torch.Generator().manual_seed(1234)
     batch = torch.randint(0, config.vocab_size, (b, s + 1), generator=generator).to(device)

@@ -7,7 +7,8 @@ reports iteration time, tokens/s and model TFLOP/s per GPU by the paper's formul
 point's per-GPU TFLOP/s over the 1-GPU point's (Fig. 5), so it needs the 1-GPU point of the same run or scale.
 
 The 1-GPU baseline (``1p2B_1gpu``) measures repro with compiled layers against a plain single-GPU GPT of the same
-configuration compiled whole with ``torch.compile`` (:mod:`repro.models.plain_gpt`), so the suite's own overhead is
+configuration compiled whole with ``torch.compile`` (the same GPT with no parallel step applied:
+:func:`repro.training.parallelize.build_plain_gpt`), so the suite's own overhead is
 visible beside what a user would write for one GPU: both are built in one process, then timed in turn, A B A B A B,
 and each row is the median of the three repetitions with their range (``value_min``, ``value_max``); the ratio is the
 ratio of the medians, and the share of peak is given by the paper's formula and by the FLOPs a forward and a

@@ -8,7 +8,7 @@ imports this module for its ``EXPERIMENT``.
 Nulls, computed here from the same rows:
 
 * the 1-GPU baseline (TFLOP/s and share of peak): the plain single-GPU GPT compiled whole
-  (:mod:`repro.models.plain_gpt`), measured in the same run where there is one: what a user gets without the suite;
+  (:func:`repro.training.parallelize.build_plain_gpt`), measured in the same run where there is one: what a user gets without the suite;
 * a Fig. 5 bar: perfect weak scaling (100 %); Table 8's speed-up on ``g`` GPUs: perfect strong scaling (``g``);
 * Table 2's days per epoch and the 512-GPU PFLOP/s: perfect scaling at the measured 1-GPU TFLOP/s.
 

@@ -17,6 +17,7 @@ from repro.dist.comm import CommGroup
 from repro.models.config import BertConfig
 from repro.models.embedding import Embedding
 from repro.models.output import parallel_lm_logits
+from repro.models.tensor_parallel_plan import apply_tensor_parallel
 from repro.models.transformer import TransformerLayer
 from repro.tensor_parallel import RNGTracker, vocab_parallel_cross_entropy
 from repro.tensor_parallel.layers import normal_init
@@ -24,9 +25,18 @@ from repro.tensor_parallel.layers import normal_init
 
 def _linear(in_features: int, out_features: int, std: float) -> nn.Linear:
     layer = nn.Linear(in_features, out_features)
-    normal_init(std)(layer.weight.data)
-    nn.init.zeros_(layer.bias)
+    layer.std = std
+    _reset_linear(layer)
     return layer
+
+
+@torch.no_grad()
+def _reset_linear(layer: nn.Linear) -> None:
+    """``nn.Linear``'s own initialisation, then BERT's N(0, std) weights and zero bias: the first draw is kept, so
+    that a seed gives the weights it always gave."""
+    layer.reset_parameters()
+    normal_init(layer.std)(layer.weight)
+    nn.init.zeros_(layer.bias)
 
 
 class BertLMHead(nn.Module):
@@ -38,6 +48,12 @@ class BertLMHead(nn.Module):
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)
         self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size(group.size) // group.size))
         self.approximate = config.gelu_approximate
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        _reset_linear(self.dense)
+        self.layernorm.reset_parameters()
+        self.bias.zero_()
 
     def forward(self, sequence_output: torch.Tensor, word_embeddings: nn.Module) -> torch.Tensor:
         """This rank's vocabulary shard of the logits [b, s, V_padded / tp]; ``word_embeddings`` is the tied
@@ -54,21 +70,40 @@ class BertModel(nn.Module):
         self, config: BertConfig, *, tp_group: CommGroup | None = None, rng_tracker: RNGTracker | None = None
     ) -> None:
         super().__init__()
-        group = tp_group if tp_group is not None else CommGroup.single("tp")
-        config.check_tensor_parallel(group.size)
-        self.config, self.tp_group = config, group
+        self.config, self.tp_group = config, CommGroup.single("tp")
         pre_norm = config.layernorm_placement == "megatron"
         h, eps = config.hidden_size, config.layernorm_epsilon
-        self.embedding = Embedding(config, group=group, num_tokentypes=config.num_tokentypes)
-        self.embedding_layernorm = None if pre_norm else nn.LayerNorm(h, eps=eps)
-        self.layers = nn.ModuleList(
-            TransformerLayer(config, group=group, causal=False, pre_norm=pre_norm, rng_tracker=rng_tracker)
-            for _ in range(config.num_layers)
-        )
-        self.final_layernorm = nn.LayerNorm(h, eps=eps) if pre_norm else None
-        self.pooler = _linear(h, h, config.init_std)
-        self.lm_head = BertLMHead(config, group=group)
-        self.binary_head = _linear(h, 2, config.init_std)  # next-sentence / sentence-order prediction
+        device = torch.get_default_device()  # built plain on the meta device, then split and drawn (GPTModel's way)
+        with torch.device("meta"):
+            self.embedding = Embedding(config, group=self.tp_group, num_tokentypes=config.num_tokentypes)
+            self.embedding_layernorm = None if pre_norm else nn.LayerNorm(h, eps=eps)
+            self.layers = nn.ModuleList(TransformerLayer(config, group=self.tp_group, causal=False, pre_norm=pre_norm)
+                                        for _ in range(config.num_layers))
+            self.final_layernorm = nn.LayerNorm(h, eps=eps) if pre_norm else None
+            self.pooler = _linear(h, h, config.init_std)
+            self.lm_head = BertLMHead(config, group=self.tp_group)
+            self.binary_head = _linear(h, 2, config.init_std)  # next-sentence / sentence-order prediction
+        if tp_group is not None or rng_tracker is not None:
+            apply_tensor_parallel(self, tp_group if tp_group is not None else self.tp_group, rng_tracker)
+        self.to_empty(device=device)
+        self.init_weights()
+
+    def blocks(self) -> list[tuple[str, nn.Module]]:
+        """GPT's blocks (the embedding with token types, the layers) and BERT's heads, in construction order."""
+        parts = [("embedding", self.embedding), ("embedding_layernorm", self.embedding_layernorm),
+                 *((f"layers.{i}", layer) for i, layer in enumerate(self.layers)),
+                 ("final_layernorm", self.final_layernorm), ("pooler", self.pooler), ("lm_head", self.lm_head),
+                 ("binary_head", self.binary_head)]
+        return [(name, part) for name, part in parts if part is not None]
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Draw every weight, block after block from the default generator (:meth:`GPTModel.init_weights`)."""
+        for _, block in self.blocks():
+            if isinstance(block, nn.Linear):
+                _reset_linear(block)
+            else:
+                block.reset_parameters()
 
     def forward(
         self,

@@ -33,15 +33,28 @@ class Embedding(nn.Module):
             vocab_size=config.vocab_size, init_method=normal_init(config.init_std),
         )
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        normal_init(config.init_std)(self.position_embeddings.weight.data)
+        self.init_method = normal_init(config.init_std)
+        self.init_method(self.position_embeddings.weight.data)
         self.tokentype_embeddings = None
         if num_tokentypes > 0:
             self.tokentype_embeddings = nn.Embedding(num_tokentypes, config.hidden_size)
-            normal_init(config.init_std)(self.tokentype_embeddings.weight.data)
+            self.init_method(self.tokentype_embeddings.weight.data)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.max_positions = config.max_position_embeddings
         #: check the ids of every forward (a host sync on a GPU); off where the caller checked them on the host
         self.check_ids = True
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Draw every table again, in the order the constructor draws them: a model built on the meta device and
+        materialized gets the numbers an ordinary build gets from the same generator. Each ``nn.Embedding`` draws
+        N(0, 1) when it is made and is then drawn again with the GPT-2 init; the first draw is kept, so that a seed
+        gives the weights it always gave."""
+        self.word_embeddings.reset_parameters()
+        for table in (self.position_embeddings, self.tokentype_embeddings):
+            if table is not None:
+                table.reset_parameters()
+                self.init_method(table.weight)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         if input_ids.dim() != 2:

@@ -1,17 +1,19 @@
-"""A GPT built partitioned under ZeRO stage 3 (ZeRO-Infinity sec. 7.2): its blocks, in the order
-``GPTModel.__init__`` builds them, handed with a skeleton to :mod:`repro.zero.construction` and the stage-3
-optimizer, so no rank ever holds the whole model. It lives with the models: ZeRO itself knows no model class."""
+"""The GPT built partitioned under ZeRO stage 3 (ZeRO-Infinity sec. 7.2): :class:`~repro.models.gpt.GPTModel` on the
+meta device as the skeleton, its own blocks (:meth:`GPTModel.blocks`, in the order its weights are drawn) built for
+real one at a time by :mod:`repro.zero.construction` when the stage-3 optimizer asks for them, so no rank ever holds
+the whole model. It lives with the models: ZeRO itself knows no model class."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import torch
 from torch import nn
 
 from repro.dist.comm import CommGroup
-from repro.models.embedding import Embedding
 from repro.models.gpt import GPTModel
-from repro.models.transformer import TransformerLayer
+from repro.tensor_parallel import RNGTracker
 from repro.zero.build import build_zero_optimizer
 from repro.zero.construction import BlockFactory, BlockMaterializer, skeleton
 
@@ -32,14 +34,18 @@ def build_partitioned_gpt(
 
 
 def gpt_blocks(config, *, tp_group: CommGroup | None = None, rng_tracker=None) -> list[tuple[str, BlockFactory]]:
-    """GPTModel's pieces in the order ``GPTModel.__init__`` builds them (repro/models/gpt.py)."""
-    group = tp_group if tp_group is not None else CommGroup.single("tp")
+    """GPTModel's blocks in construction order, each a factory that draws a real copy of it on the default device
+    (its values are those the ordinary constructor draws there, when the factories are called in order)."""
+    with torch.device("meta"):
+        model = GPTModel(config, tp_group=tp_group, rng_tracker=rng_tracker)
+    return [(name, lambda block=block: materialized(block)) for name, block in model.blocks()]
 
-    def layer() -> nn.Module:
-        return TransformerLayer(config, group=group, causal=True, pre_norm=True, rng_tracker=rng_tracker)
 
-    return [
-        ("embedding", lambda: Embedding(config, group=group)),
-        *[(f"layers.{i}", layer) for i in range(config.num_layers)],
-        ("final_layernorm", lambda: nn.LayerNorm(config.hidden_size, eps=config.layernorm_epsilon)),
-    ]
+def materialized(block: nn.Module) -> nn.Module:
+    """A copy of the meta ``block`` with storage on the default device and its weights drawn
+    (``reset_parameters``); its process groups and RNG tracker are shared with ``block``, not copied."""
+    shared = {id(value): value for module in block.modules() for value in vars(module).values()
+              if isinstance(value, (CommGroup, RNGTracker))}
+    real = copy.deepcopy(block, memo=shared).to_empty(device=torch.get_default_device())
+    real.reset_parameters()
+    return real

@@ -1,7 +1,8 @@
 """Convert between one consolidated state dict and tensor-parallel shards.
 
 The consolidated form is independent of the tensor-parallel size: the vocabulary rows are *unpadded*
-(``vocab_size``). Sharding pads them for the target tp (Megatron's 128 x tp rule) and slices:
+(``vocab_size``). Sharding pads them for the target tp (Megatron's 128 x tp rule) and slices each parameter as
+the table of :mod:`repro.models.tensor_parallel_plan` splits its module (Megatron sec. 3):
 
 * column-parallel (QKV, FC1) weights and biases: split dim 0;
 * row-parallel (attention output, FC2) weights: split dim 1, their biases replicated;
@@ -16,20 +17,20 @@ from typing import Mapping
 import torch
 
 from repro.models.config import TransformerConfig
+from repro.models.tensor_parallel_plan import COLUMN, PARAMETER_SPLITS, ROW, TENSOR_PARALLEL_PLAN
 
-COLUMN_PARALLEL = ("attention.qkv.weight", "attention.qkv.bias", "mlp.fc1.weight", "mlp.fc1.bias")
-ROW_PARALLEL = ("attention.dense.weight", "mlp.fc2.weight")
-VOCAB_PARALLEL = ("embedding.word_embeddings.weight", "lm_head.bias")
+#: parameter-name suffix -> ("column" | "row" | "vocab", dim), from the plan
+SPLIT_RULES: dict[str, tuple[str, int]] = {
+    f"{path}.{leaf}": (style if style in (COLUMN, ROW) else "vocab", dim)
+    for path, style in TENSOR_PARALLEL_PLAN for leaf, dim in PARAMETER_SPLITS[style]
+}
 
 
 def split_rule(name: str) -> tuple[str, int] | None:
     """("column" | "row" | "vocab", dim) for a parameter name, or None when it is replicated."""
-    if name.endswith(COLUMN_PARALLEL):
-        return "column", 0
-    if name.endswith(ROW_PARALLEL):
-        return "row", 1
-    if name.endswith(VOCAB_PARALLEL):
-        return "vocab", 0
+    for suffix, rule in SPLIT_RULES.items():
+        if name.endswith(suffix):
+            return rule
     return None
 
 

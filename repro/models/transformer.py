@@ -28,7 +28,6 @@ class ParallelSelfAttention(nn.Module):
     def __init__(self, config: TransformerConfig, *, group: CommGroup, causal: bool, rng_tracker=None) -> None:
         super().__init__()
         config.check_tensor_parallel(group.size)
-        self.heads_per_rank = config.num_attention_heads // group.size
         self.head_dim = config.head_dim
         self.causal = causal
         self.dropout_p = config.attention_dropout
@@ -38,6 +37,16 @@ class ParallelSelfAttention(nn.Module):
         self.dense = RowParallelLinear(
             h, h, group=group, init_method=scaled_normal_init(config.init_std, config.num_layers)
         )
+
+    @property
+    def heads_per_rank(self) -> int:
+        """The heads this rank holds: read off the QKV projection, which :func:`~repro.models.tensor_parallel_plan.
+        apply_tensor_parallel` may have split since the layer was built."""
+        return self.qkv.out_per_rank // (3 * self.head_dim)
+
+    def reset_parameters(self) -> None:
+        self.qkv.reset_parameters()
+        self.dense.reset_parameters()
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -77,6 +86,10 @@ class ParallelMLP(nn.Module):
             init_method=scaled_normal_init(config.init_std, config.num_layers),
         )
 
+    def reset_parameters(self) -> None:
+        self.fc1.reset_parameters()
+        self.fc2.reset_parameters()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
@@ -97,6 +110,11 @@ class TransformerLayer(nn.Module):
         self.post_attention_layernorm = nn.LayerNorm(h, eps=eps)
         self.mlp = ParallelMLP(config, group=group)
         self.dropout = nn.Dropout(config.hidden_dropout)  # replicated region: same mask on every tp rank
+
+    def reset_parameters(self) -> None:
+        """Draw the weights again in the constructor's order (see :meth:`repro.models.gpt.GPTModel.init_weights`)."""
+        for module in (self.input_layernorm, self.attention, self.post_attention_layernorm, self.mlp):
+            module.reset_parameters()
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_norm:

@@ -99,3 +99,21 @@ def run_1f1b(
     result.recv_wait_s = channel.recv_wait_s
     result.wall_s = time.perf_counter() - step_start
     return result
+
+
+@dataclass(frozen=True)
+class Schedule1F1B:
+    """The 1F1B schedule of one stage, fixed once for a run (what the trainer's ``apply_pipeline`` returns):
+    ``num_micro_batches`` per step, the ``activation_shape`` passed between stages, over ``pp_group``."""
+
+    num_micro_batches: int
+    activation_shape: tuple[int, ...]
+    pp_group: CommGroup
+    device: torch.device
+
+    def step(self, forward_fn: ForwardFn, loss_fn: LossFn, inputs: Sequence[torch.Tensor] | None, *,
+             on_action: Callable[[str, int], None] | None = None) -> StepResult:
+        """:func:`run_1f1b` of one step: ``inputs`` on the first stage, None elsewhere."""
+        return run_1f1b(forward_fn=forward_fn, loss_fn=loss_fn, inputs=inputs,
+                        num_micro_batches=self.num_micro_batches, activation_shape=self.activation_shape,
+                        pp_group=self.pp_group, device=self.device, on_action=on_action)

@@ -13,10 +13,10 @@ import torch
 
 from repro.dist import comm
 from repro.dist.comm import CommGroup
-from repro.pipeline.stage import GPTStage
+from repro.models.gpt import GPTModel
 
 
-def allreduce_tied_embedding_grad(stage: GPTStage, embedding_group: CommGroup) -> None:
+def allreduce_tied_embedding_grad(stage: GPTModel, embedding_group: CommGroup) -> None:
     """Sum the word-embedding gradient of the first and last stage (no-op for pp=1 or a middle stage)."""
     weight = stage.tied_embedding()
     if weight is None or embedding_group.size == 1:
@@ -27,7 +27,7 @@ def allreduce_tied_embedding_grad(stage: GPTStage, embedding_group: CommGroup) -
     comm.all_reduce(weight.grad, embedding_group)
 
 
-def check_tied_embedding_equal(stage: GPTStage, embedding_group: CommGroup, *, atol: float = 0.0) -> float:
+def check_tied_embedding_equal(stage: GPTModel, embedding_group: CommGroup, *, atol: float = 0.0) -> float:
     """Max |difference| between the first and last stage's copies (0 on middle stages); raises above ``atol``."""
     weight = stage.tied_embedding()
     if weight is None or embedding_group.size == 1:

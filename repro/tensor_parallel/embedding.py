@@ -54,10 +54,18 @@ class VocabParallelEmbedding(nn.Module):
         self.start, self.end = vocab_range(num_embeddings, self.group.rank, self.group.size)
         if self.vocab_size > num_embeddings:
             raise ValueError(f"vocab_size={self.vocab_size} exceeds the padded vocabulary {num_embeddings}")
-        # Initialise the real rows only, so the weights do not depend on how much padding tp asks for.
-        full = torch.zeros(num_embeddings, embedding_dim, dtype=torch.float32)
-        init_method(full[: self.vocab_size])
-        self.weight = nn.Parameter(full[self.start : self.end].to(dtype or torch.get_default_dtype()).contiguous())
+        self.init_method = init_method
+        self.weight = nn.Parameter(torch.empty(self.end - self.start, embedding_dim,
+                                               dtype=dtype or torch.get_default_dtype()))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """This rank's rows of the full table, drawn in fp32 on the weight's device. Only the real rows are drawn,
+        so the weights do not depend on how much padding tp asks for; the padding rows are zero."""
+        full = torch.zeros(self.num_embeddings, self.embedding_dim, dtype=torch.float32, device=self.weight.device)
+        self.init_method(full[: self.vocab_size])
+        self.weight.copy_(full[self.start : self.end])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.group.size == 1:

@@ -57,12 +57,12 @@ def group_or_single(group: CommGroup | None) -> CommGroup:
 
 
 def init_shard(full_shape: tuple[int, int], shard: slice, dim: int, init_method: InitMethod,
-               dtype: torch.dtype | None) -> torch.Tensor:
-    """Initialise the full matrix in fp32, keep the slice ``shard`` of dimension ``dim`` in ``dtype`` (None: torch's
-    default dtype, so that a model built under a 16-bit default holds the values an fp32 build cast to it would)."""
-    full = torch.empty(full_shape, dtype=torch.float32)
+               device: torch.device) -> torch.Tensor:
+    """The slice ``shard`` of dimension ``dim`` of the full matrix, drawn in fp32 on ``device`` (whose generator it
+    uses): copied into a 16-bit parameter, it holds the values an fp32 build cast to 16 bits would."""
+    full = torch.empty(full_shape, dtype=torch.float32, device=device)
     init_method(full)
-    return full.narrow(dim, shard.start, shard.stop - shard.start).to(dtype or torch.get_default_dtype()).contiguous()
+    return full.narrow(dim, shard.start, shard.stop - shard.start)
 
 
 class ColumnParallelLinear(nn.Module):
@@ -84,11 +84,21 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.out_per_rank = divide(out_features, self.group.size, "output features")
         self.gather_output = gather_output
+        self.init_method = init_method
+        dtype = dtype or torch.get_default_dtype()
+        self.weight = nn.Parameter(torch.empty(self.out_per_rank, in_features, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(self.out_per_rank, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """This rank's rows of the full matrix drawn with ``init_method`` (the same draws at every tp size); bias 0."""
         start = self.group.rank * self.out_per_rank
         rows = slice(start, start + self.out_per_rank)
-        self.weight = nn.Parameter(init_shard((out_features, in_features), rows, 0, init_method, dtype))
-        self.bias = nn.Parameter(torch.zeros(self.out_per_rank, dtype=dtype or torch.get_default_dtype())) \
-            if bias else None
+        self.weight.copy_(init_shard((self.out_features, self.in_features), rows, 0, self.init_method,
+                                     self.weight.device))
+        if self.bias is not None:
+            self.bias.zero_()
 
     def bias_for(self, bias_through: BiasThrough | None) -> torch.Tensor | None:
         """The bias to add: ``bias_through(bias)`` when given (the same values; a caller that must order this matmul
@@ -123,11 +133,22 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.in_per_rank = divide(in_features, self.group.size, "input features")
         self.input_is_parallel = input_is_parallel
+        self.init_method = init_method
+        dtype = dtype or torch.get_default_dtype()
+        self.weight = nn.Parameter(torch.empty(out_features, self.in_per_rank, dtype=dtype))
+        # The bias is replicated and added after the reduction, so it is counted once.
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """This rank's columns of the full matrix drawn with ``init_method``; bias 0."""
         start = self.group.rank * self.in_per_rank
         cols = slice(start, start + self.in_per_rank)
-        self.weight = nn.Parameter(init_shard((out_features, in_features), cols, 1, init_method, dtype))
-        # The bias is replicated and added after the reduction, so it is counted once.
-        self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype or torch.get_default_dtype())) if bias else None
+        self.weight.copy_(init_shard((self.out_features, self.in_features), cols, 1, self.init_method,
+                                     self.weight.device))
+        if self.bias is not None:
+            self.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.input_is_parallel:

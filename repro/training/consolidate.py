@@ -1,10 +1,10 @@
 """One GPT state dict from a checkpoint of ``repro train``, whatever its layout: tp x pp shards, ZeRO or not.
 
 A checkpoint (:mod:`repro.training.checkpoint`) holds one file per rank. With ``zero_stage=0`` the dp-rank-0 file of
-each (tp, pp) coordinate carries that pipeline stage's tensor-parallel shard (``extra["model"]``, the names of
-:class:`repro.pipeline.stage.GPTStage`); under ZeRO the weights are the fp32 masters in the optimizer states, cut over
-dp, and :func:`repro.zero.checkpoint.consolidate_checkpoint` puts them back together per model-parallel rank. Either
-way, the tp shards of a stage are merged (:func:`repro.models.sharding.merge_state_dicts`, the inverse of the
+each (tp, pp) coordinate carries that pipeline stage's tensor-parallel shard (``extra["model"]``, the names a
+:func:`repro.pipeline.stage.cut_to_stage` stage has); under ZeRO the weights are the fp32 masters in the optimizer
+states, cut over dp, and :func:`repro.zero.checkpoint.consolidate_checkpoint` puts them back together per
+model-parallel rank. Either way, the tp shards of a stage are merged (:func:`repro.models.sharding.merge_state_dicts`, the inverse of the
 sharding the trainer loaded), the stage's local layer numbers become global again (:func:`repro.pipeline.partition.
 stage_layers`), and the last stage's copy of the tied word embedding is dropped: the result has the names of a
 consolidated GPT (``ReferenceGPT``), which the evaluation harness and the Hugging Face export read. Nothing is

@@ -199,7 +199,7 @@ def build_zero(model: nn.Module, settings: TrainSettings, groups: ParallelGroups
                module: nn.Module | None = None):
     """ZeRO stage 1, 2 or 3 over ``groups.dp`` (repro.zero): optimizer states (1), gradients (2) and parameters (3)
     of each dp replica sharded dp ways. Stage 3 partitions ``module`` (default ``model``), whose forward must run
-    every parameter it uses (see ``trainer._StageLoss``).
+    every parameter it uses (see :class:`repro.training.parallelize.StageLoss`).
 
     The clipping norm is summed over the model-parallel ranks, counting tp-replicated parameters and the last
     stage's copy of the tied embedding once (Megatron's rule, as in :mod:`repro.training.grads`)."""
@@ -234,12 +234,3 @@ def build_zero(model: nn.Module, settings: TrainSettings, groups: ParallelGroups
     cls = {1: ZeroStage1, 2: ZeroStage2}[settings.zero_stage]
     return cls([p for _, p in named], param_names=named, **common)
 
-
-def build_optimizer(model: nn.Module, settings: TrainSettings, groups: ParallelGroups, *,
-                    module: nn.Module | None = None):
-    """DDP-style data parallelism (``zero_stage=0``) or ZeRO stage 1-3 over dp."""
-    if settings.zero_stage == 0:
-        return DataParallelOptimizer(model, settings, groups)
-    if settings.zero_stage in (1, 2, 3):
-        return build_zero(model, settings, groups, module=module)
-    raise ValueError(f"zero_stage={settings.zero_stage!r} must be an integer 0-3")

@@ -2,7 +2,7 @@
 optimizer), CUDA events on a GPU (the device's timeline, idle gaps included), the host clock elsewhere.
 
 ``with PhaseMarks(device, trainer) as marks: trainer.step_lazy(batch)`` then ``marks.milliseconds()``. The phases are
-found by wrapping, for the block's duration, :meth:`GPTStage.forward`, :meth:`GPTStage.loss`,
+found by wrapping, for the block's duration, :meth:`GPTModel.hidden_states`, :meth:`GPTModel.output_loss`,
 ``torch.autograd.backward`` (the pipeline engine's backward call) and the trainer's ``optimizer.step``.
 """
 
@@ -14,16 +14,16 @@ from typing import Any
 
 import torch
 
-PHASES = (("forward", "GPTStage.forward"), ("loss", "GPTStage.loss"), ("backward", "torch.autograd.backward"),
-          ("optimizer", "optimizer.step"))
+PHASES = (("forward", "GPTModel.hidden_states"), ("loss", "GPTModel.output_loss"),
+          ("backward", "torch.autograd.backward"), ("optimizer", "optimizer.step"))
 
 
 class PhaseMarks:
     def __init__(self, device: torch.device, trainer: Any) -> None:
-        from repro.pipeline.stage import GPTStage
+        from repro.models.gpt import GPTModel
 
         self.device = device
-        self.targets = {"forward": (GPTStage, "forward"), "loss": (GPTStage, "loss"),
+        self.targets = {"forward": (GPTModel, "hidden_states"), "loss": (GPTModel, "output_loss"),
                         "backward": (torch.autograd, "backward"), "optimizer": (trainer.optimizer, "step")}
         self.marks: list[tuple[str, bool, Any]] = []  # (phase, is_start, event or seconds)
         self._saved: list[tuple[Any, str, Any, bool]] = []

@@ -32,29 +32,16 @@ from repro.dist import comm
 from repro.dist.groups import ParallelGroups, init_parallel
 from repro.models.config import GPTConfig
 from repro.models.embedding import check_token_ids
-from repro.pipeline.engine import StepResult, run_1f1b
+from repro.models.gpt import GPTModel
+from repro.pipeline.engine import StepResult
 from repro.pipeline.p2p import P2PChannel
-from repro.pipeline.stage import GPTStage
 from repro.pipeline.tied import allreduce_tied_embedding_grad
 from repro.training.data import SyntheticSamples, local_micro_batches
 from repro.training.parallelize import (
-    apply_activation_checkpointing, apply_compile, apply_data_parallel, build_stage, check_layout, seed_ranks,
+    apply_activation_checkpointing, apply_compile, apply_data_parallel, apply_pipeline, apply_tensor_parallel,
+    check_layout, materialize, seed_ranks,
 )
 from repro.training.settings import PRECISIONS, TrainSettings
-
-class _StageLoss(torch.nn.Module):
-    """``forward(ids, labels) -> per-token loss``: a one-stage model whose output layer runs inside a forward.
-
-    ZeRO-3 gathers a parameter around the forward of the module that owns it; the tied output layer uses the word
-    embedding in :meth:`GPTStage.loss`, outside any forward, so under ZeRO-3 the loss is computed in this module's
-    forward with the word embedding registered as its external parameter (as for ``GPTModel``)."""
-
-    def __init__(self, stage: GPTStage) -> None:
-        super().__init__()
-        self.stage = stage
-
-    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return self.stage.loss(self.stage(ids), labels)
 
 
 class PipelineTrainer:
@@ -79,18 +66,23 @@ class PipelineTrainer:
         self.known_good_iteration: int | None = None
         self.device = torch.device(settings.device)
         self.rng_tracker = seed_ranks(settings, groups, self.device)
-        self.stage = build_stage(config, groups, settings, self.rng_tracker, self.device, initial_state)
+        # the steps of repro.training.parallelize, in order: the plain model, tp, pp, weights, checkpointing, compile, dp
+        with torch.device("meta"):
+            model = GPTModel(config)
+        apply_tensor_parallel(model, groups.tp, self.rng_tracker)
+        self.pipeline = apply_pipeline(model, groups, settings, self.device)
+        self.stage = materialize(model, groups, settings, self.device, initial_state)
         if settings.activation_checkpointing:
             apply_activation_checkpointing(self.stage, self.rng_tracker, compiled=settings.compile_layers,
                                            cast_dtype=(PRECISIONS[settings.precision]
                                                        if settings.casts == "saved" else None))
-        self.stage_loss = _StageLoss(self.stage) if settings.zero_stage == 3 else None
         #: the loss the steps call: the stage's own, or its compiled region (evaluation runs the eager one)
-        self._loss = (apply_compile(self.stage, with_loss=self.stage_loss is None,
+        self._loss = (apply_compile(self.stage, with_loss=settings.zero_stage != 3,
                                     norm_in_loss=settings.final_norm_in_loss)
-                      if settings.compile_layers else self.stage.loss)
+                      if settings.compile_layers else self.stage.output_loss)
         self.autocast_dtype = PRECISIONS[settings.precision]
-        self.optimizer = apply_data_parallel(self.stage, settings, groups, loss_module=self.stage_loss)
+        #: under ZeRO-3 the module whose forward computes the loss (repro.training.parallelize.StageLoss), else None
+        self.optimizer, self.stage_loss = apply_data_parallel(self.stage, settings, groups)
         self.last_result: StepResult | None = None
 
     @property
@@ -139,7 +131,7 @@ class PipelineTrainer:
             with self._autocast():
                 if self.stage_loss is not None:  # ZeRO-3, one stage: the loss inside a forward
                     return self.stage_loss(x, micro[i][1])
-                return self.stage(x)
+                return self.stage.hidden_states(x)
 
         def loss(output: torch.Tensor, i: int) -> torch.Tensor:
             with self._autocast():  # the cross-entropy itself runs in fp32 (vocab_parallel_cross_entropy)
@@ -147,16 +139,8 @@ class PipelineTrainer:
                 value = per_token.mean() / m if m != 1 else per_token.mean()
             return value * scale if scale != 1.0 else value
 
-        result = run_1f1b(
-            forward_fn=forward,
-            loss_fn=loss,
-            inputs=[ids for ids, _ in micro] if self.stage.is_first else None,
-            num_micro_batches=m,
-            activation_shape=(s.micro_batch_size, s.seq_len, self.config.hidden_size),
-            pp_group=groups.pp,
-            device=self.device,
-            on_action=self.on_action,
-        )
+        result = self.pipeline.step(forward, loss, [ids for ids, _ in micro] if self.stage.is_first else None,
+                                    on_action=self.on_action)
         # in order, in fp64: the sum the host once took of the values it read (0 + the first is the first)
         local_sum = torch.zeros((), dtype=torch.float64, device=self.device) if not result.losses else None
         for value in result.losses:
@@ -184,9 +168,9 @@ class PipelineTrainer:
                     if self.stage_loss is not None:
                         total += float(self.stage_loss(x, labels).float().mean()) / s.micro_batches
                         continue
-                    y = self.stage(x)
+                    y = self.stage.hidden_states(x)
                     if self.stage.is_last:
-                        total += float(self.stage.loss(y, labels).float().mean()) / s.micro_batches
+                        total += float(self.stage.output_loss(y, labels).float().mean()) / s.micro_batches
                     else:
                         channel.send_forward(y.float())
             channel.wait_sends()

@@ -1,7 +1,8 @@
 """What predicts the 1-GPU step's speed, proved on the CPU: host syncs, aten operations, recomputed GEMMs, saved bytes.
 
 On one H200 the trainer's 1.2B step took 0.2496 s against 0.1940 s for a plain GPT compiled whole (2026-11-27), and
-0.1877 s against 0.1849 s in one run once these held (2026-11-28). The mechanisms behind the gap are all visible on a CPU (:mod:`repro.training.census`):
+0.1877 s against 0.1849 s in one run once these held (2026-11-28); the plain GPT was then a model of its own, it is
+now the trainer's GPT with no parallel step applied (:func:`repro.training.parallelize.build_plain_gpt`). The mechanisms behind the gap are all visible on a CPU (:mod:`repro.training.census`):
 
 * host syncs: one per step (reading the loss), none when the loss is left on the device (``step_lazy``); the
   gradient norm and clipping stay on the device;
@@ -26,12 +27,12 @@ import torch._dynamo as dynamo
 from repro.dist.comm import CommGroup
 from repro.dist.groups import init_parallel
 from repro.models import GPTConfig
-from repro.models.plain_gpt import PlainGPT
 from repro.models.transformer import TransformerLayer
 from repro.tensor_parallel import RNGTracker, vocab_parallel_cross_entropy
 from repro.tensor_parallel.random import OPS_IN_GRAPH
 from repro.training.census import Census, compiled_graphs
 from repro.training.grads import clip_grad_norm_
+from repro.training.parallelize import build_plain_gpt
 from repro.training.reference_steps import clip_grad_norm_loop, saved_softmax_cross_entropy
 from repro.training.settings import TrainSettings
 from repro.training.trainer import PipelineTrainer
@@ -83,7 +84,7 @@ def test_a_step_syncs_once_to_read_its_loss_and_a_lazy_step_never(precision):
 
 def _plain_census(precision: str) -> Census:
     torch.manual_seed(0)
-    model = PlainGPT(CONFIG, checkpointing=True)
+    model = build_plain_gpt(CONFIG, activation_checkpointing=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = _batch()
     dtype = {"bf16": torch.bfloat16}.get(precision)
@@ -91,7 +92,7 @@ def _plain_census(precision: str) -> Census:
     def step() -> float:  # repro.experiments.megatron_weak_scaling_gpu's plain step, clipped with foreach kernels
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            loss = model.loss(batch[:, :-1], batch[:, 1:])
+            loss = model.loss(batch[:, :-1], batch[:, 1:]).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         optimizer.step()
@@ -106,13 +107,13 @@ def _plain_census(precision: str) -> Census:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_step_issues_at_most_1_15x_the_operations_of_a_plain_gpt_step(precision):
-    """What remains is the architecture's: Megatron's row-parallel bias added after the reduction (2 additions a
-    layer, forward and recompute), the RNG tracker's swaps and state copies, and the vocab-parallel cross-entropy's
-    separate passes; and the flat gradient buffer's price: one in-place accumulation per parameter whose gradient
-    autograd delivers (every one in fp32; under bf16 the casts made before the checkpoint write the matmul weights'
-    gradients themselves, in place of the fp32 copy autocast's cast made). Under bf16, the GPU's precision, the whole
-    step stays within 1.15x (torch 2.13: 343 against 319 operations, 1.075x; fp32 278 against 221, 1.145x without
-    its 28 accumulations)."""
+    """The plain GPT is the trainer's GPT with no parallel step applied (the same layers, the same vocab-parallel
+    cross-entropy at tp 1), so what remains is the parallel machinery's: the RNG tracker's swaps and state copies,
+    the pipeline schedule's bookkeeping, and the flat gradient buffer's price: one in-place accumulation per parameter
+    whose gradient autograd delivers (every one in fp32; under bf16 the casts made before the checkpoint write the
+    matmul weights' gradients themselves, in place of the fp32 copy autocast's cast made). Under bf16, the GPU's
+    precision, the whole step stays within 1.15x (torch 2.13: 343 against 328 operations, 1.046x; fp32 278 against
+    239, 1.046x without its 28 accumulations)."""
     trainer = _trainer(precision)
     ours, plain = _census_of(trainer, lazy=False), _plain_census(precision)
     cast = sum(len(layer.casts.params) for layer in trainer.stage.layers if getattr(layer, "casts", None))
@@ -190,8 +191,8 @@ def test_cross_entropy_equals_the_saved_softmax_formulation_bit_for_bit(dtype):
 
 def test_the_norm_and_clipping_stay_on_the_device_and_equal_an_fp64_loop():
     torch.manual_seed(0)
-    model = PlainGPT(CONFIG)
-    model.loss(_batch()[:, :-1], _batch()[:, 1:]).backward()
+    model = build_plain_gpt(CONFIG)
+    model.loss(_batch()[:, :-1], _batch()[:, 1:]).mean().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     single = CommGroup.single("tp")
     with Census() as census:
