@@ -65,7 +65,7 @@ if [ ${#VERSIONS[@]} -eq 0 ]; then
 fi
 WHOLE=0
 if [ ${#PYTEST_ARGS[@]} -eq 0 ]; then
-  PYTEST_ARGS=(-q)
+  PYTEST_ARGS=(-q -n auto --maxprocesses 4 --dist loadgroup)  # the README's test command
   WHOLE=1
 fi
 

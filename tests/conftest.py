@@ -73,12 +73,25 @@ def _exercises_cuda(item) -> bool:
     return any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
 
 
+#: Tests that share one resource of this machine run in one pytest-xdist worker, one after another: the local Slurm
+#: cluster (two emulated nodes; two tests' jobs at once would queue behind each other past their time limits).
+SERIAL_GROUPS = {"tests/slurm/": "local-slurm"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Mark every test that exercises a GPU ``cuda``, so that ``pytest -m cuda`` (the 9-minute GPU command's tests
-    part, ``python -m repro.gpu_session``) runs exactly those."""
+    part, ``python -m repro.gpu_session``) runs exactly those.
+
+    Under pytest-xdist (the README's test command, ``-n auto --dist loadgroup``) every test file is one unit of work,
+    so a module's fixtures are built once, in one worker; the files of a :data:`SERIAL_GROUPS` folder share one."""
     for item in items:
         if _exercises_cuda(item):
             item.add_marker(pytest.mark.cuda)
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::")[0]
+            group = next((name for folder, name in SERIAL_GROUPS.items() if path.startswith(folder)), path)
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
