@@ -73,7 +73,7 @@ class BertModel(nn.Module):
         self.config, self.tp_group = config, CommGroup.single("tp")
         pre_norm = config.layernorm_placement == "megatron"
         h, eps = config.hidden_size, config.layernorm_epsilon
-        device = torch.get_default_device()  # built plain on the meta device, then split and drawn (GPTModel's way)
+        device = torch.empty(0).device  # built plain on the meta device, then split and drawn (GPTModel's way)
         with torch.device("meta"):
             self.embedding = Embedding(config, group=self.tp_group, num_tokentypes=config.num_tokentypes)
             self.embedding_layernorm = None if pre_norm else nn.LayerNorm(h, eps=eps)

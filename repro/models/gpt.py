@@ -51,7 +51,9 @@ class GPTModel(nn.Module):
     ) -> None:
         super().__init__()
         self.config, self.tp_group = config, CommGroup.single("tp")
-        device = torch.get_default_device()  # where the caller builds: a torch.device context, or the CPU
+        # where the caller builds (a torch.device context, or the CPU): a new tensor's device, as torch < 2.5's
+        # get_default_device ignores the context
+        device = torch.empty(0).device
         with torch.device("meta"):
             self.embedding = Embedding(config, group=self.tp_group)
             self.layers = nn.ModuleList(TransformerLayer(config, group=self.tp_group, causal=True, pre_norm=True)

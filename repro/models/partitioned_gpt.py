@@ -46,6 +46,6 @@ def materialized(block: nn.Module) -> nn.Module:
     (``reset_parameters``); its process groups and RNG tracker are shared with ``block``, not copied."""
     shared = {id(value): value for module in block.modules() for value in vars(module).values()
               if isinstance(value, (CommGroup, RNGTracker))}
-    real = copy.deepcopy(block, memo=shared).to_empty(device=torch.get_default_device())
+    real = copy.deepcopy(block, memo=shared).to_empty(device=torch.empty(0).device)
     real.reset_parameters()
     return real
