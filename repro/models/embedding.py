@@ -52,9 +52,11 @@ class Embedding(nn.Module):
         gives the weights it always gave."""
         self.word_embeddings.reset_parameters()
         for table in (self.position_embeddings, self.tokentype_embeddings):
-            if table is not None:
-                table.reset_parameters()
-                self.init_method(table.weight)
+            if table is not None:  # drawn in fp32, as the word embeddings: a 16-bit table holds the fp32 build's values
+                full = torch.empty(table.weight.shape, dtype=torch.float32, device=table.weight.device)
+                nn.init.normal_(full)  # nn.Embedding's own first draw
+                self.init_method(full)
+                table.weight.copy_(full)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         if input_ids.dim() != 2:
