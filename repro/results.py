@@ -231,6 +231,19 @@ def latest(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[when == newest]
 
 
+def last_row(rows: pd.DataFrame | None, metric: str, **where: Any) -> pd.Series | None:
+    """The newest row of ``metric`` whose columns equal ``where``; None when there are no rows, a column is
+    missing, or nothing matches."""
+    if rows is None or not len(rows) or "metric" not in rows:
+        return None
+    sel = rows[rows["metric"] == metric]
+    for key, value in where.items():
+        if key not in sel:
+            return None
+        sel = sel[sel[key] == value]
+    return None if sel.empty else sel.iloc[-1]
+
+
 def earlier_runs(root: Path, experiment: str, scale: str, points: Iterable[str] | None = None) -> list[Path]:
     """Run files of ``experiment`` at ``scale`` whose points are all among ``points`` (all, if None): the runs a
     ``--force`` rerun of those points replaces."""

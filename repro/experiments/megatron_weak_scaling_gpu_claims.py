@@ -26,6 +26,7 @@ from repro.cross_hardware import ABSOLUTE, NORMALISED, compare, hardware_label
 from repro.perfmodel.flops import gpt_flops_per_iteration
 from repro.perfmodel.megatron import PADDED_VOCAB, SECONDS_PER_DAY, SEQ_LENGTH, TABLE1, TABLE2
 from repro.verdicts import check_value, needs_gpu
+from repro.results import last_row
 from repro.vocabulary import ClaimCheck, Null
 
 PAPER = "megatron_lm_2019"
@@ -40,14 +41,8 @@ _BASELINE = "megatron_weak_scaling_gpu:tflops:1p2B:1gpu:checkpointing"
 
 
 def _value(rows, metric: str, **where):
-    if rows is None or not len(rows) or "metric" not in rows:
-        return None
-    sel = rows[rows["metric"] == metric]
-    for key, value in where.items():
-        if key not in sel:
-            return None
-        sel = sel[sel[key] == value]
-    return None if sel.empty else float(sel["value"].iloc[-1])
+    row = last_row(rows, metric, **where)
+    return None if row is None else float(row["value"])
 
 
 def _gpu(rows) -> str | None:

@@ -32,6 +32,7 @@ from repro.verdicts import check_condition, needs_gpu
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck, Null
 from repro.paper import paper_value
+from repro.results import last_row
 from repro.perfmodel.mtnlg import flops_per_iteration
 
 PAPER = "mt_nlg_2022"
@@ -172,17 +173,6 @@ SMOKE_POINTS = (
 )
 
 
-def _select(rows, metric: str, **where):
-    if rows is None or not len(rows) or "metric" not in rows:
-        return None
-    sel = rows[rows["metric"] == metric]
-    for key, value in where.items():
-        if key not in sel:
-            return None
-        sel = sel[sel[key] == value]
-    return None if sel.empty else sel.iloc[-1]
-
-
 def _field(row, key: str):
     """``row[key]``, or None when the column is missing or empty (NaN) in this row."""
     value = row.get(key)
@@ -202,10 +192,10 @@ def _stand_in(rows, nodes: int) -> str | None:
     """What the few-node proxy (or else the toy smoke run) measured for ``nodes``, said as what it is."""
     for kind, what in (("proxy", "few-node proxy (same layer shape and micro-batch, 3 layers per stage, bubble "
                                  "matched)"), ("toy", "toy smoke run (mechanics only, not the 530B shape)")):
-        row = _select(rows, "model_tflops_per_gpu", kind=kind, target_nodes=nodes)
+        row = last_row(rows, "model_tflops_per_gpu", kind=kind, target_nodes=nodes)
         if row is None:
             continue
-        bubble = _select(rows, "bubble_share", kind=kind, target_nodes=nodes, layout=row["layout"])
+        bubble = last_row(rows, "bubble_share", kind=kind, target_nodes=nodes, layout=row["layout"])
         bubble_text = f", bubble {bubble['value']:.3f}" if bubble is not None else ""
         return (f"{what} {row['layout']} on {_where(row)}: {row['value']:.3g} TFLOP/s per GPU{bubble_text}; "
                 "a proxy, not the claim")
@@ -217,7 +207,7 @@ def _null(rows, metric: str, nodes: int) -> Null:
     TFLOP/s per GPU unchanged) where one was measured on the same GPUs and ``nodes`` is another count; else every
     model FLOP at the A100's dense 16-bit peak (no losses at all)."""
     fit = min(NODES_DP)
-    base = _select(rows, metric, kind="full", target_nodes=fit) if nodes != fit else None
+    base = last_row(rows, metric, kind="full", target_nodes=fit) if nodes != fit else None
     if base is not None and _field(base, "device_type") == "cuda" and _on_a100_80gb(base):
         value = float(base["value"]) * (fit / nodes if metric == "iteration_s" else 1.0)
         return Null(f"linear scaling of the measured {fit}-node run", value)
@@ -238,7 +228,7 @@ def claims(rows) -> list[ClaimCheck]:
     for nodes in NODES_DP:
         for metric, claim, unit in (("model_tflops_per_gpu", f"tflops_{nodes}n", "TFLOP/s"),
                                     ("iteration_s", f"iter_time_{nodes}n", "s")):
-            full = _select(rows, metric, kind="full", target_nodes=nodes)
+            full = last_row(rows, metric, kind="full", target_nodes=nodes)
             if full is not None and _field(full, "device_type") == "cuda" and _on_a100_80gb(full):
                 value, target = float(full["value"]), paper_value(PAPER, claim)
                 null = _null(rows, metric, nodes)
