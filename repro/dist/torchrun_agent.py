@@ -11,14 +11,21 @@ stopped by the agent (SIGTERM, SIGKILL), the held lines are dropped and the agen
 they are written out and the failure is raised as torchrun would. A signal that reaches the agent (torchrun raises
 ``SignalException`` once it has passed the signal to its ranks and stopped them) is one line and exit code 128 + N,
 never its traceback: :mod:`repro.dist.torchrun` turns it into 75 or 0 by what the ranks did.
+
+A job of one node that names no rendezvous (no ``--master-port``, ``--rdzv-endpoint`` or ``--standalone``) gets a
+port of its own, from the operating system, on every torch: recent torch does this itself (c10d at ``localhost:0``),
+torch 2.4 binds 29500, so a second such job on the machine died of ``EADDRINUSE`` (:func:`own_rendezvous`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import os
 import re
 import sys
+import uuid
 from typing import Mapping, Sequence, TextIO
 
 #: the exit codes of a rank that stopped for a reason it printed in one line
@@ -100,6 +107,27 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def own_rendezvous(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    """``argv`` with ``--rdzv-backend c10d --rdzv-endpoint localhost:0 --rdzv-id <new>`` in front when it is a job of
+    one node (``--nnodes`` 1 or 1:1) with torchrun's static rendezvous and no port, endpoint or ``PET_MASTER_PORT``:
+    torch's own rule since it stopped defaulting to port 29500; the options as given otherwise (torchrun reports
+    options it cannot parse itself)."""
+    from torch.distributed.run import get_args_parser, parse_min_max_nnodes
+
+    parser = get_args_parser()
+    parser.set_defaults(master_port=None)  # torch 2.4's default is 29500: None tells "not given" on every torch
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(list(argv))
+            _, max_nodes = parse_min_max_nnodes(args.nnodes)
+    except (SystemExit, ValueError, RuntimeError):
+        return list(argv)
+    named = args.standalone or args.rdzv_backend != "static" or args.rdzv_endpoint or args.master_port is not None
+    if named or environ.get("PET_MASTER_PORT") or max_nodes != 1:
+        return list(argv)
+    return ["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "--rdzv-id", uuid.uuid4().hex, *argv]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     real = sys.stderr
     held = HeldStream(real)
@@ -110,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     _rebind_handlers(real, held)
-    sys.argv[1:] = list(sys.argv[1:] if argv is None else argv)
+    sys.argv[1:] = own_rendezvous(sys.argv[1:] if argv is None else argv)
     try:  # as python -m torch.distributed.run: its own messages (the start-up banner) look the same
         runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
     except ChildFailedError as err:

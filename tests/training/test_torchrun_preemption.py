@@ -38,6 +38,8 @@ class TorchrunJob:
     def __init__(self, tmp: Path, name: str, args: list[str], *, wrapper: bool, torchrun_args: tuple = ()) -> None:
         self.log = tmp / f"{name}.log"
         launcher = "repro.dist.torchrun" if wrapper else "torch.distributed.run"
+        if not wrapper:  # a port of its own, as the wrapper gives one on every torch (torch 2.4 would bind 29500)
+            torchrun_args = ("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", *torchrun_args)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))}
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
