@@ -1,8 +1,10 @@
-"""Helpers for tests: relative errors, sharding of reference weights for one tensor-parallel rank, and skipping
-where an optional package is missing (:func:`needs`)."""
+"""Helpers for tests: relative errors, sharding of reference weights for one tensor-parallel rank, skipping
+where an optional package is missing (:func:`needs`), and the paper claims tests read (:func:`paper_claims_file`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -21,6 +23,14 @@ def needs(*modules: str) -> Any:
     missing = sorted({pip_name(m) for m in modules if not available(m)})
     reason = f"needs the optional package(s) {', '.join(missing)}: pip install {' '.join(missing)}"
     return pytest.mark.skipif(bool(missing), reason=reason)
+
+
+def paper_claims_file() -> Path:
+    """``$REPRO_SHARED/paper_claims.csv`` where that is set, else the copy committed in ``results/paper/``: a fresh
+    clone without ``../shared`` tests against the same numbers (a test holds the copy equal to the shared table)."""
+    if os.environ.get("REPRO_SHARED"):
+        return Path(os.environ["REPRO_SHARED"]) / "paper_claims.csv"
+    return Path(__file__).resolve().parents[1] / "results" / "paper" / "paper_claims.csv"
 
 
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:

@@ -104,9 +104,7 @@ def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
     """:func:`train` once the run holds its --save directory (``lock`` on rank 0, None elsewhere)."""
     from repro.dist.device import select_device
     from repro.training.checkpoint import load_training_checkpoint
-    from repro.zero.checkpoint import CheckpointWriteError
     from repro.training.log import TrainingLog
-    from repro.training.loop import NonFiniteTraining, known_good_line, train_loop
     from repro.training.trainer import PipelineTrainer
 
     steps, save, load, logging = config.training.steps, config.checkpoint.save, config.checkpoint.load, config.logging
@@ -139,14 +137,8 @@ def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
                 preemption.finish()
                 return 0
             # only now, with the load done, does anything go into --save or the logs
-            if save and groups.rank == 0:  # beside the checkpoints: what this run was, once resolved
-                from repro.atomic_files import atomic_write
-                from repro.training.checkpoint import remove_unfinished
-
-                for folder in remove_unfinished(save):  # a save a second Ctrl-C (or a kill) cut short
-                    print(f"removed {folder}: an unfinished save of an earlier run (never published)", flush=True)
-
-                atomic_write(Path(save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
+            if save and groups.rank == 0:
+                _start_save_directory(save, resolved)
             log = TrainingLog(total_iters=steps, log_interval=logging.log_interval, jsonl=config.log_jsonl,
                               tensorboard_dir=logging.tensorboard_dir, enabled=groups.rank == 0,
                               wandb=_wandb_settings(config, resolved) if logging.wandb_project else None,
@@ -161,35 +153,55 @@ def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
                           world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
                           slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                           slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
-                try:
-                    outcome = train_loop(trainer, source, steps=steps, log=log, save=save,
-                                         save_interval=config.checkpoint.save_interval, validation=validation,
-                                         preemption=preemption, activity=watchdog.doing,
-                                         on_nan=config.failures.on_nan,
-                                         save_guard=(lock.check if lock is not None else lambda: None)
-                                         if save else None, resumed=resumed is not None)
-                except CheckpointWriteError as err:  # every rank raises it, with the same reason
-                    log.error(f"{PROG}: error: {err}; {_last_checkpoint(save)} (exit code "
-                              f"{EXIT_WRITE_FAILED})")
-                    return EXIT_WRITE_FAILED
-                except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
-                    log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue "
-                              f"trains on); {known_good_line(save, resumed, trainer.known_good_iteration)}")
-                    return EXIT_NONFINITE
-                if outcome.preempted:
-                    resume = f"resume with --load {save}" if save else "nothing saved: no --save"
-                    log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
-                    return EXIT_PREEMPTED
-                if not outcome.losses:
-                    log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {steps}")
-                    preemption.finish()
-                    return 0
-                log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
-                log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
-                preemption.finish()
-                return 0
+                return _train_and_report(config, trainer, source, validation, log, preemption, watchdog.doing,
+                                         lock, resumed)
             finally:
                 log.close()
+
+
+def _start_save_directory(save: str, resolved: dict) -> None:
+    """Rank 0, once the load is done: remove saves an earlier run left unfinished, then write what this run is
+    (``train_args.json``, beside the checkpoints)."""
+    from repro.atomic_files import atomic_write
+    from repro.training.checkpoint import remove_unfinished
+
+    for folder in remove_unfinished(save):  # a save a second Ctrl-C (or a kill) cut short
+        print(f"removed {folder}: an unfinished save of an earlier run (never published)", flush=True)
+    atomic_write(Path(save) / "train_args.json", [json.dumps(resolved, indent=1).encode()])
+
+
+def _train_and_report(config: TrainConfig, trainer, source, validation, log, preemption, activity, lock,
+                      resumed) -> int:
+    """The training loop, and how it ended as a logged line and the exit code (0, 3, 74 or 75; see README)."""
+    from repro.training.loop import NonFiniteTraining, known_good_line, train_loop
+    from repro.zero.checkpoint import CheckpointWriteError
+
+    steps, save = config.training.steps, config.checkpoint.save
+    try:
+        outcome = train_loop(trainer, source, steps=steps, log=log, save=save,
+                             save_interval=config.checkpoint.save_interval, validation=validation,
+                             preemption=preemption, activity=activity, on_nan=config.failures.on_nan,
+                             save_guard=(lock.check if lock is not None else lambda: None) if save else None,
+                             resumed=resumed is not None)
+    except CheckpointWriteError as err:  # every rank raises it, with the same reason
+        log.error(f"{PROG}: error: {err}; {_last_checkpoint(save)} (exit code {EXIT_WRITE_FAILED})")
+        return EXIT_WRITE_FAILED
+    except NonFiniteTraining as err:  # every rank read the same numbers: every rank stops here
+        log.error(f"{PROG}: error: {err}: stopping (exit code {EXIT_NONFINITE}; --on-nan continue trains on); "
+                  f"{known_good_line(save, resumed, trainer.known_good_iteration)}")
+        return EXIT_NONFINITE
+    if outcome.preempted:
+        resume = f"resume with --load {save}" if save else "nothing saved: no --save"
+        log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
+        return EXIT_PREEMPTED
+    if not outcome.losses:
+        log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {steps}")
+        preemption.finish()
+        return 0
+    log.print(_done_line(trainer.iteration, outcome.losses[-1], log.last_window))
+    log.event("end", iteration=trainer.iteration, lm_loss=outcome.losses[-1])
+    preemption.finish()
+    return 0
 
 
 def _resolved_arguments(config: TrainConfig, groups) -> dict:

@@ -32,6 +32,18 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
     shows its default (the config's)."""
     parser = OneLineParser(prog=prog, description=description)
     default = TrainConfig().settings()
+    _layout_options(parser, default)
+    _model_options(parser, default)
+    _training_options(parser, default)
+    _data_options(parser, default)
+    _logging_and_checkpoint_options(parser, default)
+    _failure_options(parser, default)
+    add_megatron_options(parser)
+    return parser
+
+
+def _layout_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "layout"."""
     g = parser.add_argument_group("layout")
     g.add_argument(*names("--tp"), type=positive_int, default=default["tp"], help="tensor-parallel size")
     g.add_argument(*names("--pp"), type=positive_int, default=default["pp"], help="pipeline-parallel size (stages)")
@@ -50,6 +62,10 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
                         "default: none, the options below")
     g.add_argument("--device", default=default["device"], choices=DEVICES,
                    help="auto: the rank's GPU (LOCAL_RANK) when there is one, else the CPU")
+
+
+def _model_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "model"."""
     g = parser.add_argument_group("model")
     g.add_argument(*names("--layers"), type=positive_int, default=default["layers"], help="transformer layers")
     g.add_argument(*names("--hidden"), type=positive_int, default=default["hidden"], help="hidden size")
@@ -62,6 +78,10 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=probability, default=default["dropout"],
                    help="hidden and attention dropout probability, in [0, 1) (--hidden-dropout and "
                         "--attention-dropout set them apart)")
+
+
+def _training_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "training"."""
     g = parser.add_argument_group("training")
     g.add_argument(*names("--steps"), dest="steps", type=positive_int, default=default["steps"],
                    help="iterations to train in all (a resumed run continues up to this count)")
@@ -87,6 +107,10 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="recompute each layer in backward (default: off, activations are kept)")
     g.add_argument("--seed", type=seed, default=default["seed"],
                    help="seed of the weights, dropout, synthetic data and corpus shuffling, in [0, 2**63)")
+
+
+def _data_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "data"."""
     g = parser.add_argument_group("data")
     g.add_argument(*names("--data"), default=default["data"],
                    help="'synthetic' (a learnable random corpus) or the prefix of a token file written by "
@@ -99,6 +123,10 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
     g.add_argument("--eval-iters", type=positive_int, default=default["eval_iters"],
                    help="global batches per validation, at most 100,000 (a preemption signal stops a validation "
                         "between two of its batches)")
+
+
+def _logging_and_checkpoint_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "logging and checkpoints"."""
     g = parser.add_argument_group("logging and checkpoints")
     g.add_argument("--log-interval", type=positive_int, default=default["log_interval"],
                    help="iterations per printed log line")
@@ -134,6 +162,10 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="save into a --save directory that holds another run's checkpoints without loading them "
                         "(its newest pointer then moves to this run's); default: refused, since that run could no "
                         "longer resume")
+
+
+def _failure_options(parser: argparse.ArgumentParser, default: Mapping[str, Any]) -> None:
+    """The options of the group "failure handling"."""
     g = parser.add_argument_group("failure handling")
     g.add_argument("--timeout-s", type=positive_float, default=default["timeout_s"],
                    help="seconds a rank waits for the others in a collective or receive of any process group (tp, "
@@ -147,8 +179,6 @@ def option_parser(prog: str, description: str) -> argparse.ArgumentParser:
                    help="exit with code 124 when this rank makes no progress for this long in a step (each pipeline "
                         "action is a heartbeat), an evaluation (each batch), a save or a load (each file): catches "
                         "a hang that no collective times out; at least 1 s, at most 30 days; default: --timeout-s + 10")
-    add_megatron_options(parser)
-    return parser
 
 
 def explicit_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> frozenset[str]:

@@ -54,21 +54,12 @@ def random_cases(count: int, seed: int) -> list[Case]:
     return [random_case(rng, 1 + i % 3) for i in range(count)]
 
 
-def claims_file():
-    """``$REPRO_SHARED/paper_claims.csv`` where that is set, else the copy committed in ``results/paper/`` (a fresh
-    clone without ``../shared`` tests against the same numbers)."""
-    import os
-    from pathlib import Path
-
-    if os.environ.get("REPRO_SHARED"):
-        return Path(os.environ["REPRO_SHARED"]) / "paper_claims.csv"
-    return Path(__file__).resolve().parents[2] / "results" / "paper" / "paper_claims.csv"
-
-
 def gna_claims() -> dict[str, str]:
     """claim_id -> value text of the gna_2025 rows of paper_claims.csv."""
     import csv
 
-    path = claims_file()
+    from repro.testing import paper_claims_file
+
+    path = paper_claims_file()
     with open(path, newline="") as handle:
         return {row["claim_id"]: row["value"] for row in csv.DictReader(handle) if row["paper"] == "gna_2025"}

@@ -4,26 +4,16 @@ else from the committed copy ``results/paper/paper_claims.csv``."""
 from __future__ import annotations
 
 import csv
-import os
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def claims_path() -> Path:
-    """``$REPRO_SHARED/paper_claims.csv`` where that is set, else the copy committed in ``results/paper/``: a fresh
-    clone without ``../shared`` tests the models against the same numbers."""
-    if os.environ.get("REPRO_SHARED"):
-        return Path(os.environ["REPRO_SHARED"]) / "paper_claims.csv"
-    return REPO / "results" / "paper" / "paper_claims.csv"
+from repro.testing import paper_claims_file
 
 
 @lru_cache(maxsize=1)
 def _claims() -> dict[tuple[str, str], str]:
-    path = claims_path()
+    path = paper_claims_file()
     if not path.exists():
         pytest.skip(f"paper claims not found at {path} (set REPRO_SHARED)")
     with open(path, newline="") as handle:
@@ -35,4 +25,4 @@ def paper(paper_name: str, claim_id: str) -> float:
     try:
         return float(_claims()[(paper_name, claim_id)])
     except KeyError:
-        raise KeyError(f"no claim {paper_name}/{claim_id} in {claims_path()}") from None
+        raise KeyError(f"no claim {paper_name}/{claim_id} in {paper_claims_file()}") from None
