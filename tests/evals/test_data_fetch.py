@@ -26,6 +26,8 @@ import pytest
 from repro.text.data_files import ALL_FILES, data_path, race_split_files
 from repro.dist.spawn import free_port
 
+pytestmark = pytest.mark.datasets_free  # fetching reads no data through datasets (tests/evals/conftest.py)
+
 FAULTS: dict[str, str] = {}  # file name -> "corrupt" | "truncate-once"
 
 
