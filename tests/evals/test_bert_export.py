@@ -51,7 +51,7 @@ def _repro(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def _export(checkpoint, out) -> str:
+def export_checked(checkpoint, out) -> str:
     code, _, err = _repro("export-hf", str(checkpoint), str(out), "--data-dir", "/nonexistent")
     assert code == 2 and "--data-dir /nonexistent" in err, err  # a data directory given must exist
     code, printed, err = _repro("export-hf", str(checkpoint), str(out))
@@ -77,7 +77,7 @@ def test_multiple_choice_model_exports_with_the_same_scores(tmp_path, placement,
     _perturb(model)
     save_consolidated(tmp_path / "race", merge_state_dicts([model.state_dict()], config),
                       architecture="bert_multiple_choice", config=config)
-    assert hf_class in _export(tmp_path / "race", tmp_path / "hf")
+    assert hf_class in export_checked(tmp_path / "race", tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [hf_class]
     hf = transformers.AutoModelForMultipleChoice.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__ == hf_class
@@ -102,7 +102,7 @@ def test_pretraining_bert_exports_with_the_same_outputs(tmp_path, placement):
     _perturb(model)
     save_consolidated(tmp_path / "bert", merge_state_dicts([model.state_dict()], config), architecture="bert",
                       config=config)
-    _export(tmp_path / "bert", tmp_path / "hf")
+    export_checked(tmp_path / "bert", tmp_path / "hf")
     hf = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__.endswith("ForPreTraining")
     ids, types, mask = _inputs(2)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from evals.checkpoint_formats import load_checkpoint  # noqa: E402
 from evals.multiple_choice import MultipleChoiceModel  # noqa: E402
 from repro.testing import needs  # noqa: E402
-from test_bert_export import _export  # noqa: E402
+from test_bert_export import export_checked  # noqa: E402
 
 
 @needs("datasets", "tokenizers")  # RACE is read through datasets, tokenized with tokenizers' WordPiece
@@ -30,7 +30,7 @@ def test_a_model_finetuned_on_race_predicts_the_same_through_transformers(tmp_pa
                            "--max-seq-length", "64", "--save", str(tmp_path / "race")], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    out = _export(tmp_path / "race", tmp_path / "hf")
+    out = export_checked(tmp_path / "race", tmp_path / "hf")
     assert "and the BERT uncased WordPiece tokenizer" in out and (tmp_path / "hf" / "vocab.txt").is_file()
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert tokenizer("Hello RACE")["input_ids"] == [101, *bert_tokenizer(data_dir).encode("Hello RACE"), 102]
