@@ -1,10 +1,12 @@
 """``repro export-hf`` of BERT checkpoints: RACE's finetuned multiple-choice model and a pretraining BERT, in both
 LayerNorm placements (post-LN as ``Bert*``, Megatron's pre-LN as ``MegatronBert*``), load in ``transformers`` with
-the same outputs (1e-5), read back into repro unchanged, and a model finetuned by ``python -m evals race-finetune``
-gives the same RACE predictions, hence accuracy, through ``transformers`` as through the harness."""
+the same outputs (1e-5) and read back into repro unchanged. Marked ``datasets_free`` (tests/evals/conftest.py): the
+finetuned RACE model's export, which reads RACE through datasets, is test_bert_export_race.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -17,8 +19,10 @@ transformers = pytest.importorskip("transformers")
 from evals.checkpoint_formats import load_checkpoint  # noqa: E402
 from evals.checkpoints import save_consolidated  # noqa: E402
 from evals.multiple_choice import MultipleChoiceModel  # noqa: E402
+from repro import cli  # noqa: E402
 from repro.models import BertConfig, BertModel, merge_state_dicts  # noqa: E402
-from repro.testing import needs  # noqa: E402
+
+pytestmark = pytest.mark.datasets_free
 
 EXPORT = [sys.executable, "-m", "repro", "export-hf"]
 SHAPE = dict(vocab_size=300, hidden_size=32, num_layers=2, num_attention_heads=4, max_position_embeddings=40,
@@ -35,13 +39,24 @@ def _inputs(batch: int, choices: int | None = None, seq: int = 24, vocab: int = 
     return ids, types, mask
 
 
-def _export(checkpoint, out) -> str:
-    done = subprocess.run([*EXPORT, str(checkpoint), str(out), "--data-dir", "/nonexistent"], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 2 and "--data-dir /nonexistent" in done.stderr  # a data directory given must exist
-    done = subprocess.run([*EXPORT, str(checkpoint), str(out)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+def _repro(*args: str) -> tuple[int, str, str]:
+    """``repro ARGS`` run in this process: its exit status, stdout and stderr (the exit status and the one line of
+    a refusal in a process of its own: test_a_model_repro_does_not_have_is_one_line)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def export_checked(checkpoint, out) -> str:
+    code, _, err = _repro("export-hf", str(checkpoint), str(out), "--data-dir", "/nonexistent")
+    assert code == 2 and "--data-dir /nonexistent" in err, err  # a data directory given must exist
+    code, printed, err = _repro("export-hf", str(checkpoint), str(out))
+    assert code == 0, printed + err
+    return printed
 
 
 def _perturb(model: torch.nn.Module) -> None:
@@ -62,7 +77,7 @@ def test_multiple_choice_model_exports_with_the_same_scores(tmp_path, placement,
     _perturb(model)
     save_consolidated(tmp_path / "race", merge_state_dicts([model.state_dict()], config),
                       architecture="bert_multiple_choice", config=config)
-    assert hf_class in _export(tmp_path / "race", tmp_path / "hf")
+    assert hf_class in export_checked(tmp_path / "race", tmp_path / "hf")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [hf_class]
     hf = transformers.AutoModelForMultipleChoice.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__ == hf_class
@@ -87,7 +102,7 @@ def test_pretraining_bert_exports_with_the_same_outputs(tmp_path, placement):
     _perturb(model)
     save_consolidated(tmp_path / "bert", merge_state_dicts([model.state_dict()], config), architecture="bert",
                       config=config)
-    _export(tmp_path / "bert", tmp_path / "hf")
+    export_checked(tmp_path / "bert", tmp_path / "hf")
     hf = transformers.AutoModelForPreTraining.from_pretrained(tmp_path / "hf").eval()
     assert type(hf).__name__.endswith("ForPreTraining")
     ids, types, mask = _inputs(2)
@@ -100,48 +115,6 @@ def test_pretraining_bert_exports_with_the_same_outputs(tmp_path, placement):
     torch.testing.assert_close(out.seq_relationship_logits, nsp, atol=1e-5, rtol=0)
     encoder = load_checkpoint(tmp_path / "hf", expect="bert")  # the encoder of the export, as race-finetune --init
     assert encoder.config.layernorm_placement == placement
-
-
-@needs("datasets", "tokenizers")  # RACE is read through datasets, tokenized with tokenizers' WordPiece
-def test_a_model_finetuned_on_race_predicts_the_same_through_transformers(tmp_path, data_dir):
-    from evals.loaders import load_race
-    from evals.race_data import questions_of, tokenize_questions
-    from evals.race_finetune import accuracy_by_level, predict
-    from repro.text.tokenization import bert_tokenizer
-
-    done = subprocess.run([sys.executable, "-m", "evals", "--no-write", "--quiet", "race-finetune",
-                           "--train-limit", "16", "--eval-limit", "4", "--max-steps", "2", "--batch-size", "4",
-                           "--max-seq-length", "64", "--save", str(tmp_path / "race")], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    out = _export(tmp_path / "race", tmp_path / "hf")
-    assert "and the BERT uncased WordPiece tokenizer" in out and (tmp_path / "hf" / "vocab.txt").is_file()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
-    assert tokenizer("Hello RACE")["input_ids"] == [101, *bert_tokenizer(data_dir).encode("Hello RACE"), 102]
-
-    hf = transformers.AutoModelForMultipleChoice.from_pretrained(tmp_path / "hf").eval()
-    ours = load_checkpoint(tmp_path / "race", expect="bert_multiple_choice")
-    model = MultipleChoiceModel(ours.config)
-    model.load_state_dict(ours.state_dict)
-    model.eval()  # the finetuned model's config keeps its dropout
-
-    class Exported(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.hf = hf
-
-        def forward(self, ids, types, mask):
-            return self.hf(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
-
-    questions = [q for level in ("middle", "high")
-                 for q in questions_of(load_race("dev", level, data_dir).records[:2], level)[:6]]
-    data = tokenize_questions(questions, bert_tokenizer(data_dir), max_seq_length=64)
-    with torch.no_grad():
-        scores_ours = model(data.input_ids, data.token_type_ids, data.attention_mask)
-        scores_hf = Exported()(data.input_ids, data.token_type_ids, data.attention_mask)
-    torch.testing.assert_close(scores_hf, scores_ours, atol=1e-5, rtol=0)
-    assert accuracy_by_level(predict(Exported(), data, progress=False), data.labels, data.levels) == \
-        accuracy_by_level(predict(model, data, progress=False), data.labels, data.levels)
 
 
 def test_a_model_repro_does_not_have_is_one_line(tmp_path):

@@ -26,6 +26,8 @@ import pytest
 from repro.text.data_files import ALL_FILES, data_path, race_split_files
 from repro.dist.spawn import free_port
 
+pytestmark = pytest.mark.datasets_free  # fetching reads no data through datasets (tests/evals/conftest.py)
+
 FAULTS: dict[str, str] = {}  # file name -> "corrupt" | "truncate-once"
 
 
@@ -76,7 +78,7 @@ def mirror(data_dir, tmp_path_factory):
     with zipfile.ZipFile(root / "wikitext-103-v1.zip", "w") as archive:
         for split in ("test", "valid"):
             archive.write(data_dir / "wikitext103" / f"wiki.{split}.tokens", f"wikitext-103/wiki.{split}.tokens")
-    with tarfile.open(root / "RACE.tar.gz", "w:gz") as tar:
+    with tarfile.open(root / "RACE.tar.gz", "w:gz", compresslevel=1) as tar:  # fast: its bytes are not pinned
         for path in sorted((data_dir / "race" / "RACE").rglob("*.txt")):
             _tar_add(tar, str(path.relative_to(data_dir / "race")), path.read_bytes())
         for level in ("high", "middle"):

@@ -1,8 +1,9 @@
 """What ``repro train`` writes, the harness evaluates and ``repro export-hf`` hands to Hugging Face (issue 34).
 
 One run of the whole path on CPU: WikiText-103 valid tokenized by the corpus tool, 10 steps at tp 2 (two ranks under
-``python -m repro.dist.torchrun``), then that save directory evaluated by ``python -m evals`` directly (LAMBADA and
-WikiText), exported by ``repro export-hf``, loaded by ``transformers`` with the consolidated model's logits (fp64,
+``python -m repro.dist.torchrun``), then that save directory evaluated by the harness's command (``python -m evals``,
+called in this process; test_user_path_from_a_wheel.py runs it as a command) on LAMBADA and WikiText, exported by
+``repro export-hf``, loaded by ``transformers`` with the consolidated model's logits (fp64,
 1e-10), and run through lm-eval's own ``HFLM`` with the same numbers as the harness on the trained checkpoint
 (1e-6, as the peer parity tests ask)."""
 
@@ -36,18 +37,24 @@ def _run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("trained")
-    _run("-m", "repro.training.corpus", "--wikitext103", "valid", "--data-dir", str(data_dir), "--output-prefix",
-         str(tmp / "wt-valid"), "--no-progress")
+    from repro.training import corpus
+
+    assert corpus.main(["--wikitext103", "valid", "--data-dir", str(data_dir), "--output-prefix", str(tmp / "wt-valid"),
+                        "--no-progress"]) == 0
     _run("-m", "repro.dist.torchrun", "--nproc-per-node", "2", "-m", "repro.training", *SHAPE, "--tp", "2",
          "--steps", "10", "--data", str(tmp / "wt-valid"), "--save", str(tmp / "ckpt"))
     return tmp / "ckpt"
 
 
-def test_the_harness_evaluates_what_repro_train_saved(trained, data_dir, tmp_path):
+def test_the_harness_evaluates_what_repro_train_saved(trained, data_dir, tmp_path, capsys):
+    from evals.cli import main
+
     for task in (["lambada", "--limit", "8"], ["wikitext", "--limit", "1", "--max-tokens", "2000"]):
-        done = _run("-m", "evals", "--data-dir", str(data_dir), "--results-dir", str(tmp_path), task[0],
-                    "--checkpoint", str(trained), *task[1:])
-        assert "perplexity" in done.stdout, done.stdout
+        code = main(["--data-dir", str(data_dir), "--results-dir", str(tmp_path), task[0], "--checkpoint",
+                     str(trained), *task[1:]])
+        printed = capsys.readouterr()
+        assert code == 0, printed.out + printed.err
+        assert "perplexity" in printed.out, printed.out
 
 
 def test_export_loads_in_transformers_and_lm_eval_agrees(trained, data_dir, gpt2_tok, subsets, tmp_path):

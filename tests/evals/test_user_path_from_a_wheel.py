@@ -12,10 +12,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from repro.results import REPO_ROOT
 from repro.testing import needs
 
-pytestmark = needs("datasets", "tokenizers", "transformers", "lm_eval", "accelerate")
+#: one pytest-xdist group with tests/foundation/test_packaging.py: the session's wheel and venv are built once
+pytestmark = [needs("datasets", "tokenizers", "transformers", "lm_eval", "accelerate"),
+              pytest.mark.xdist_group("installed-wheel")]
 
 
 def test_fetch_train_evaluate_export_outside_the_checkout(installed, data_dir, tmp_path):

@@ -17,6 +17,10 @@ import pytest
 
 from repro.results import REPO_ROOT
 
+#: one pytest-xdist group with tests/evals/test_user_path_from_a_wheel.py: the session's wheel and venv (the
+#: ``installed`` fixture) are built once, not once in each file's worker
+pytestmark = pytest.mark.xdist_group("installed-wheel")
+
 
 def test_every_package_folder_is_listed():
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
