@@ -16,9 +16,9 @@ keeps what it measured. Everything goes to one folder (``--out``, default ``$OUT
 runs under ``results/runs/`` as result runs: their provenance names the GPU.
 
 ``--rehearse`` runs the same parts through the same code on the CPU at toy sizes (the experiments' ``smoke`` points,
-with ``REPRO_STANDIN_GPUS`` standing in for the GPUs): 1-2 minutes on an idle 2-core machine, its 150 s of limits
-stretched 6x so that a busy machine finishes too (it checks the code, not the CPU's speed); the tests run it, so the
-command cannot rot.
+with ``REPRO_STANDIN_GPUS`` standing in for the GPUs; the tests part selects from ``tests/gpu_path`` only): 1-2
+minutes on an idle 2-core machine, its 150 s of limits stretched 6x so that a busy machine finishes too (it checks the
+code, not the CPU's speed); the tests run it, so the command cannot rot.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ verdicts (share of peak compared across GPUs, TFLOP/s only on the paper's V100).
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +19,8 @@ from repro.experiments import megatron_weak_scaling_gpu as mod
 from repro.harness.runner import execute_point
 from repro.paper import load_claims, paper_value
 from repro.perfmodel.flops import gpt_flops_per_iteration
-from repro.results import check_row
+from repro.results import REPO_ROOT, check_row, load_rows, read_run
+from repro.vocabulary import RESERVED_ROW_KEYS
 
 EXPERIMENT = mod.EXPERIMENT
 PAPER = "megatron_lm_2019"
@@ -108,10 +112,32 @@ def _check_rows(rows, point, device):
             assert ratio.value_max.iloc[0] >= ratio.value.iloc[0] * (1 - 1e-12)
 
 
+@pytest.fixture(scope="module")
+def one_standin_gpu(tmp_path_factory):
+    """``repro run --device cuda --point toy_1rank --point toy_tp2`` on a machine with 1 GPU (the CPU stand-in
+    ``REPRO_STANDIN_GPUS=1``, under which a point that gets cuda runs on the CPU): the process, its results folder
+    and its environment. Run once: its toy_1rank rows are the CPU run the smoke-point test checks (compiling both of
+    that point's variants is most of this file's time), and its skip of toy_tp2 is what the 1-GPU test checks."""
+    results = tmp_path_factory.mktemp("one_standin_gpu")
+    env = {**os.environ, "REPRO_STANDIN_GPUS": "1", "REPRO_RESULTS_DIR": str(results)}
+    proc = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
+                           "--device", "cuda", "--point", "toy_1rank", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, results, env
+
+
 @pytest.mark.parametrize("name", [p.name for p in mod.SMOKE_POINTS])
-def test_smoke_points_run_on_cpu(name, tmp_path):
+def test_smoke_points_run_on_cpu(name, tmp_path, request):
     point = EXPERIMENT.point_named("smoke", name)
-    rows = execute_point(EXPERIMENT, point, "smoke", device="cpu", scratch_dir=Path(tmp_path))
+    if name == "toy_1rank":  # the rows the runner wrote, as run_point returned them: the same CPU path, run once
+        proc, results, _ = request.getfixturevalue("one_standin_gpu")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (path,) = (results / "runs" / EXPERIMENT.name).glob("*.jsonl")
+        on_disk = [r for r in read_run(path) if r["point"] == name]
+        assert on_disk and all(r["provenance"]["device"].startswith("cpu") for r in on_disk)  # the stand-in's CPU
+        rows = [{k: v for k, v in r.items() if k not in RESERVED_ROW_KEYS} for r in on_disk]
+    else:
+        rows = execute_point(EXPERIMENT, point, "smoke", device="cpu", scratch_dir=Path(tmp_path))
     _check_rows(rows, point, "cpu")
 
 
@@ -209,27 +235,23 @@ def test_plain_comparison_pairs_the_points_of_one_run():
     assert "0.95x" in share["baseline_pct_peak"].note
 
 
-def test_smoke_on_one_gpu_runs_what_fits_and_skips_the_rest(tmp_path):
+def test_smoke_on_one_gpu_runs_what_fits_and_skips_the_rest(one_standin_gpu, monkeypatch, capsys):
     """``--device cuda`` on a machine with 1 GPU (the CPU stand-in ``REPRO_STANDIN_GPUS=1``): toy_1rank runs,
     toy_tp2 (2 ranks, one GPU each) is reported as skipped with the reason, and the command succeeds."""
-    import os
-    import subprocess
-    import sys
-
-    from repro.results import REPO_ROOT, load_rows
-
-    env = {**os.environ, "REPRO_STANDIN_GPUS": "1", "REPRO_RESULTS_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
-                           "--device", "cuda", "--point", "toy_1rank", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc, results, env = one_standin_gpu
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ("skip megatron_weak_scaling_gpu/toy_tp2 (2/2, 2 rank(s)): point 'toy_tp2' needs 2 GPUs (one per rank), "
             "this machine has 1 (stand-in: REPRO_STANDIN_GPUS)") in proc.stdout
-    rows = load_rows(tmp_path)
+    rows = load_rows(results)
     assert set(rows["point"]) == {"toy_1rank"}
     assert set(rows["variant"]) == set(mod.runnable_variants(["repro", "plain_compiled"]))
-    none = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
-                           "--device", "cuda", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert none.returncode == 2 and "no chosen point fits this machine's GPUs" in none.stderr
-    assert len(none.stderr.strip().splitlines()) == 1
+    # no point fits: the same command in this process (the fixture's process has checked the real exit status)
+    from repro.cli import main
+
+    for name in ("REPRO_STANDIN_GPUS", "REPRO_RESULTS_DIR"):
+        monkeypatch.setenv(name, env[name])
+    capsys.readouterr()
+    code = main(["run", "megatron_weak_scaling_gpu", "--scale", "smoke", "--device", "cuda", "--point", "toy_tp2"])
+    stderr = capsys.readouterr().err
+    assert code == 2 and "no chosen point fits this machine's GPUs" in stderr
+    assert len(stderr.strip().splitlines()) == 1

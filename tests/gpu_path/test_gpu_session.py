@@ -4,6 +4,7 @@ every part through the same code (limits stretched on a busy CPU), and a part st
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,8 @@ def test_rehearsal_runs_every_part(tmp_path):
     assert all(r["provenance"]["device"].startswith("cpu") for r in megatron)  # the stand-in computes on the CPU
     assert not flex or {r["point"] for r in _rows(out, "gna_speedup_gpu")} >= {"toy2d_w16x16_s8x16_fwd"}
     assert (out / "tests-cuda.xml").exists() and (out / "summary.txt").exists()
+    tests = re.match(r"(\d+) passed, 0 failed, (\d+) skipped", outcomes[PARTS.index("cuda_tests")]["note"])
+    assert tests and int(tests[1]) + int(tests[2]) > 0, outcomes  # the GPU path's marked tests ran (or skipped)
 
 
 @pytest.mark.skipif(torch_version() < (2, 5), reason="compiled layers need torch >= 2.5: the part has no compiled "

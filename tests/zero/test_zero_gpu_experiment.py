@@ -176,15 +176,33 @@ def test_non_finite_loss_and_errors_are_failures():
 
 
 @pytest.fixture(scope="module")
-def smoke_rows(tmp_path_factory):
+def smoke_run(tmp_path_factory):
+    """Every smoke point run once for this module: ``search_1rank`` through :func:`run_experiment` (its run file,
+    and the rows its ``run_point`` returned, which the test of the run file compares), the multi-rank points on
+    spawned CPU ranks. Returns (all rows with their point, search_1rank's report, the rows run_point returned)."""
     torch.set_num_threads(2)
-    experiment = zero_gpu.EXPERIMENT
-    rows = []
-    for point in experiment.points_for("smoke"):
-        got = execute_point(experiment, point, "smoke", device="cpu", scratch_dir=tmp_path_factory.mktemp(point.name),
-                            timeout_s=300)
+    returned = []
+
+    def run_point(point, ctx):
+        returned.extend(zero_gpu.run_point(point, ctx))
+        return returned
+
+    experiment = dataclasses.replace(zero_gpu.EXPERIMENT, run_point=run_point)
+    report = run_experiment(experiment, "smoke", points=["search_1rank"], results=tmp_path_factory.mktemp("results"),
+                            device="cpu")
+    rows = [dict(row, point="search_1rank") for row in returned]
+    for point in zero_gpu.EXPERIMENT.points_for("smoke"):
+        if point.name == "search_1rank":
+            continue
+        got = execute_point(zero_gpu.EXPERIMENT, point, "smoke", device="cpu",
+                            scratch_dir=tmp_path_factory.mktemp(point.name), timeout_s=300)
         rows += [dict(row, point=point.name) for row in got]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), report, returned
+
+
+@pytest.fixture(scope="module")
+def smoke_rows(smoke_run):
+    return smoke_run[0]
 
 
 def _largest(rows, point, arm):
@@ -232,18 +250,11 @@ def _on_disk(report, point: str) -> list[dict]:
             if record["point"] == point]
 
 
-def test_rows_reach_the_run_file_once_each(tmp_path):
+def test_rows_reach_the_run_file_once_each(smoke_run):
     """Emitted as measured (each attempt, then each arm's summary) and returned: the run file holds the returned
     rows, in their order, each once."""
-    torch.set_num_threads(2)
-    returned = []
-
-    def run_point(point, ctx):
-        returned.extend(zero_gpu.run_point(point, ctx))
-        return returned
-
-    experiment = dataclasses.replace(zero_gpu.EXPERIMENT, run_point=run_point)
-    report = run_experiment(experiment, "smoke", points=["search_1rank"], results=tmp_path, device="cpu")
+    _, report, returned = smoke_run
+    assert returned
     assert [o.status for o in report.outcomes] == ["ok"] and report.outcomes[0].rows == len(returned)
     on_disk = _on_disk(report, "search_1rank")
     assert on_disk == [json.loads(json.dumps(row)) for row in returned]
