@@ -98,6 +98,13 @@ def _at_scale(rows: pd.DataFrame, experiment: str, scale: str) -> pd.DataFrame:
     return mine[mine["scale"] == scale].reset_index(drop=True) if len(mine) else mine
 
 
+def _by_experiment(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Experiment name -> its rows (every column, the original index), as ``rows[rows.experiment == name]``."""
+    if not len(rows):
+        return {}
+    return {name: mine for name, mine in rows.groupby("experiment", sort=False, dropna=False)}
+
+
 def _decided_elsewhere(exp, checks: list, used: str, all_rows: pd.DataFrame | None) -> tuple[list, dict[str, str]]:
     """The checks with every claim the ``used`` scale cannot decide (``exp.decided_at``) replaced: by the check its
     deciding scale's rows give, where ``all_rows`` hold such rows, else by "not decidable" naming that scale.
@@ -138,17 +145,22 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
     all_rows = rows if all_rows is None else all_rows
     known = set(zip(claims["paper"], claims["claim_id"]))
     records, problems, scales = [], [], {}
+    # one split of the (wide: every experiment's columns) frames per experiment, not one filter of them per check
+    by_experiment = _by_experiment(rows)
+    every_by_experiment = by_experiment if all_rows is rows else _by_experiment(all_rows)
     for exp in experiments:
         if exp.claims is None:
             continue
-        mine = rows[rows["experiment"] == exp.name] if len(rows) else rows
+        mine = by_experiment.get(exp.name, rows.iloc[:0])
+        every = every_by_experiment.get(exp.name, all_rows.iloc[:0])
         candidates = (present_scales(mine) if scale == "any" else [scale]) or [choose_scale(mine, scale)]
         scales[exp.name] = candidates[0]
         try:
-            checks = _most_decisive(exp, candidates, rows, all_rows)
+            checks = _most_decisive(exp, candidates, mine, every)
         except Exception:  # noqa: BLE001 - one broken mapping must not hide the report
             problems.append(f"{exp.name}.claims raised:\n{traceback.format_exc()}")
             continue
+        used_rows = len(_at_scale(mine, exp.name, candidates[0]))
         for check, where in checks:
             if not isinstance(check, ClaimCheck):
                 problems.append(f"{exp.name}.claims returned {check!r}, not a ClaimCheck")
@@ -172,9 +184,9 @@ def collect_checks(experiments: Iterable, rows: pd.DataFrame, *, scale: str = "a
                                 f"a claim of {check.paper}")
                 continue
             measured = check.evidence == "measured" and check.reproduced_value is not None
-            device = _devices(_at_scale(all_rows, exp.name, where)) if measured else ""
+            device = _devices(_at_scale(every, exp.name, where)) if measured else ""
             records.append({**check.__dict__, "device": device, "experiment": exp.name, "scale": where,
-                            "rows": len(_at_scale(rows, exp.name, candidates[0]))})
+                            "rows": used_rows})
     frame = pd.DataFrame.from_records(
         records, columns=["paper", "claim_id", "reproduced_value", "tolerance", "verdict", "note", "evidence",
                           "same_as", "hardware", "null", "null_value", "null_within", "basis", "device", "experiment",

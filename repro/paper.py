@@ -121,6 +121,11 @@ def _load(path: str, derived: str | None) -> pd.DataFrame:
 def load_claims(path: Path | None = None, *, derived: Path | None = None) -> pd.DataFrame:
     """The paper claims table (committed copy first, ``../shared`` as a fallback), followed by the suite's derived
     claims (:data:`DERIVED_FILE`, or ``derived``) when the table is the default one."""
+    return _load(*_source(path, derived)).copy()
+
+
+def _source(path: Path | None, derived: Path | None) -> tuple[str, str | None]:
+    """The table and derived-claims file :func:`load_claims` reads (FileNotFoundError when the table is absent)."""
     if path is None:
         path = CLAIMS_FILE if CLAIMS_FILE.exists() else SHARED_CLAIMS
         if derived is None and DERIVED_FILE.exists():
@@ -129,7 +134,27 @@ def load_claims(path: Path | None = None, *, derived: Path | None = None) -> pd.
         raise FileNotFoundError(
             f"no paper claims table at {path}; run `python scripts/paper_tables.py` (reads {SHARED_CLAIMS})"
         )
-    return _load(str(path), None if derived is None else str(derived)).copy()
+    return str(path), None if derived is None else str(derived)
+
+
+@lru_cache(maxsize=4)
+def _by_id(path: str, derived: str | None) -> dict[tuple[str, str], dict]:
+    """(paper, claim id) -> its row of :func:`_load`'s table (ids are unique there: :func:`tidy` refuses repeats)."""
+    return {(row["paper"], row["claim_id"]): row for row in _load(path, derived).to_dict("records")}
+
+
+def _claim(paper: str, claim_id: str, claims: pd.DataFrame | None) -> dict:
+    """One claim's row as a dict: a dictionary look-up in the default table (the claims of every experiment ask
+    for hundreds of values: filtering the table for each took seconds), else the first match in ``claims``;
+    ValueError for an unknown id."""
+    if claims is None:
+        row = _by_id(*_source(None, None)).get((paper, claim_id))
+    else:
+        hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
+        row = None if hit.empty else hit.iloc[0].to_dict()
+    if row is None:
+        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
+    return row
 
 
 class PaperNumber(float):
@@ -189,35 +214,25 @@ def evidence_of_count(counted: float | None, closed_form: float | None, *, other
 def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:
     """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell), as a
     :class:`PaperNumber`."""
-    claims = load_claims() if claims is None else claims
-    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
-    if hit.empty:
-        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    value = float(hit["value_num"].iloc[0])
+    row = _claim(paper, claim_id, claims)
+    value = float(row["value_num"])
     if pd.isna(value):
-        raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {hit['value'].iloc[0]!r}")
+        raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {row['value']!r}")
     return PaperNumber(value, paper, claim_id)
 
 
 def paper_text(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> str:
     """The value of one claim as the table prints it (``'OP;FC-2;FC-1;IP'``, a formula), for claims that are not
     a number; ValueError for an unknown id."""
-    claims = load_claims() if claims is None else claims
-    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
-    if hit.empty:
-        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    return str(hit["value"].iloc[0])
+    return str(_claim(paper, claim_id, claims)["value"])
 
 
 def paper_range(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> tuple[float, float]:
     """The bounds of a claim the paper gives as a range (``'40-45'``); ValueError for anything else."""
-    claims = load_claims() if claims is None else claims
-    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
-    if hit.empty:
-        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    bounds = parse_range(hit["value"].iloc[0])
+    value = _claim(paper, claim_id, claims)["value"]
+    bounds = parse_range(value)
     if bounds is None:
-        raise ValueError(f"claim {paper}/{claim_id} has value {hit['value'].iloc[0]!r}, not a range 'low-high'")
+        raise ValueError(f"claim {paper}/{claim_id} has value {value!r}, not a range 'low-high'")
     return bounds
 
 
@@ -241,11 +256,8 @@ def half_last_digit(paper: str, claim_id: str, claims: pd.DataFrame | None = Non
     0.5): the tolerance of a value the paper rounded, i.e. a verdict decided at the paper's printed precision. The
     printed text is the claims table's, unless :data:`PRINTED_FILE` records what the paper prints (``1.50`` stored
     as ``1.5``; ``0.5`` trillion stored as ``500`` billion)."""
-    claims = load_claims() if claims is None else claims
-    hit = claims[(claims["paper"] == paper) & (claims["claim_id"] == claim_id)]
-    if hit.empty:
-        raise ValueError(f"no claim {claim_id!r} for paper {paper!r} in the paper claims table")
-    text, factor = printed_as().get((paper, claim_id), (str(hit["value"].iloc[0]), 1.0))
+    value = _claim(paper, claim_id, claims)["value"]
+    text, factor = printed_as().get((paper, claim_id), (str(value), 1.0))
     text = text.replace(",", "").strip()
     decimals = len(text.split(".")[1]) if "." in text else 0
     return 0.5 * 10.0**-decimals * factor

@@ -6,20 +6,12 @@ import re
 
 import pandas as pd
 
-from repro.claims import build_report, collect_checks
 from repro.claims_scope import ONLY_PAPER_HARDWARE, OUT_OF_REACH, out_of_reach
-from repro.experiments import registry
 from repro.paper import load_claims
 from repro.results import REPO_ROOT
 
 UNMAPPED = "no experiment maps this claim yet"
 
-def _report_from_committed_rows() -> pd.DataFrame:
-    """The report ``repro claims`` writes, rebuilt from the committed result rows (as CI has them)."""
-    from repro.harness.reproduce import _check_scale, _rows
-
-    rows = _rows(REPO_ROOT / "results", "ci")
-    return build_report(collect_checks(registry(), rows, scale=_check_scale("ci")))
 
 
 def test_every_scope_row_covers_a_claim():
@@ -29,8 +21,9 @@ def test_every_scope_row_covers_a_claim():
         assert any(re.fullmatch(row.pattern, i) for i in ids), f"{row} matches no claim of {row.paper}"
 
 
-def test_no_needs_gpu_claim_is_unmapped():
-    report = _report_from_committed_rows()
+def test_no_needs_gpu_claim_is_unmapped(committed_ci_report):
+    """The report ``repro claims`` writes, rebuilt from the committed result rows (as CI has them; conftest.py)."""
+    report = committed_ci_report
     gpu = report[report["verdict"] == "needs GPU"]
     unmapped = set(gpu[gpu["note"].fillna("").str.contains(UNMAPPED)]["claim_id"])
     assert not unmapped, f"unmapped needs-GPU claims: {sorted(unmapped)}"
@@ -38,8 +31,8 @@ def test_no_needs_gpu_claim_is_unmapped():
     assert len(out) and (out["experiment"] == "").all()
 
 
-def test_out_of_reach_never_hides_a_mapped_claim():
-    report = _report_from_committed_rows()
+def test_out_of_reach_never_hides_a_mapped_claim(committed_ci_report):
+    report = committed_ci_report
     mapped = report[report["experiment"] != ""]
     hidden = [r.claim_id for r in mapped.itertuples() if out_of_reach(r.paper, r.claim_id) is not None]
     assert not hidden, f"claims both mapped and declared out of reach: {hidden}"

@@ -7,27 +7,18 @@ import pytest
 
 from repro import claims as C
 from repro import verdicts as V
-from repro.experiments import registry
 from repro.experiments.base import Experiment, Point
 from repro.vocabulary import COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck, Null
 
 FAR = Null("far off", 1e9)  # a null no tolerance admits: agreement decides alone
-from repro.claims_render import COLUMNS
 from repro.results import REPO_ROOT
 
 
-def _report_from_committed_rows() -> pd.DataFrame:
-    from repro.harness.reproduce import _check_scale, _rows
-
-    rows = _rows(REPO_ROOT / "results", "ci")
-    checks = C.collect_checks(registry(), rows, scale=_check_scale("ci"))
-    assert not checks.problems, checks.problems
-    return C.build_report(checks)
-
-
-@pytest.fixture(scope="module")
-def report() -> pd.DataFrame:
-    return _report_from_committed_rows()
+@pytest.fixture
+def report(committed_ci_checks, committed_ci_report) -> pd.DataFrame:
+    """The report ``repro claims`` builds from the committed rows (collected once per session: conftest.py)."""
+    assert not committed_ci_checks.problems, committed_ci_checks.problems
+    return committed_ci_report
 
 
 def test_check_value_needs_a_known_evidence_class():
@@ -193,42 +184,6 @@ def test_summary_counts_classes_and_the_headline_only_counted_ones(report):
     by_class = summary_by_evidence(report)
     assert int(by_class["total"].sum()) == len(report)
     assert by_class.loc[("megatron_lm_2019", "fitted"), "not counted"] >= 4
-
-
-def _summary_of_markdown(text: str) -> dict[str, list[int]]:
-    """paper -> verdict counts of claims.md's table by paper (columns in VERDICTS order, then total)."""
-    table = text.split("### By paper", 1)[1].split("##", 1)[0]
-    out = {}
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == len(COLUMNS) + 2 and cells[1].isdigit():
-            out[cells[0]] = [int(c) for c in cells[1:]]
-    return out
-
-
-def test_claims_overview_counts_are_claims_md_counts(tmp_path):
-    """The overview figure is drawn from the table claims.md is written from: its panel titles carry claims.md's
-    verdict counts, paper by paper (read back from the SVG, which keeps every text as a comment)."""
-    import re
-
-    from repro.harness.reproduce import make_claims, make_figures
-    from repro.paper import PAPER_TITLES
-
-    (tmp_path / "runs").symlink_to(REPO_ROOT / "results" / "runs", target_is_directory=True)
-    out = make_claims(registry(), tmp_path, "any")
-    rendered = make_figures(registry(), tmp_path, "any", checks=out.checks, names=["claims_overview"])
-    assert not rendered.errors, rendered.errors
-    svg = (tmp_path / "figures" / "claims_overview.svg").read_text()
-    md = _summary_of_markdown((tmp_path / "claims.md").read_text())
-    verdicts = "|".join(COLUMNS)
-    for paper in PAPER_TITLES:
-        panel = svg[svg.index(f"<!-- {PAPER_TITLES[paper]} -->"):]
-        title = panel[:panel.index(" drawn")]
-        total = int(re.search(r"(\d+) claims:", title).group(1))
-        counts = {v: int(n) for n, v in re.findall(rf"(\d+) ({verdicts})\b", title)}
-        drawn = int(re.search(r"; (\d+)$", title).group(1))
-        assert md[paper] == [counts.get(v, 0) for v in COLUMNS] + [total], paper
-        assert 0 <= drawn <= total
 
 
 def test_evidence_is_decided_from_the_inputs():

@@ -10,13 +10,11 @@ import re
 import pandas as pd
 import pytest
 
-from repro import claims as C
 from repro.experiments import (
-    megatron_weak_scaling, mtnlg_3d_tiny, mtnlg_layout, parameter_counts, registry, t3_overlap, t3_simulator,
+    megatron_weak_scaling, mtnlg_3d_tiny, mtnlg_layout, parameter_counts, t3_overlap, t3_simulator,
 )
 from repro.vocabulary import COUNTED_EVIDENCE
 from repro.paper import CLAIMS_FILE
-from repro.results import REPO_ROOT
 
 MINE = ("mtnlg_layout", "mtnlg_3d_tiny", "mtnlg_3d_gpu", "parameter_counts", "megatron_weak_scaling",
         "megatron_weak_scaling_gpu", "t3_simulator", "t3_overlap", "eval_wikitext_lambada", "eval_race")
@@ -25,15 +23,12 @@ SAME_512 = ("eff_512gpu_text", "eff_abstract", "sustained_pflops_512", "agg_pflo
 SAME_8WAY = ("eff_8way_mp_text", "t7_heads32_eff")
 
 
-@pytest.fixture(scope="module")
-def report() -> pd.DataFrame:
-    """The claims report from the committed rows (as `repro claims --scale ci` builds it)."""
-    from repro.harness.reproduce import _check_scale, _rows
-
-    checks = C.collect_checks(registry(), _rows(REPO_ROOT / "results", "ci"), scale=_check_scale("ci"))
-    mine = [p for p in checks.problems if p.split(".", 1)[0].split(":", 1)[0] in MINE]
+@pytest.fixture
+def report(committed_ci_checks, committed_ci_report) -> pd.DataFrame:
+    """The claims report from the committed rows (as `repro claims --scale ci` builds it; conftest.py)."""
+    mine = [p for p in committed_ci_checks.problems if p.split(".", 1)[0].split(":", 1)[0] in MINE]
     assert not mine, mine
-    return C.build_report(checks).set_index(["paper", "claim_id"])
+    return committed_ci_report.set_index(["paper", "claim_id"])
 
 
 def _fresh(module) -> pd.DataFrame:
