@@ -106,8 +106,6 @@ def _stop(tmp: Path, ckpt: Path, name: str, target: str, sig: signal.Signals, *,
 
 
 def test_signals_to_every_process_of_a_torchrun_job_save_and_resume_exactly(tmp_path):
-    straight = Ranks(tmp_path, "straight", 2, [*TRAIN, "--log-jsonl", str(tmp_path / "straight.jsonl")])
-    assert straight.wait() == [0, 0], straight.all_output()
     ckpt = tmp_path / "ckpt"
     # plain torchrun, SIGUSR1 to its agent: the agent dies of it (138 in a shell); the ranks get SIGTERM from the
     # kernel (PR_SET_PDEATHSIG) and save, but nobody is left to report their 75
@@ -128,8 +126,16 @@ def test_signals_to_every_process_of_a_torchrun_job_save_and_resume_exactly(tmp_
         code, out = _stop(tmp_path, ckpt, name, target, sig, wrapper=True)
         assert code == EXIT_PREEMPTED, (name, code, out[-3000:])
         stops += 1
-    last = TorchrunJob(tmp_path, "last", [*TRAIN, "--save", str(ckpt), "--load", str(ckpt)], wrapper=True)
-    assert last.wait() == 0, last.output()[-3000:]
+    # the last resume and the straight run train side by side (they share nothing but the machine; the stopped
+    # jobs above run alone, so that a loaded machine does not let them train past the signal into the last step)
+    straight = Ranks(tmp_path, "straight", 2, [*TRAIN, "--log-jsonl", str(tmp_path / "straight.jsonl")])
+    try:
+        last = TorchrunJob(tmp_path, "last", [*TRAIN, "--save", str(ckpt), "--load", str(ckpt)], wrapper=True)
+        assert last.wait() == 0, last.output()[-3000:]
+    except BaseException:
+        straight.kill()
+        raise
+    assert straight.wait() == [0, 0], straight.all_output()
     resumed = iterations(ckpt / "log.jsonl")
     assert [r["iteration"] for r in resumed] == list(range(1, 61))
     assert [r["lm_loss"] for r in resumed] == [r["lm_loss"] for r in iterations(tmp_path / "straight.jsonl")]
