@@ -68,15 +68,25 @@ def test_a_rank_stopped_in_an_evaluation_ends_the_job_naming_it(tmp_path):
 
 def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path):
     """Rank 1 stops while writing its file of the second save (iteration 4); the rerun loads the first (iteration
-    2), and rank 1 stops while reading its file."""
+    2), and rank 1 stops while reading its file. The rerun starts once the first save is published, while the first
+    job waits out its timeout (the second save is never published: its rank 1 is stopped in it)."""
     ckpt = str(tmp_path / "ckpt")
     save = Ranks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
                                        "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
                  timeout_s=TIMEOUT_S, program=JOB)
-    _assert_named(save, *_exit_after_stop(save),
-                  "saving checkpoint iteration 4: agreeing that every rank wrote its file")
-    load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
-                                       "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+    try:
+        save.wait_for(r"saved checkpoint at iteration\s+2 ")
+        load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
+                                           "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+    except BaseException:
+        save.kill()
+        raise
+    try:
+        _assert_named(save, *_exit_after_stop(save),
+                      "saving checkpoint iteration 4: agreeing that every rank wrote its file")
+    except BaseException:
+        load.kill()
+        raise
     _assert_named(load, *_exit_after_stop(load), "loading checkpoint: agreeing that every rank read its files")
 
 
