@@ -106,25 +106,33 @@ def _lone_ranks(tmp: Path, cases: tuple[tuple[int, str], ...]) -> list[tuple[int
 
     from repro.dist.spawn import free_port
 
-    runs = []
+    runs, outputs = [], [tmp / f"lone{index}.log" for index in range(len(cases))]
     for index, (rank, addr) in enumerate(cases):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR=addr,
                    MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", LOADED_AT=str(tmp / f"loaded{index}"))
-        runs.append(subprocess.Popen([sys.executable, "-c", STAMPED, "--steps", "2", "--layers", "2", "--hidden", "32",
-                                      "--timeout-s", str(TIMEOUT_S)], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True))
-    results = []
+        with open(outputs[index], "w") as out:
+            runs.append(subprocess.Popen([sys.executable, "-c", STAMPED, "--steps", "2", "--layers", "2", "--hidden",
+                                          "32", "--timeout-s", str(TIMEOUT_S)], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT))
+    exited: dict[int, float] = {}
+    deadline = time.monotonic() + 180
     try:
-        for index, proc in enumerate(runs):
-            out, err = proc.communicate(timeout=180)
-            loaded = tmp / f"loaded{index}"
-            elapsed = time.time() - float(loaded.read_text()) if loaded.exists() else float("inf")
-            results.append((proc.returncode, out + err, elapsed))
+        while len(exited) < len(runs):  # each one's exit time, whichever ends first
+            for index, proc in enumerate(runs):
+                if index not in exited and proc.poll() is not None:
+                    exited[index] = time.time()
+            assert time.monotonic() < deadline, [path.read_text() for path in outputs]
+            time.sleep(0.05)
     finally:
         for proc in runs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    results = []
+    for index, proc in enumerate(runs):
+        loaded = tmp / f"loaded{index}"
+        elapsed = exited[index] - float(loaded.read_text()) if loaded.exists() else float("inf")
+        results.append((proc.returncode, outputs[index].read_text(), elapsed))
     return results
 
 
