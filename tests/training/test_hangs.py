@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from pathlib import Path
 
 from tests.training.ranks import Ranks
 
@@ -67,41 +68,81 @@ def test_a_rank_stopped_in_an_evaluation_ends_the_job_naming_it(tmp_path):
 
 def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path):
     """Rank 1 stops while writing its file of the second save (iteration 4); the rerun loads the first (iteration
-    2), and rank 1 stops while reading its file."""
+    2), and rank 1 stops while reading its file. The rerun starts once the first save is published, while the first
+    job waits out its timeout (the second save is never published: its rank 1 is stopped in it)."""
     ckpt = str(tmp_path / "ckpt")
     save = Ranks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
                                        "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
                  timeout_s=TIMEOUT_S, program=JOB)
-    _assert_named(save, *_exit_after_stop(save),
-                  "saving checkpoint iteration 4: agreeing that every rank wrote its file")
-    load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
-                                       "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+    try:
+        save.wait_for(r"saved checkpoint at iteration\s+2 ")
+        load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
+                                           "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+    except BaseException:
+        save.kill()
+        raise
+    try:
+        _assert_named(save, *_exit_after_stop(save),
+                      "saving checkpoint iteration 4: agreeing that every rank wrote its file")
+    except BaseException:
+        load.kill()
+        raise
     _assert_named(load, *_exit_after_stop(load), "loading checkpoint: agreeing that every rank read its files")
 
 
-def _lone_rank(rank: int, addr: str) -> tuple[int, str, float]:
-    """One rank of two started alone: nobody answers at ``addr`` (rank 1), or nobody joins (rank 0)."""
+#: ``repro train`` that first notes when its modules are loaded (wall clock, in the file $LOADED_AT), so that the
+#: time to the exit counts the rendezvous, not the seconds a loaded machine takes to import torch
+STAMPED = ("import os, sys, time; from repro.training.cli import main; "
+           "open(os.environ['LOADED_AT'], 'w').write(repr(time.time())); sys.exit(main(sys.argv[1:]))")
+
+
+def _lone_ranks(tmp: Path, cases: tuple[tuple[int, str], ...]) -> list[tuple[int, str, float]]:
+    """One rank of two started alone per case, all at once (each only waits): nobody answers at ``addr`` (rank 1),
+    or nobody joins (rank 0). Each case has a port of its own. Returns each one's exit code, output, and the seconds
+    from its modules loaded to its exit."""
     import os
     import subprocess
     import sys
 
     from repro.dist.spawn import free_port
 
-    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR=addr,
-               MASTER_PORT=str(free_port()))
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "2", "--layers", "2", "--hidden", "32",
-                           "--timeout-s", str(TIMEOUT_S)], env=env, capture_output=True, text=True, timeout=120)
-    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+    runs, outputs = [], [tmp / f"lone{index}.log" for index in range(len(cases))]
+    for index, (rank, addr) in enumerate(cases):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR=addr,
+                   MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", LOADED_AT=str(tmp / f"loaded{index}"))
+        with open(outputs[index], "w") as out:
+            runs.append(subprocess.Popen([sys.executable, "-c", STAMPED, "--steps", "2", "--layers", "2", "--hidden",
+                                          "32", "--timeout-s", str(TIMEOUT_S)], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT))
+    exited: dict[int, float] = {}
+    deadline = time.monotonic() + 180
+    try:
+        while len(exited) < len(runs):  # each one's exit time, whichever ends first
+            for index, proc in enumerate(runs):
+                if index not in exited and proc.poll() is not None:
+                    exited[index] = time.time()
+            assert time.monotonic() < deadline, [path.read_text() for path in outputs]
+            time.sleep(0.05)
+    finally:
+        for proc in runs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = []
+    for index, proc in enumerate(runs):
+        loaded = tmp / f"loaded{index}"
+        elapsed = exited[index] - float(loaded.read_text()) if loaded.exists() else float("inf")
+        results.append((proc.returncode, outputs[index].read_text(), elapsed))
+    return results
 
 
-def test_a_rendezvous_that_never_happens_is_one_line_and_124():
+def test_a_rendezvous_that_never_happens_is_one_line_and_124(tmp_path):
     """--help promises it: the start-up rendezvous is bounded by --timeout-s too (it was exit 1 with a C++ stack
-    dump and a traceback, ~75 lines)."""
-    for rank, addr, text in ((1, "127.0.0.1", "rank 1: no rendezvous at MASTER_ADDR=127.0.0.1"),
-                             (1, "nosuchhost.invalid", "the host does not resolve"),
-                             (0, "127.0.0.1", "rank 0: only 1 of 2 ranks joined the rendezvous")):
-        code, output, elapsed = _lone_rank(rank, addr)
+    dump and a traceback, ~75 lines). The three cases run at once: each only waits."""
+    cases = ((1, "127.0.0.1", "rank 1: no rendezvous at MASTER_ADDR=127.0.0.1"),
+             (1, "nosuchhost.invalid", "the host does not resolve"),
+             (0, "127.0.0.1", "rank 0: only 1 of 2 ranks joined the rendezvous"))
+    for (code, output, elapsed), (_, _, text) in zip(_lone_ranks(tmp_path, tuple(case[:2] for case in cases)), cases):
         assert code == 124, output
         assert output.strip().count("\n") == 0 and text in output and "--timeout-s 5" in output, output
         assert elapsed < TIMEOUT_S + 15, f"{elapsed:.1f} s: {output}"
@@ -113,8 +154,12 @@ def test_a_step_that_is_only_slow_says_so():
     import subprocess
     import sys
 
+    import os
+
+    # one thread: the step only has to outlast the watchdog, not to use every core while it does
     proc = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "1", "--layers", "2", "--hidden", "32",
-                           "--seq-len", "30000", "--watchdog-s", "2"], capture_output=True, text=True, timeout=120)
+                           "--seq-len", "30000", "--watchdog-s", "2"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 124, proc.stdout + proc.stderr
     assert "if one micro-batch is only slow (--seq-len 30000" in proc.stderr and "raise --watchdog-s" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr

@@ -41,13 +41,14 @@ def test_a_job_finished_when_every_started_rank_finished(name, tmp_path):
     assert all_finished(tmp_path / "absent") is False
 
 
-def _job(tmp_path: Path, name: str, steps: int) -> tuple[subprocess.Popen, Path]:
+def _job(tmp_path: Path, name: str, steps: int, monitor_interval_s: float) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_", "SLURM_"))}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", "1", "--monitor-interval", "2",
-             "-m", "repro.training", *SMALL, "--steps", str(steps), "--save", str(tmp_path / name)],
+            [sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", "1", "--monitor-interval",
+             str(monitor_interval_s), "-m", "repro.training", *SMALL, "--steps", str(steps), "--save",
+             str(tmp_path / name)],
             stdout=out, stderr=subprocess.STDOUT, env=env)
     return proc, log
 
@@ -64,7 +65,9 @@ def _signal_when(proc: subprocess.Popen, log: Path, pattern: str, timeout_s: flo
 @pytest.mark.parametrize("when", ["after_the_end", "during_training"])
 def test_a_signal_through_the_wrapper(when, tmp_path):
     finished = when == "after_the_end"
-    proc, log = _job(tmp_path, when, 2 if finished else 100000)
+    # after the end: the agent looks at its rank every 2 s, so the signal comes between the rank's exit and its own;
+    # during training: torchrun's default (0.1 s), the agent ends soon after its rank saved
+    proc, log = _job(tmp_path, when, 2 if finished else 100000, 2 if finished else 0.1)
     try:
         _signal_when(proc, log, r"^training done" if finished else r"^ \[[^]]+\] iteration +3/")
         code = proc.wait(timeout=120)
