@@ -3,7 +3,8 @@ code 2: options, DeepSpeed configs, corpora, launch variables, memory and output
 
 Each case runs ``repro.cli.main(["train", ...])`` in this process: all are found by ``check_args`` before a process
 group exists (the trainer is replaced by a failure, so a case that slips through cannot start training here). A few
-run as real processes too, to show the entry point itself prints one line and exits in time.
+run as real processes too, to show the entry point itself prints one line and exits in time: two from a new
+interpreter, the others forked from a warm server (tests/training/forked.py).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import repro.training.cli as train_cli
 from repro.cli import main
 from repro.training.corpus import FORMAT, FORMAT_VERSION
 from tests.foundation.bad_input_helpers import LAUNCH_VARIABLES, assert_refused, run_in_process, run_process
+from tests.training import forked
 
 TORCHRUN = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
 GPT2_FILES = {"gpt2-vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
@@ -318,11 +318,15 @@ PROCESS_CASES = {
 }
 
 
+#: the cases that start a new interpreter (one refused at the start, one at the load); the others are processes
+#: forked from a warm server (tests/training/forked.py): the same entry point, without importing torch again
+NEW_INTERPRETER = {"process_rank_text", "train_resume_other_model"}
+
+
 @pytest.fixture(scope="module")
 def small_checkpoint(tmp_path_factory) -> Path:
     ckpt = tmp_path_factory.mktemp("ckpt") / "c"
-    proc = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "1", "--hidden", "32", "--layers",
-                           "2", "--save", str(ckpt)], capture_output=True, text=True, timeout=120)
+    proc = forked.train(["--steps", "1", "--hidden", "32", "--layers", "2", "--save", str(ckpt)], timeout=120)
     assert proc.returncode == 0, proc.stderr
     return ckpt
 
@@ -332,6 +336,11 @@ def test_bad_input_found_in_a_real_process_exits_2_with_one_line(name, request):
     argv, text, env = PROCESS_CASES[name]
     if any("{ckpt}" in arg for arg in argv):
         argv = [arg.format(ckpt=request.getfixturevalue("small_checkpoint")) for arg in argv]
-    environ = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    code, err = run_process(["train", "--steps", "2", "--layers", "2", *argv], env={**environ, **env})
+    environ = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}, **env}
+    command = ["train", "--steps", "2", "--layers", "2", *argv]
+    if name in NEW_INTERPRETER:
+        code, err = run_process(command, env=environ)
+    else:
+        done = forked.run(["-m", "repro", *command], env=environ, timeout=120)
+        code, err = done.returncode, done.stderr
     assert_refused(argv, code, err, text)

@@ -1,6 +1,6 @@
 """One rank of ``repro train`` whose rank ``--full-rank`` finds the disk full (ENOSPC) when it writes its own file of
 the ``--full-at``-th save, as a node-local or quota-limited file system would. Every other argument goes to
-``python -m repro.training``. Started by test_disk_full.py as independent processes (see ranks.py)."""
+``python -m repro.training``. Started by test_disk_full.py as independent processes (see ranks.py, forked.py)."""
 
 import argparse
 import errno

@@ -3,7 +3,8 @@ and one line naming the value (or, for the launch and the run's end, the one lin
 and the valid neighbour of each fix still accepted.
 
 Cases that ``check_args`` finds run in this process (the trainer replaced by a failure, or by a stub that returns
-0 for an accepted neighbour); cases that need a process group, a launch or a signal run as real processes.
+0 for an accepted neighbour); cases that need a process group, a launch or a signal run as real processes: forked
+from a warm server (tests/training/forked.py), the non-finite loss's from a new interpreter, torchrun's as torchrun.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from repro.cli import main
 from repro.dist.torchrun_agent import HeldStream, suite_exit_code
 from repro.training.corpus import FORMAT, FORMAT_VERSION
 from tests.foundation.bad_input_helpers import LAUNCH_VARIABLES, assert_refused, one_line, run_in_process
+from tests.training import forked
 
 SMALL = ["--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "16", "--micro-batch-size", "2",
          "--micro-batches", "1"]
@@ -109,10 +111,14 @@ def write_corpus(prefix: Path, tokens: list[int], **fields) -> str:
 
 
 def _train(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-           timeout: float = 120) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+           timeout: float = 120, interpreter: bool = False) -> subprocess.CompletedProcess:
+    """``python -m repro.training ARGV`` without the test's launch variables: forked from a warm server
+    (tests/training/forked.py), or, with ``interpreter``, a new interpreter (for what it prints as it starts)."""
+    environ = {**{k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}, **(env or {})}
+    if not interpreter:
+        return forked.train(argv, env=environ, cwd=cwd, timeout=timeout)
     return subprocess.run([sys.executable, "-m", "repro.training", *argv], capture_output=True, text=True,
-                          env={**environ, **(env or {})}, cwd=cwd, timeout=timeout)
+                          env=environ, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -215,25 +221,28 @@ def test_a_master_addr_that_does_not_resolve_is_one_line_and_124():
 
 
 def test_a_nonfinite_loss_is_one_line_on_stderr():
-    proc = _train([*SMALL, "--steps", "2", "--lr", "1e308"])
+    proc = _train([*SMALL, "--steps", "2", "--lr", "1e308"], interpreter=True)  # all its stderr, from the start
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "exit code 3" in one_line(proc.stderr)
 
 
 def test_a_preemption_during_a_validation_stops_it(tmp_path):
     environ = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    proc = subprocess.Popen([sys.executable, "-m", "repro.training", *SMALL, "--steps", "3", "--eval-interval", "1",
-                             "--eval-iters", "100000", "--save", str(tmp_path / "c")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    log, errors = tmp_path / "out.log", tmp_path / "err.log"
+    proc = forked.Forked(["-m", "repro.training", *SMALL, "--steps", "3", "--eval-interval", "1", "--eval-iters",
+                          "100000", "--save", str(tmp_path / "c")], out=log, err=errors, env=environ)
     try:
-        for line in proc.stdout:  # the first iteration is done: the validation (100,000 batches) runs now
-            if "iteration 1/3" in line:
-                break
+        deadline = time.monotonic() + 120
+        # the first iteration is done: the validation (100,000 batches) runs now
+        while "iteration 1/3" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text() + errors.read_text()
+            time.sleep(0.1)
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         proc.kill()
+    out, err = log.read_text(), errors.read_text()
     assert proc.returncode == 75, out + err
     assert "cut short by a preemption" in out and (tmp_path / "c" / "iter_0000001").is_dir(), out
 

@@ -17,17 +17,17 @@ import torch
 
 from repro.models.reference import ReferenceGPT
 from repro.training.consolidate import is_training_checkpoint, load_trained_gpt
+from tests.training import forked
+from tests.training.forked import ForkedRanks
 
-SHAPE = ["--layers", "4", "--hidden", "32", "--heads", "4", "--micro-batch-size", "2"]
+SHAPE = ["--layers", "4", "--hidden", "32", "--heads", "4", "--micro-batch-size", "2", "--vocab", "256"]
 
 
 def _train(tmp: Path, name: str, ranks: int, *args: str) -> Path:
+    """``repro train`` on ``ranks`` processes (forked, as srun starts them: see tests/training/forked.py)."""
     ckpt = tmp / name
-    launcher = ([sys.executable, "-m", "repro.dist.torchrun", "--nproc-per-node", str(ranks)] if ranks > 1
-                else [sys.executable])
-    run = subprocess.run([*launcher, "-m", "repro.training", *SHAPE, "--save", str(ckpt), *args],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    job = ForkedRanks(tmp, name, ranks, [*SHAPE, "--save", str(ckpt), *args])
+    assert job.wait(timeout_s=300) == [0] * ranks, job.all_output()
     return ckpt
 
 
@@ -79,6 +79,5 @@ def test_the_command_line_writes_one_file_torch_loads_back(layouts, tmp_path):
     assert payload["meta"]["iteration"] == 1 and payload["meta"]["tp"] == 2
     for argv, words in (([str(tmp_path / "none"), str(out)], "holds no checkpoint of repro train"),
                         ([str(layouts["one"]), str(tmp_path)], "is a directory; it must name a file")):
-        bad = subprocess.run([sys.executable, "-m", "repro", "consolidate", *argv], capture_output=True, text=True,
-                             timeout=120)
+        bad = forked.run(["-m", "repro", "consolidate", *argv], timeout=120)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and words in bad.stderr, bad.stderr

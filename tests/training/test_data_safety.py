@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 
-from tests.training.ranks import Ranks
+from tests.training.forked import ForkedRanks  # rank processes forked from a warm server: see forked.py
 
 EXPLODE = ["--steps", "8", "--lr", "1e30", "--lr-warmup-iters", "0"]  # iteration 1 is finite, then it overflows
 
 
 def test_a_nan_run_stops_naming_the_iteration_and_keeps_the_last_good_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt"
-    job = Ranks(tmp_path, "nan", 2, [*EXPLODE, "--tp", "2", "--save", str(ckpt), "--save-interval", "1"])
+    job = ForkedRanks(tmp_path, "nan", 2, [*EXPLODE, "--tp", "2", "--save", str(ckpt), "--save-interval", "1"])
     assert job.wait() == [3, 3], job.all_output()
     out = job.output()
     errors = [line for line in out.splitlines() if "error:" in line]
@@ -31,7 +31,7 @@ def test_a_nan_run_stops_naming_the_iteration_and_keeps_the_last_good_checkpoint
 
 
 def test_on_nan_continue_trains_on_and_counts(tmp_path):
-    job = Ranks(tmp_path, "nan_continue", 1, [*EXPLODE, "--on-nan", "continue"])
+    job = ForkedRanks(tmp_path, "nan_continue", 1, [*EXPLODE, "--on-nan", "continue"])
     assert job.wait() == [0], job.all_output()
     out = job.output()
     assert "training done" in out
@@ -44,15 +44,15 @@ def test_a_checkpoint_directory_belongs_to_one_run(tmp_path):
     """Saving into a directory whose checkpoints this run does not load (a --load typo, another --hidden) would move
     its newest pointer to another model: refused in one line, unless --overwrite-checkpoints; resuming is fine."""
     ckpt = tmp_path / "ckpt"
-    assert Ranks(tmp_path, "first", 1, ["--steps", "2", "--save", str(ckpt)]).wait() == [0]
-    other = Ranks(tmp_path, "other", 1, ["--steps", "2", "--hidden", "64", "--save", str(ckpt)])
+    assert ForkedRanks(tmp_path, "first", 1, ["--steps", "2", "--save", str(ckpt)]).wait() == [0]
+    other = ForkedRanks(tmp_path, "other", 1, ["--steps", "2", "--hidden", "64", "--save", str(ckpt)])
     assert other.wait() == [2], other.all_output()
     lines = [line for line in other.output().splitlines() if line.strip()]
     assert len(lines) == 1 and f"--save {ckpt} holds another run's checkpoints (newest: iteration 2)" in lines[0]
     assert "--overwrite-checkpoints" in lines[0] and (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2\n"
-    resumed = Ranks(tmp_path, "resumed", 1, ["--steps", "4", "--save", str(ckpt), "--load", str(ckpt)])
+    resumed = ForkedRanks(tmp_path, "resumed", 1, ["--steps", "4", "--save", str(ckpt), "--load", str(ckpt)])
     assert resumed.wait() == [0] and "resumed from checkpoint" in resumed.output(), resumed.all_output()
-    forced = Ranks(tmp_path, "forced", 1, ["--steps", "1", "--save", str(ckpt), "--overwrite-checkpoints"])
+    forced = ForkedRanks(tmp_path, "forced", 1, ["--steps", "1", "--save", str(ckpt), "--overwrite-checkpoints"])
     assert forced.wait() == [0], forced.all_output()
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "1\n"
 
@@ -62,9 +62,9 @@ def test_the_nan_line_names_the_newest_checkpoint_known_good(tmp_path):
     the NaN at 5; 3 is the newest known good (its weights gave iteration 4's finite loss). Resuming from the named
     checkpoint with a sane --lr trains on."""
     ckpt = tmp_path / "ckpt"
-    good = Ranks(tmp_path, "good", 1, ["--steps", "3", "--save", str(ckpt), "--save-interval", "1"])
+    good = ForkedRanks(tmp_path, "good", 1, ["--steps", "3", "--save", str(ckpt), "--save-interval", "1"])
     assert good.wait() == [0], good.all_output()
-    exploded = Ranks(tmp_path, "exploded", 1, ["--steps", "8", "--lr", "1e30", "--save", str(ckpt), "--load",
+    exploded = ForkedRanks(tmp_path, "exploded", 1, ["--steps", "8", "--lr", "1e30", "--save", str(ckpt), "--load",
                                                 str(ckpt), "--save-interval", "1"])
     assert exploded.wait() == [3], exploded.all_output()
     errors = [line for line in exploded.output().splitlines() if "error:" in line]
@@ -74,6 +74,6 @@ def test_the_nan_line_names_the_newest_checkpoint_known_good(tmp_path):
             f"4) (the newest, iteration 4, is not" in errors[0]), errors[0]
     assert f"resume from it with --load {known} --save {ckpt}" in errors[0], errors[0]
     assert json.loads((ckpt / "iter_0000004" / "trainer.json").read_text())["known_good"] == 3
-    resumed = Ranks(tmp_path, "resumed", 1, ["--steps", "5", "--load", str(known), "--save", str(ckpt)])
+    resumed = ForkedRanks(tmp_path, "resumed", 1, ["--steps", "5", "--load", str(known), "--save", str(ckpt)])
     assert resumed.wait() == [0], resumed.all_output()
     assert f"resumed from checkpoint {known} at iteration 3" in resumed.output(), resumed.output()

@@ -11,7 +11,8 @@ import pytest
 
 from repro.training.checkpoint import latest_iteration
 from repro.training.failfast import EXIT_WRITE_FAILED
-from tests.training.ranks import Ranks
+from tests.training import forked
+from tests.training.forked import ForkedRanks
 
 
 @pytest.fixture
@@ -27,14 +28,18 @@ def small_tmpfs(tmp_path):
     subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def _train(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "repro.training", "--layers", "2", "--hidden", "64",
-                           "--log-interval", "1", *args], capture_output=True, text=True, timeout=180)
+def _train(*args: str, interpreter: bool = False) -> subprocess.CompletedProcess:
+    """``python -m repro.training``: a new interpreter, or forked from a warm server (tests/training/forked.py)."""
+    argv = ["--layers", "2", "--hidden", "64", "--log-interval", "1", *args]
+    if not interpreter:
+        return forked.train(argv, timeout=180)
+    return subprocess.run([sys.executable, "-m", "repro.training", *argv], capture_output=True, text=True,
+                          timeout=180)
 
 
 def test_a_full_disk_during_a_save_stops_with_one_line_and_the_last_checkpoint_intact(small_tmpfs):
     ckpt = small_tmpfs / "ckpt"
-    run = _train("--steps", "4", "--save", str(ckpt), "--save-interval", "2")
+    run = _train("--steps", "4", "--save", str(ckpt), "--save-interval", "2", interpreter=True)
     assert run.returncode == EXIT_WRITE_FAILED, run.stdout + run.stderr
     assert "Traceback" not in run.stdout + run.stderr
     line = [text for text in run.stderr.splitlines() if "error" in text]  # the error line goes to stderr
@@ -51,7 +56,7 @@ def test_one_rank_with_a_full_disk_stops_every_rank_naming_it(tmp_path):
     """Rank 1 alone cannot write (its own disk, or its quota): rank 0 must not wait for it until the timeout, and
     must not publish a checkpoint without rank 1's file."""
     ckpt = tmp_path / "ckpt"
-    job = Ranks(tmp_path, "full", 2, ["--steps", "6", "--pp", "2", "--save", str(ckpt), "--save-interval", "2",
+    job = ForkedRanks(tmp_path, "full", 2, ["--steps", "6", "--pp", "2", "--save", str(ckpt), "--save-interval", "2",
                                       "--full-rank", "1", "--full-at", "2"],
                 timeout_s=30, program=["-m", "tests.training.full_disk_job"])
     try:

@@ -21,6 +21,7 @@ import torch
 import repro.training.cli as train_cli
 from repro.cli import main
 from tests.foundation.bad_input_helpers import LAUNCH_VARIABLES, assert_refused, run_in_process
+from tests.training import forked
 
 #: name -> (files to write under the directory: path -> bytes, text the refusal must hold)
 FOREIGN = {
@@ -54,10 +55,14 @@ def test_load_of_another_tools_checkpoint_is_named(name, tmp_path, capsys, launc
     assert_refused(argv, *run_in_process(main, argv, capsys), text)
 
 
-def _train(*args: str) -> subprocess.CompletedProcess:
+def _train(*args: str, interpreter: bool = False) -> subprocess.CompletedProcess:
+    """``python -m repro.training``: forked from a warm server (tests/training/forked.py), or a new interpreter."""
     environ = {k: v for k, v in __import__("os").environ.items() if k not in LAUNCH_VARIABLES}
-    return subprocess.run([sys.executable, "-m", "repro.training", "--layers", "2", "--hidden", "32", *args],
-                          capture_output=True, text=True, timeout=180, env=environ)
+    argv = ["--layers", "2", "--hidden", "32", *args]
+    if not interpreter:
+        return forked.train(argv, env=environ, timeout=180)
+    return subprocess.run([sys.executable, "-m", "repro.training", *argv], capture_output=True, text=True,
+                          timeout=180, env=environ)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +108,8 @@ def test_load_of_a_structurally_wrong_checkpoint_says_corrupt(name, checkpoint, 
     shutil.copytree(checkpoint.parent, copy)
     spoil, text = CORRUPT[name]
     spoil(copy / "iter_0000001")
-    run = _train("--steps", "2", "--load", str(copy))
+    # one case from a new interpreter: the whole of its stderr, from the start, is the one line
+    run = _train("--steps", "2", "--load", str(copy), interpreter=name == "manifest_a_list")
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "corrupt checkpoint" in run.stderr and text in run.stderr, run.stderr

@@ -6,14 +6,13 @@ Megatron command line trains the same model to the same losses as the repro one.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from repro.training.cli import build_parser
 from repro.training.failfast import UsageError
 from repro.training.megatron_names import ALIASES, resolve_global_batch
+from tests.training import forked
 
 #: a value each aliased option accepts (None: a flag)
 VALUES = {"--tp": "2", "--pp": "2", "--layers": "3", "--hidden": "48", "--heads": "6", "--vocab": "50304",
@@ -75,8 +74,8 @@ def test_global_batch_size_is_megatrons(values, dp, from_config, expected):
 
 
 def _train(tmp_path, name: str, argv: list[str]) -> tuple[list[float], str]:
-    done = subprocess.run([sys.executable, "-m", "repro", "train", *argv, "--save", str(tmp_path / name)],
-                          capture_output=True, text=True, timeout=300)
+    """``python -m repro train ARGV --save DIR``, forked from a warm server (tests/training/forked.py)."""
+    done = forked.run(["-m", "repro", "train", *argv, "--save", str(tmp_path / name)], timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(line) for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
     return [r["lm_loss"] for r in records if r["event"] == "iteration"], done.stdout

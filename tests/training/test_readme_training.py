@@ -22,8 +22,11 @@ def _commands(block: int = 0) -> list[str]:
 def _run(command: str, cwd, data_dir) -> str:
     argv = shlex.split(command)
     argv = [sys.executable, "-m", "repro", *argv[1:]] if argv[0] == "repro" else [sys.executable, *argv[1:]]
-    # results (the evaluations' rows) into the scratch directory, not the checkout's results/
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), REPRO_DATA=str(data_dir), REPRO_RESULTS_DIR=str(cwd / "results"))
+    # results (the evaluations' rows) into the scratch directory, not the checkout's results/; one thread: the suite
+    # runs several test files at once on few cores, where torch's threads spin (8 steps of the README's training:
+    # 29 s of CPU with its default threads, 9 s with one, on 2 busy cores)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), REPRO_DATA=str(data_dir), REPRO_RESULTS_DIR=str(cwd / "results"),
+               OMP_NUM_THREADS="1")
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
     return result.stdout

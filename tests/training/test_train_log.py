@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from tests.training import forked
+
 #: how Megatron-LM log parsers find an iteration's numbers
 MEGATRON_LINE = re.compile(r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration\s+(\d+)/\s*(\d+) \| consumed samples:"
                            r"\s+(\d+) \| elapsed time per iteration \(ms\): ([\d.]+) \| "
@@ -24,8 +26,8 @@ def test_the_log_reads_as_megatrons_and_the_arguments_are_kept(tmp_path):
                           "--dp", "2", "--save", str(ckpt)], capture_output=True, text=True, timeout=180)
     # dp 2 on a world of 1 is refused: the arguments are printed only for a run that starts
     assert run.returncode == 2 and "---- arguments ----" not in run.stdout
-    run = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "3", "--layers", "2", "--hidden", "32",
-                          "--save", str(ckpt), "--micro-batches", "3"], capture_output=True, text=True, timeout=180)
+    run = forked.train(["--steps", "3", "--layers", "2", "--hidden", "32", "--save", str(ckpt), "--micro-batches",
+                        "3"], timeout=180)  # forked from a warm server (tests/training/forked.py)
     assert run.returncode == 0, run.stderr
     out = run.stdout
     lines = MEGATRON_LINE.findall(out)
@@ -45,9 +47,8 @@ def test_the_log_reads_as_megatrons_and_the_arguments_are_kept(tmp_path):
 
 
 def test_the_closing_line_says_its_loss_is_the_last_iterations_not_the_interval_mean(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "4", "--layers", "1", "--hidden", "16",
-                          "--heads", "2", "--log-interval", "2", "--log-jsonl", str(tmp_path / "log.jsonl")],
-                         capture_output=True, text=True, timeout=180)
+    run = forked.train(["--steps", "4", "--layers", "1", "--hidden", "16", "--heads", "2", "--log-interval", "2",
+                        "--log-jsonl", str(tmp_path / "log.jsonl")], timeout=180)
     assert run.returncode == 0, run.stderr
     losses = [json.loads(line)["lm_loss"] for line in (tmp_path / "log.jsonl").read_text().splitlines()
               if '"iteration"' in line and '"event": "iteration"' in line]
