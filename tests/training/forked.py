@@ -25,8 +25,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from tests.training.ranks import ROOT, Ranks, base_options
-from repro.dist.spawn import FORKSERVER_PRELOAD, free_port
+from tests.training.ranks import ROOT, Ranks
+from repro.dist.spawn import FORKSERVER_PRELOAD
 
 #: imported once by the server: what ``repro train`` imports before and during its first step
 PRELOAD = (*FORKSERVER_PRELOAD, "torch._dynamo", "repro.cli", "repro.training.cli", "repro.training.loop",
@@ -172,14 +172,5 @@ def train(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 class ForkedRanks(Ranks):
     """:class:`~tests.training.ranks.Ranks` (independent rank processes, as srun starts them), each forked."""
 
-    def __init__(self, tmp: Path, name: str, world: int, args: list[str], *, timeout_s: float = 60,
-                 program: list[str] | None = None) -> None:
-        port = free_port()
-        self.logs = [tmp / f"{name}.rank{r}.log" for r in range(world)]
-        self.procs = []
-        for rank in range(world):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            command = [*(program or ["-m", "repro.training"]), *base_options(args),
-                       *([] if "--timeout-s" in args else ["--timeout-s", str(timeout_s)])]
-            self.procs.append(Forked([*command, *args], out=self.logs[rank], env=env, cwd=ROOT))
+    def start(self, argv: list[str], env: dict[str, str], log: Path):
+        return Forked(argv, out=log, env=env, cwd=ROOT)

@@ -36,11 +36,14 @@ class Ranks:
         for rank in range(world):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            command = [sys.executable, *(program or ["-m", "repro.training"]), *base_options(args),
+            command = [*(program or ["-m", "repro.training"]), *base_options(args),
                        *([] if "--timeout-s" in args else ["--timeout-s", str(timeout_s)])]
-            with open(self.logs[rank], "w") as log:
-                self.procs.append(subprocess.Popen([*command, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                   cwd=ROOT))
+            self.procs.append(self.start([*command, *args], env, self.logs[rank]))
+
+    def start(self, argv: list[str], env: dict[str, str], log: Path):
+        """One rank: ``python ARGV``, a new interpreter, its output into ``log``."""
+        with open(log, "w") as out:
+            return subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def output(self, rank: int = 0) -> str:
         return self.logs[rank].read_text()
