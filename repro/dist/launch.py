@@ -257,6 +257,23 @@ def leave_process_group() -> bool:
     return True
 
 
+def end_rank(code: int) -> int:
+    """At the end of an entry point's work, on every rank: leave the default process group and return ``code``.
+
+    On torch < 2.5 (see :func:`leave_process_group`) the process ends here, with ``code``, after the ranks' barrier:
+    the group's destructors would otherwise run at the interpreter's exit, where torch 2.4's gloo can deadlock or
+    abort ("terminate called without an active exception", exit code 134 instead of the rank's own). A peer already
+    gone (the barrier fails) changes nothing: this rank's work is done, and it ends with its own code.
+    """
+    try:
+        left = leave_process_group()
+    except Exception:  # noqa: BLE001 - a peer that left first; the work was done
+        left = False
+    if not left:
+        exit_now(code)
+    return code
+
+
 def exit_now(code: int = 0) -> None:
     """Flush stdout and stderr and end the process at once (no destructors, no atexit handlers)."""
     import sys

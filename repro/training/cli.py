@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from repro.dist import init_distributed, init_parallel
-from repro.dist.launch import RendezvousFailed
+from repro.dist.launch import RendezvousFailed, end_rank
 from repro.training.argcheck import check_args
 from repro.training.config import TrainConfig
 from repro.training.log import arguments_block
@@ -297,4 +297,6 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
     code = run_fail_fast(lambda: train(config, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:
         note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1
-    return code
+    # every rank returns the same code; the process group ends here, not in the interpreter's exit (torch 2.4's
+    # gloo destructor could abort there: exit code 134 instead of 75)
+    return end_rank(code)

@@ -120,6 +120,9 @@ class Forked:
         if len(program) < 2 or program[0] != "-m":
             raise ValueError(f"program {program!r}: only ['-m', MODULE, ARGS...] can be forked")
         environ = dict(os.environ if env is None else env)
+        for path in (out, err):  # here, as subprocess.Popen's caller opens them: a reader may look before the child
+            if path is not None:  # runs (wait_for reads the log at once)
+                Path(path).write_bytes(b"")
         args = (program[1], list(program[2:]), environ, str(cwd or os.getcwd()), list(sys.path), str(out),
                 None if err is None else str(err))
         self.args = program
