@@ -142,13 +142,11 @@ def run_distributed(experiment: Experiment, point: Point, scale: str, *, run_id:
               flush=True)
     import torch.distributed as dist
 
-    from repro.dist.launch import exit_now, leave_process_group
+    from repro.dist.launch import end_rank
 
     if dist.is_initialized():
-        dist.barrier()
-        if not leave_process_group():  # torch < 2.5: destroying the group can deadlock; leave with the process
-            exit_now(0)
-    return 0
+        dist.barrier()  # every rank's rows written before any rank leaves
+    return end_rank(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
