@@ -127,3 +127,32 @@ def installed(tmp_path_factory) -> Path:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return tmp / "venv"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``REPRO_TEST_CPU_LOG=FILE``, append one JSON line per test: its wall time and the CPU seconds of this
+    process and of the child processes it waited for (ranks, commands; not Slurm jobs, which slurmd runs). CI time on
+    2 cores is CPU-bound, so this, not ``--durations``, says where it goes."""
+    import os
+
+    log = os.environ.get("REPRO_TEST_CPU_LOG")
+    if not log:
+        return (yield)
+    import json
+    import resource
+    import time
+
+    def cpu(who: int) -> float:
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    start = (time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN))
+    try:
+        return (yield)
+    finally:
+        wall, own, children = (time.monotonic() - start[0], cpu(resource.RUSAGE_SELF) - start[1],
+                               cpu(resource.RUSAGE_CHILDREN) - start[2])
+        with open(log, "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "wall_s": round(wall, 2), "cpu_s": round(own, 2),
+                                  "children_cpu_s": round(children, 2)}) + "\n")

@@ -15,6 +15,7 @@ working directory and ``sys.path``. ``REPRO_START_METHOD`` overrides the choice.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import pickle
@@ -71,9 +72,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: Modules the forkserver imports once, so that each rank forked from it starts without importing torch again.
-FORKSERVER_PRELOAD = ("torch", "torch.distributed", "repro.dist.launch", "repro.dist.groups", "repro.models",
-                      "repro.training.trainer", "repro.experiments")
+#: torch's modules imported once before ranks are forked (with ``fork`` by the parent, else by the forkserver), so
+#: that no rank imports them again. ``torch._dynamo`` (with sympy, ~800 modules) comes with torch.optim's first
+#: optimizer: left to the ranks it cost each one ~2 s of CPU, more than a small test's whole training.
+TORCH_PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
+
+#: What the forkserver imports once, so that each rank forked from it starts without importing torch again (repro's
+#: own modules above this floor, which a rank imports in ~0.15 s, are left to the rank: no import points up).
+FORKSERVER_PRELOAD = (*TORCH_PRELOAD, "repro.dist.launch", "repro.dist.groups")
 
 
 def accelerator_built() -> bool:
@@ -106,6 +112,9 @@ def _context(method: str):
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    elif method == "fork":  # the ranks inherit what this process imported (once; no thread starts on import)
+        for name in TORCH_PRELOAD:
+            importlib.import_module(name)
     return ctx
 
 

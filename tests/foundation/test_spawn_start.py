@@ -69,3 +69,26 @@ def test_parent_after_backward_starts_two_ranks_that_train():
     assert other == [losses, marks]
     assert marks == ["set after the forkserver may have started"]
     assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def dynamo_imported(rank: int, world_size: int) -> bool:
+    """Whether ``torch._dynamo`` is imported in this rank before it runs anything (a spawn target)."""
+    return "torch._dynamo" in sys.modules
+
+
+_RANKS_FIND_TORCH_LOADED = textwrap.dedent("""
+    import json, sys
+    from repro.dist.spawn import spawn
+    from tests.foundation.test_spawn_start import dynamo_imported
+    assert "torch._dynamo" not in sys.modules  # the parent itself has not imported it
+    print(json.dumps({m: spawn(dynamo_imported, 2, start_method=m) for m in ("fork", "forkserver")}), flush=True)
+""")
+
+
+def test_ranks_start_with_torchs_modules_imported():
+    """torch._dynamo (which torch.optim's first optimizer imports, ~2 s of CPU) is imported once before the ranks
+    start, by the parent for forked ranks and by the forkserver for the others, not again in every rank."""
+    proc = subprocess.run([sys.executable, "-c", _RANKS_FIND_TORCH_LOADED], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fork": [True, True], "forkserver": [True, True]}

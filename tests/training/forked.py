@@ -29,9 +29,9 @@ from tests.training.ranks import ROOT, Ranks
 from repro.dist.spawn import FORKSERVER_PRELOAD
 
 #: imported once by the server: what ``repro train`` imports before and during its first step
-PRELOAD = (*FORKSERVER_PRELOAD, "torch._dynamo", "repro.cli", "repro.training.cli", "repro.training.loop",
-           "repro.training.checkpoint", "repro.training.consolidate", "repro.training.startcheck",
-           "repro.training.watchdog", "repro.training.dirlock", "tests.training.forked")
+PRELOAD = (*FORKSERVER_PRELOAD, "repro.models", "repro.training.trainer", "repro.experiments", "repro.cli",
+           "repro.training.cli", "repro.training.loop", "repro.training.checkpoint", "repro.training.consolidate",
+           "repro.training.startcheck", "repro.training.watchdog", "repro.training.dirlock", "tests.training.forked")
 
 
 def _context():
