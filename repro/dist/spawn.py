@@ -73,8 +73,9 @@ def free_port() -> int:
 
 
 #: torch's modules imported once before ranks are forked (with ``fork`` by the parent, else by the forkserver), so
-#: that no rank imports them again. ``torch._dynamo`` (with sympy, ~800 modules) comes with torch.optim's first
-#: optimizer: left to the ranks it cost each one ~2 s of CPU, more than a small test's whole training.
+#: that no rank imports them again. ``torch._dynamo`` (with sympy, ~800 modules) comes with a model's first weight
+#: init (``normal_``) or torch.optim's first optimizer: left to the ranks it cost each one ~2 s of CPU (torch 2.13),
+#: more than a small test's whole training.
 TORCH_PRELOAD = ("torch", "torch.distributed", "torch._dynamo")
 
 #: What the forkserver imports once, so that each rank forked from it starts without importing torch again (repro's
