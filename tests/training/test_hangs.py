@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+from tests.training.forked import ForkedRanks  # rank processes forked from a warm server: see forked.py
 from tests.training.ranks import Ranks
 
 TIMEOUT_S = 5
@@ -47,7 +48,7 @@ def _assert_named(job: Ranks, code: int, elapsed: float, doing: str) -> None:
 
 
 def test_a_rank_stopped_in_a_step_ends_the_job_within_timeout_plus_15_s(tmp_path):
-    job = Ranks(tmp_path, "stop", 2, ["--steps", "100000", "--pp", "2"], timeout_s=TIMEOUT_S)
+    job = ForkedRanks(tmp_path, "stop", 2, ["--steps", "100000", "--pp", "2"], timeout_s=TIMEOUT_S)
     try:
         job.wait_for(r" iteration +2/")
         job.procs[1].send_signal(signal.SIGSTOP)
@@ -60,7 +61,7 @@ def test_a_rank_stopped_in_a_step_ends_the_job_within_timeout_plus_15_s(tmp_path
 
 
 def test_a_rank_stopped_in_an_evaluation_ends_the_job_naming_it(tmp_path):
-    job = Ranks(tmp_path, "evaluation", 2, ["--steps", "1000", "--pp", "2", "--eval-interval", "2",
+    job = ForkedRanks(tmp_path, "evaluation", 2, ["--steps", "1000", "--pp", "2", "--eval-interval", "2",
                                             "--stop-rank", "1", "--stop-in", "evaluation", "--stop-at", "2"],
                 timeout_s=TIMEOUT_S, program=JOB)
     _assert_named(job, *_exit_after_stop(job), r"evaluation at iteration 2: batch 2/2")
@@ -71,12 +72,12 @@ def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path
     2), and rank 1 stops while reading its file. The rerun starts once the first save is published, while the first
     job waits out its timeout (the second save is never published: its rank 1 is stopped in it)."""
     ckpt = str(tmp_path / "ckpt")
-    save = Ranks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
+    save = ForkedRanks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
                                        "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
                  timeout_s=TIMEOUT_S, program=JOB)
     try:
         save.wait_for(r"saved checkpoint at iteration\s+2 ")
-        load = Ranks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
+        load = ForkedRanks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
                                            "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
     except BaseException:
         save.kill()
