@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from repro.dist.torchrun import AGENT_SIGNALS, EXIT_HUNG, EXIT_PREEMPTED, agent_handles_signal_option, children, exit_code
-from tests.training.ranks import SMALL, Ranks, iterations
+from tests.training.forked import ForkedRanks  # rank processes forked from a warm server: see forked.py
+from tests.training.ranks import SMALL, iterations
 
 #: enough steps that six stops, each a few steps past its signal on a loaded machine (38 once, through the wrapper
 #: at a load of 24 on 2 cores), leave some for the last resume
@@ -131,7 +132,7 @@ def test_signals_to_every_process_of_a_torchrun_job_save_and_resume_exactly(tmp_
         stops += 1
     # the last resume and the straight run train side by side (they share nothing but the machine; the stopped
     # jobs above run alone, so that a loaded machine does not let them train past the signal into the last step)
-    straight = Ranks(tmp_path, "straight", 2, [*TRAIN, "--log-jsonl", str(tmp_path / "straight.jsonl")])
+    straight = ForkedRanks(tmp_path, "straight", 2, [*TRAIN, "--log-jsonl", str(tmp_path / "straight.jsonl")])
     try:
         last = TorchrunJob(tmp_path, "last", [*TRAIN, "--save", str(ckpt), "--load", str(ckpt)], wrapper=True)
         assert last.wait() == 0, last.output()[-3000:]
