@@ -86,8 +86,9 @@ _RANKS_FIND_TORCH_LOADED = textwrap.dedent("""
 
 
 def test_ranks_start_with_torchs_modules_imported():
-    """torch._dynamo (which torch.optim's first optimizer imports, ~2 s of CPU) is imported once before the ranks
-    start, by the parent for forked ranks and by the forkserver for the others, not again in every rank."""
+    """torch._dynamo (which a model's first init and torch.optim's first optimizer import, ~2 s of CPU) is imported
+    once before the ranks start, by the parent for forked ranks and by the forkserver for the others, not again in
+    every rank."""
     proc = subprocess.run([sys.executable, "-c", _RANKS_FIND_TORCH_LOADED], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]

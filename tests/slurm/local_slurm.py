@@ -13,20 +13,21 @@ import pytest
 
 #: set once ``sinfo`` failed or timed out in this process: with Slurm installed but not running, each call waits
 #: ~9 s for the controller, and five test modules ask at collection (45 s of every pytest worker's start)
-_NO_ANSWER: list[bool] = []
+_no_answer = False
 
 
 def slurm_state() -> str:
     """``sinfo``'s node states, or "" when there is no Slurm (or it does not answer in 10 s, now or earlier in this
     process)."""
-    if _NO_ANSWER or shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+    global _no_answer
+    if _no_answer or shutil.which("sinfo") is None or shutil.which("sbatch") is None:
         return ""
     try:
         proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
     except subprocess.TimeoutExpired:
         proc = None
     if proc is None or proc.returncode != 0:
-        _NO_ANSWER.append(True)
+        _no_answer = True
         return ""
     return proc.stdout.strip()
 

@@ -62,8 +62,8 @@ def test_a_rank_stopped_in_a_step_ends_the_job_within_timeout_plus_15_s(tmp_path
 
 def test_a_rank_stopped_in_an_evaluation_ends_the_job_naming_it(tmp_path):
     job = ForkedRanks(tmp_path, "evaluation", 2, ["--steps", "1000", "--pp", "2", "--eval-interval", "2",
-                                            "--stop-rank", "1", "--stop-in", "evaluation", "--stop-at", "2"],
-                timeout_s=TIMEOUT_S, program=JOB)
+                                                  "--stop-rank", "1", "--stop-in", "evaluation", "--stop-at", "2"],
+                      timeout_s=TIMEOUT_S, program=JOB)
     _assert_named(job, *_exit_after_stop(job), r"evaluation at iteration 2: batch 2/2")
 
 
@@ -72,13 +72,14 @@ def test_a_rank_stopped_in_a_save_then_in_a_load_ends_the_job_naming_it(tmp_path
     2), and rank 1 stops while reading its file. The rerun starts once the first save is published, while the first
     job waits out its timeout (the second save is never published: its rank 1 is stopped in it)."""
     ckpt = str(tmp_path / "ckpt")
-    save = ForkedRanks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval", "2",
-                                       "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
-                 timeout_s=TIMEOUT_S, program=JOB)
+    save = ForkedRanks(tmp_path, "save", 2, ["--steps", "1000", "--pp", "2", "--save", ckpt, "--save-interval",
+                                             "2", "--stop-rank", "1", "--stop-in", "save", "--stop-at", "2"],
+                       timeout_s=TIMEOUT_S, program=JOB)
     try:
         save.wait_for(r"saved checkpoint at iteration\s+2 ")
         load = ForkedRanks(tmp_path, "load", 2, ["--steps", "1000", "--pp", "2", "--load", ckpt,
-                                           "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S, program=JOB)
+                                                 "--stop-rank", "1", "--stop-in", "load"], timeout_s=TIMEOUT_S,
+                           program=JOB)
     except BaseException:
         save.kill()
         raise
