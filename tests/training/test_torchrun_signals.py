@@ -81,25 +81,34 @@ def test_a_signal_through_the_wrapper_after_the_end(tmp_path):
 
 WRAPPER_START = """
 import json, sys
-import repro.dist.spawn  # the submodule first, as a user's import may: the package's name stays the function
+import repro.dist.spawn  # the submodule first, as a user's import may
 import repro.dist.torchrun as wrapper
 handles = wrapper.agent_handles_signal_option()
-torch = sorted(name for name in sys.modules if name.split(".")[0] == "torch")
-from repro.dist import SpawnError, init_parallel, spawn
-print(json.dumps({"handles": handles, "torch": torch, "spawn": [spawn.__module__, spawn.__name__],
-                  "init_parallel": init_parallel.__module__, "SpawnError": SpawnError.__module__}))
+from repro.dist import spawn
+print(json.dumps({"handles": handles, "spawn": [spawn.__module__, spawn.__name__],
+                  "torch": sorted(name for name in sys.modules if name.split(".")[0] == "torch")}))
 """
 
 
 def test_the_wrapper_starts_without_torch():
     """``python -m repro.dist.torchrun`` runs ``repro/dist/__init__.py`` and the wrapper: neither imports torch (its
-    agent does, once per job), and the source's answer to "does the agent take --signals-to-handle" is the class's."""
+    agent does, once per job), and the source's answer to "does the agent take --signals-to-handle" is the class's.
+    The package's names are still there, ``spawn`` the function even where its module was imported first."""
     from torch.distributed.launcher.api import LaunchConfig
+
+    import repro.dist
+    from repro.dist import CollectiveLedger, CommGroup, SpawnError, init_parallel, read_launch_env, spawn
 
     run = subprocess.run([sys.executable, "-c", WRAPPER_START], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout)
     assert got["torch"] == [], got["torch"]
     assert got["handles"] == ("signals_to_handle" in {field.name for field in dataclasses.fields(LaunchConfig)})
-    assert got["spawn"] == ["repro.dist.spawn", "spawn"] and got["SpawnError"] == "repro.dist.spawn"
-    assert got["init_parallel"] == "repro.dist.groups"
+    assert got["spawn"] == ["repro.dist.spawn", "spawn"]
+    assert [spawn.__module__, spawn.__name__, SpawnError.__module__] == ["repro.dist.spawn", "spawn",
+                                                                          "repro.dist.spawn"]
+    assert [init_parallel.__module__, read_launch_env.__module__, CommGroup.__module__, CollectiveLedger.__module__] \
+        == ["repro.dist.groups", "repro.dist.launch", "repro.dist.comm", "repro.dist.ledger"]
+    assert set(repro.dist.__all__) <= set(dir(repro.dist))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        repro.dist.no_such_name
