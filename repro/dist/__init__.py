@@ -1,10 +1,10 @@
 """Process groups, launch from torchrun or srun, the local launcher, and the collective ledger.
 
-The names below torch's floor come when first used (PEP 562), so that ``python -m repro.dist.torchrun``, which runs
-this file first, starts without importing torch (~2.5 s of CPU per job, per Slurm task); its agent and ranks import
-torch themselves. ``spawn`` is bound here at once: the import system sets a package's attribute to each submodule it
-loads, so a lazily bound ``spawn`` would be the module ``repro.dist.spawn`` once anything had imported that module
-(:mod:`repro.dist.spawn` imports torch only when it starts ranks)."""
+The names whose modules import torch come at their first use (PEP 562), so that ``python -m repro.dist.torchrun``,
+which runs this file first, starts without importing torch (~2.5 s of CPU per job, per Slurm task); its agent and
+ranks import torch themselves. ``spawn`` is bound here at once: the import system sets a package's attribute to each
+submodule it loads, so a lazily bound ``spawn`` would be the module ``repro.dist.spawn`` once anything had imported
+that module (:mod:`repro.dist.spawn` imports torch only when it starts ranks)."""
 
 from __future__ import annotations
 

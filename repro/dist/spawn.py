@@ -134,7 +134,7 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     try:
-        import torch  # imported before the fork (or by the forkserver): no cost here
+        import torch  # already imported by a forked rank's parent or the forkserver
 
         torch.set_num_threads(threads)
         from repro.dist.launch import exit_now, init_distributed, leave_process_group
