@@ -27,8 +27,6 @@ import time
 import traceback
 from typing import Any, Callable
 
-import torch
-
 from repro.environment import start_method as start_method_setting
 
 
@@ -85,6 +83,8 @@ FORKSERVER_PRELOAD = (*TORCH_PRELOAD, "repro.dist.launch", "repro.dist.groups")
 
 def accelerator_built() -> bool:
     """Whether this torch carries a GPU runtime (CUDA, ROCm or XPU), whose threads and state do not survive fork."""
+    import torch  # here, not at module load: ``repro.dist`` binds ``spawn`` at once, and the wrapper needs no torch
+
     xpu = getattr(torch, "xpu", None)
     return bool(torch.version.cuda or getattr(torch.version, "hip", None)
                 or (xpu is not None and getattr(xpu, "is_available", lambda: False)()))
@@ -103,6 +103,8 @@ def choose_start_method(requested: str | None = None) -> str:
     if choice not in available:
         raise ValueError(f"start method {choice!r} (REPRO_START_METHOD or start_method=) is not one of this "
                          f"platform's: {', '.join(available)}")
+    import torch
+
     if choice == "fork" and accelerator_built() and torch.cuda.is_initialized():
         raise ValueError("start method 'fork' after CUDA was initialised in this process: the ranks would fail "
                          "with 'Cannot re-initialize CUDA in forked subprocess'; use forkserver or spawn")
@@ -132,6 +134,8 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )
     try:
+        import torch  # already imported by a forked rank's parent or the forkserver
+
         torch.set_num_threads(threads)
         from repro.dist.launch import exit_now, init_distributed, leave_process_group
 

@@ -40,8 +40,10 @@ when a checkpoint takes longer to write.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import dataclasses
+import importlib.util
 import os
 import signal
 import subprocess
@@ -85,7 +87,21 @@ def prctl(option: int, value: int) -> bool:
 
 
 def agent_handles_signal_option() -> bool:
-    """Whether this torch's torchrun takes ``--signals-to-handle`` (and so ``PET_SIGNALS_TO_HANDLE``)."""
+    """Whether this torch's torchrun takes ``--signals-to-handle`` (and so ``PET_SIGNALS_TO_HANDLE``): whether its
+    ``LaunchConfig`` has the field. Read from torch's source, not imported: importing torch cost the wrapper ~2.5 s of
+    CPU per job (the agent imports it anyway). The source answers for any build (a version number would not, for a
+    nightly); where it cannot be read, the class itself does."""
+    spec = importlib.util.find_spec("torch")  # finds torch without running it
+    source = Path(spec.origin).parent / "distributed" / "launcher" / "api.py" if spec and spec.origin else None
+    try:
+        tree = ast.parse(source.read_bytes()) if source is not None else None
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    config = [node for node in getattr(tree, "body", ()) if isinstance(node, ast.ClassDef)
+              and node.name == "LaunchConfig"]
+    if config:  # a dataclass's fields are its annotated names
+        return any(isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                   and item.target.id == "signals_to_handle" for item in config[0].body)
     from torch.distributed.launcher.api import LaunchConfig
 
     return "signals_to_handle" in {field.name for field in dataclasses.fields(LaunchConfig)}
