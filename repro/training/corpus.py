@@ -35,7 +35,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -50,7 +50,9 @@ from repro.text.wikitext_articles import split_articles
 from repro.atomic_files import atomic_write
 from repro.input_files import check_regular_file, open_regular
 from repro.optional import MissingPackage, require
-from repro.training.corpus_samples import CorpusSamples
+
+if TYPE_CHECKING:  # imported where samples are drawn: tokenizing text (repro corpus) needs no torch
+    from repro.training.corpus_samples import CorpusSamples
 
 FORMAT = "repro-token-corpus"
 FORMAT_VERSION = 1
@@ -319,6 +321,8 @@ class TokenCorpus:
 
     def samples(self, seq_len: int, *, seed: int = 0) -> CorpusSamples:
         """Non-overlapping windows of ``seq_len + 1`` tokens, shuffled per epoch by ``seed``."""
+        from repro.training.corpus_samples import CorpusSamples  # torch, needed only here
+
         return CorpusSamples(self.tokens, seq_len=seq_len, seed=seed, vocab_size=self.vocab_size,
                              name=str(self.bin_path))
 

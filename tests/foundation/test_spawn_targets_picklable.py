@@ -55,26 +55,28 @@ def _module_level(node: ast.expr, top: set[str], local: dict[str, list[ast.expr]
 
 def _spawn_targets(path: Path) -> list[str]:
     """``file:line: target`` for every ``spawn(target, ...)`` whose target is not a module-level function."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    text = path.read_text()
+    if "spawn" not in text:  # no call named spawn without the word: skip parsing most files
+        return []
+    tree = ast.parse(text, filename=str(path))
     top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    scopes = {}  # each call's innermost enclosing function (the module for calls outside functions)
-    for scope in ast.walk(tree):
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for node in ast.walk(scope):
-                if node is not scope:
-                    scopes[node] = scope  # inner scopes are walked later and overwrite
     bad = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-        target = node.args[0]
-        scope = scopes.get(node)
-        local = _local_bindings(scope) if scope is not None else {}
-        if name == "spawn" and not _module_level(target, top | imported, local):
-            bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(target)[:60]}")
+
+    def visit(node: ast.AST, scope: ast.AST | None) -> None:
+        """Check each ``spawn(...)`` call against its innermost enclosing function (None: the module)."""
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name == "spawn":  # a function's bindings are read only where it spawns: one pass over the tree
+                local = _local_bindings(scope) if scope is not None else {}
+                if not _module_level(node.args[0], top | imported, local):
+                    bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node.args[0])[:60]}")
+        inner = node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else scope
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, None)
     return bad
 
 

@@ -1,7 +1,8 @@
 """One rank of a training job whose rank ``--fail-rank`` fails at its ``--fail-after``-th pipeline action.
 
 Started by test_pipeline_faults.py as independent processes (like srun without --kill-on-bad-exit: no parent kills the
-survivors). ``--mode exit`` crashes (os._exit, as a segfault or OOM kill would), ``raise`` throws a Python error,
+survivors), each ``python -m tests.pipeline.dying_rank_job`` forked from a warm server. ``--mode exit`` crashes
+(os._exit, as a segfault or OOM kill would), ``raise`` throws a Python error,
 ``hang`` stops making progress while staying alive. Every other argument goes to ``python -m repro.training``.
 """
 

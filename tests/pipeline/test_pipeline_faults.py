@@ -2,15 +2,14 @@
 
 Two launch styles: ``repro.dist.spawn`` (a parent that kills the survivors), and independent processes that only
 share MASTER_ADDR/PORT, as srun without --kill-on-bad-exit starts them: there the survivors must find out by
-themselves (closed sockets, fail-fast exit, process-group timeout, watchdog: see repro.training.failfast).
+themselves (closed sockets, fail-fast exit, process-group timeout, watchdog: see repro.training.failfast). Those
+ranks are forked from a warm server (tests/training/forked.py): what is tested is how survivors learn of a dead peer,
+not a fresh interpreter's start.
 """
 
 import os
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,10 @@ from repro.dist import SpawnError, init_parallel, spawn
 from repro.dist.spawn import free_port
 from repro.models import GPTConfig
 from repro.training import train_gpt
+from tests.training.forked import Forked  # rank processes forked from a warm server: see forked.py
+from tests.training.ranks import ROOT
 
-JOB = Path(__file__).with_name("dying_rank_job.py")
+JOB = "tests.pipeline.dying_rank_job"  # run as python -m JOB from the repository root
 SMALL = ["--layers", "2", "--hidden", "16", "--heads", "2", "--vocab", "64", "--seq-len", "8", "--steps", "50"]
 CONFIG = GPTConfig(vocab_size=64, hidden_size=16, num_layers=2, num_attention_heads=2, max_position_embeddings=8,
                    hidden_dropout=0.0, attention_dropout=0.0)
@@ -94,17 +95,15 @@ def test_dying_rank_fails_job_without_a_parent(mode, tmp_path):
     sockets, a hung one through the watchdog of every rank (8 s: it runs from the first step on, when a step of this
     model takes milliseconds, so a healthy rank is not mistaken for a hung one even on a loaded machine)."""
     world_size, port = 2, free_port()
-    logs, procs = [], []
+    procs = []
     start = time.monotonic()
     for rank in range(world_size):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        log = open(tmp_path / f"rank{rank}.log", "w")
-        logs.append(log)
-        procs.append(subprocess.Popen(
-            [sys.executable, str(JOB), "--fail-rank", "1", "--fail-after", "6", "--mode", mode, "--pp", "2",
+        procs.append(Forked(
+            ["-m", JOB, "--fail-rank", "1", "--fail-after", "6", "--mode", mode, "--pp", "2",
              "--micro-batches", "2", "--timeout-s", "120", "--watchdog-s", "8", *SMALL],
-            env=env, stdout=log, stderr=subprocess.STDOUT))
+            out=tmp_path / f"rank{rank}.log", env=env, cwd=ROOT))
     codes = []
     try:
         for proc in procs:  # generous: starting torch processes on a loaded 2-core machine can take a while
@@ -114,8 +113,6 @@ def test_dying_rank_fails_job_without_a_parent(mode, tmp_path):
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        for log in logs:
-            log.close()
     output = "\n".join(f"--- rank {r}\n{(tmp_path / f'rank{r}.log').read_text()[-1500:]}" for r in range(world_size))
     whole = "\n".join((tmp_path / f"rank{r}.log").read_text() for r in range(world_size))  # not only the tails
     injected = re.search(r"injecting '\w+' before \w+ \d+ at ([0-9.]+)", whole)

@@ -1,7 +1,8 @@
 """A --save directory belongs to one running job (repro.training.dirlock): the lease rules as a table in this process
 (each refused holder beside the stale one that is taken over), then two real jobs of two ranks each on one
 directory: one trains, the other is refused in one line naming the holder, and after the holder is killed (-9) a
-resume takes the directory over."""
+resume takes the directory over. Those ranks are forked from a warm server (tests/training/forked.py): the lock is
+between processes, not about a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from repro.training import dirlock
 from repro.training.dirlock import LOCK_NAME, STALE_AFTER_S, DirectoryHeld, DirectoryLock, Holder, hold_directory
-from tests.training.ranks import Ranks
+from tests.training.forked import ForkedRanks  # rank processes forked from a warm server: see forked.py
 
 HOST = socket.gethostname()
 
@@ -192,7 +193,7 @@ def test_two_jobs_of_two_ranks_on_one_directory(tmp_path):
     the holder. The holder killed with SIGKILL leaves its lease behind; a resume takes the directory over."""
     ckpt = tmp_path / "ckpt"
     common = ["--save", str(ckpt), "--load", str(ckpt), "--save-interval", "1"]
-    jobs = [Ranks(tmp_path, name, 2, ["--steps", "100000", *common]) for name in ("a", "b")]
+    jobs = [ForkedRanks(tmp_path, name, 2, ["--steps", "100000", *common]) for name in ("a", "b")]
     try:
         deadline = time.monotonic() + 150
         while not any(all(p.poll() is not None for p in job.procs) for job in jobs):
@@ -212,6 +213,6 @@ def test_two_jobs_of_two_ranks_on_one_directory(tmp_path):
         for job in jobs:
             job.kill()
     assert json.loads((ckpt / LOCK_NAME).read_text())["pid"] == holder.procs[0].pid  # the dead run's lease
-    resumed = Ranks(tmp_path, "resumed", 1, ["--steps", "3", "--micro-batches", "4", *common])  # dp 2 -> 1
+    resumed = ForkedRanks(tmp_path, "resumed", 1, ["--steps", "3", "--micro-batches", "4", *common])  # dp 2 -> 1
     assert resumed.wait() == [0], resumed.all_output()
     assert "resumed from checkpoint" in resumed.output(), resumed.all_output()

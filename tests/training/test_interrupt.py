@@ -2,7 +2,9 @@
 with the status a preempted job uses (75), in one line; a second one exits at once (130) without saving; one that
 comes while the modules load or the ranks meet is one line and 130. No traceback in any case (it was 27 lines and
 nothing saved). The signal is sent to the process alone, with SIGINT's default restored before exec (a background
-job of a non-interactive shell ignores it)."""
+job of a non-interactive shell ignores it). The runs that are signalled mid-training, and the runs after them, are
+forked from a warm server (tests/training/forked.py: the same entry point and signal handling, without importing
+torch again); the Ctrl-C while torch loads needs, and keeps, real interpreters."""
 
 from __future__ import annotations
 
@@ -12,53 +14,70 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
+from tests.training import forked
 from repro.training.checkpoint import latest_iteration
 
-TRAIN = [sys.executable, "-m", "repro.training", "--layers", "2", "--hidden", "32"]
+MODEL = ["--layers", "2", "--hidden", "32"]
+TRAIN = [sys.executable, "-m", "repro.training", *MODEL]
 
 
 def _start(*args: str) -> subprocess.Popen:
-    base = TRAIN[:-2] if "--hidden" in args else TRAIN  # an option is given once
-    return subprocess.Popen([*base, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    """A real interpreter, from its start."""
+    return subprocess.Popen([*TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _interrupt_after_iteration(proc: subprocess.Popen, iteration: int, times: int) -> tuple[int, str]:
-    seen = ""
+def _fork(log: Path, *args: str) -> forked.Forked:
+    """``python -m repro.training`` forked, standard output and error into ``log``."""
+    model = MODEL[:2] if "--hidden" in args else MODEL  # an option is given once
+    return forked.Forked(["-m", "repro.training", *model, *args], out=log)
+
+
+def _wait_for(proc: forked.Forked, log: Path, found, deadline: float) -> str:
+    """The log once ``found(text)`` holds; fails if the run ends or the deadline passes first."""
+    while True:
+        seen = log.read_text(errors="replace")
+        if found(seen):
+            return seen
+        assert proc.poll() is None and time.monotonic() < deadline, seen[-2000:]
+        time.sleep(0.05)
+
+
+def _interrupt_after_iteration(proc: forked.Forked, log: Path, iteration: int, times: int) -> tuple[int, str]:
     deadline = time.monotonic() + 120
-    while not re.search(rf"^ \[[^]]+\] iteration +{iteration}/", seen, re.M):
-        line = proc.stdout.readline()
-        assert line and time.monotonic() < deadline, seen[-2000:]
-        seen += line
+    _wait_for(proc, log, lambda seen: re.search(rf"^ \[[^]]+\] iteration +{iteration}/", seen, re.M), deadline)
     proc.send_signal(signal.SIGINT)
     if times == 2:  # after the first is handled: Python runs one handler for signals that come before it runs
-        while "interrupted (SIGINT): stopping after this step" not in seen:
-            line = proc.stdout.readline()
-            assert line, seen[-2000:]
-            seen += line
+        _wait_for(proc, log, lambda seen: "interrupted (SIGINT): stopping after this step" in seen, deadline)
         proc.send_signal(signal.SIGINT)
-    rest = proc.communicate(timeout=120)[0]
-    return proc.returncode, seen + rest
+    try:
+        code = proc.wait(120)
+    finally:
+        proc.kill()
+    return code, log.read_text(errors="replace")
 
 
 def test_one_ctrl_c_saves_at_the_step_boundary_and_exits_75(tmp_path):
     ckpt = tmp_path / "ckpt"
-    code, output = _interrupt_after_iteration(_start("--steps", "100000", "--save", str(ckpt)), 3, times=1)
+    log = tmp_path / "train.log"
+    code, output = _interrupt_after_iteration(_fork(log, "--steps", "100000", "--save", str(ckpt)), log, 3, times=1)
     assert code == 75, output[-2000:]
     assert "Traceback" not in output
     assert re.search(r"received SIGINT: stopping after iteration \d+", output), output[-2000:]
     saved = latest_iteration(ckpt)
     assert saved is not None and saved >= 3 and f"resume with --load {ckpt}" in output
-    resumed = subprocess.run([*TRAIN, "--steps", str(saved + 1), "--load", str(ckpt)], capture_output=True,
-                             text=True, timeout=120)
+    resumed = forked.train([*MODEL, "--steps", str(saved + 1), "--load", str(ckpt)], timeout=120)
     assert resumed.returncode == 0 and "resumed from checkpoint" in resumed.stdout, resumed.stdout + resumed.stderr
 
 
 def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
     ckpt = tmp_path / "ckpt"
     # steps of ~1.3 s on 2 cores, so that the second Ctrl-C comes before the first one's step ends
-    code, output = _interrupt_after_iteration(_start("--steps", "100000", "--save", str(ckpt), "--save-interval",
-                                                     "2", "--hidden", "128", "--seq-len", "1024"), 3, times=2)
+    log = tmp_path / "train.log"
+    code, output = _interrupt_after_iteration(_fork(log, "--steps", "100000", "--save", str(ckpt), "--save-interval",
+                                                    "2", "--hidden", "128", "--seq-len", "1024"), log, 3, times=2)
     assert code == 130, output[-2000:]
     assert "Traceback" not in output
     assert "interrupted again (SIGINT): exiting now with code 130, without saving" in output
@@ -94,8 +113,7 @@ def test_a_save_cut_short_is_removed_by_the_next_run(tmp_path):
     (ckpt / "iter_0000004.partial" / "rank00000.pt").write_bytes(b"half a checkpoint")
     (tmp_path / "elsewhere").mkdir()
     (ckpt / "iter_0000009.partial").symlink_to(tmp_path / "elsewhere")
-    done = subprocess.run([*TRAIN, "--steps", "2", "--save", str(ckpt), "--load", str(ckpt)], capture_output=True,
-                          text=True, timeout=120)
+    done = forked.train([*MODEL, "--steps", "2", "--save", str(ckpt), "--load", str(ckpt)], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"removed {ckpt / 'iter_0000004.partial'}: an unfinished save of an earlier run" in done.stdout
     assert not (ckpt / "iter_0000004.partial").exists() and (tmp_path / "elsewhere").is_dir()

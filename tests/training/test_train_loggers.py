@@ -1,16 +1,18 @@
 """W&B and TensorBoard for ``repro train`` (issue 34): Megatron's ``--wandb-project`` / ``--wandb-exp-name`` /
 ``--wandb-save-dir`` and the DeepSpeed config's ``wandb`` and ``tensorboard`` blocks reach the loggers (honoured,
 not ignored). W&B is stood in for by a module that records its calls (the real one needs an account or writes a
-run directory; ``WANDB_MODE=offline`` is its own business, passed through untouched)."""
+run directory; ``WANDB_MODE=offline`` is its own business, passed through untouched). The runs are forked from a
+warm server (tests/training/forked.py), the stand-in first on their ``sys.path``."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+
+from tests.training import forked
 from repro.training import argcheck
 from repro.training.argcheck import check_args
 from repro.training.cli import build_parser, explicit_options
@@ -32,21 +34,21 @@ def init(**kwargs):
 '''
 
 
-def _train(tmp: Path, *args: str) -> list[dict]:
+def _train(tmp: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> list[dict]:
     (tmp / "stub" / "wandb").mkdir(parents=True, exist_ok=True)
     (tmp / "stub" / "wandb" / "__init__.py").write_text(STAND_IN)
     log = tmp / "wandb-calls.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp / "stub"), os.environ.get("PYTHONPATH", "")]),
-           "FAKE_WANDB_LOG": str(log), "WANDB_MODE": "offline"}
-    run = subprocess.run([sys.executable, "-m", "repro.training", "--steps", "3", "--layers", "2", "--hidden", "32",
-                          "--eval-interval", "3", *args], capture_output=True, text=True, timeout=180, env=env)
+    env = {**os.environ, "FAKE_WANDB_LOG": str(log), "WANDB_MODE": "offline"}
+    monkeypatch.syspath_prepend(str(tmp / "stub"))  # the forked run takes this sys.path
+    run = forked.train(["--steps", "3", "--layers", "2", "--hidden", "32", "--eval-interval", "3", *args],
+                       env=env, timeout=180)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_wandb_gets_the_run_its_config_and_every_iteration(tmp_path):
+def test_wandb_gets_the_run_its_config_and_every_iteration(tmp_path, monkeypatch):
     ckpt = tmp_path / "ckpt"
-    calls = _train(tmp_path, "--wandb-project", "repro-test", "--save", str(ckpt))
+    calls = _train(tmp_path, monkeypatch, "--wandb-project", "repro-test", "--save", str(ckpt))
     init, *logs, finish = calls
     assert init["call"] == "init" and init["project"] == "repro-test" and init["mode"] == "offline"
     assert init["name"] == "ckpt" and init["dir"] == str(ckpt) and init["config"]["hidden"] == 32
@@ -56,11 +58,11 @@ def test_wandb_gets_the_run_its_config_and_every_iteration(tmp_path):
     assert finish == {"call": "finish"}
 
 
-def test_the_deepspeed_wandb_block_is_honoured(tmp_path):
+def test_the_deepspeed_wandb_block_is_honoured(tmp_path, monkeypatch):
     config = tmp_path / "ds.json"
     config.write_text(json.dumps({"wandb": {"enabled": True, "project": "from-ds", "group": "g", "team": "t"},
                                   "steps_per_print": 2}))
-    calls = _train(tmp_path, "--deepspeed-config", str(config))
+    calls = _train(tmp_path, monkeypatch, "--deepspeed-config", str(config))
     assert calls[0]["project"] == "from-ds" and calls[0]["group"] == "g" and calls[0]["entity"] == "t"
     assert calls[0]["config"]["log_interval"] == 2  # steps_per_print is the log interval
 
