@@ -18,6 +18,11 @@ from repro.harness.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
 from repro.results import REPO_ROOT, append_rows, load_rows
 from tests.slurm.launch_stubs import FAKE, JOB, LAUNCH, make_stubs, stub_env
 
+#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
+#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
+pytestmark = pytest.mark.xdist_group("tests/slurm/test_launch_preemption.py")
+
+
 @pytest.fixture()
 def stubs(tmp_path):
     return make_stubs(tmp_path)
@@ -197,7 +202,7 @@ def test_every_srun_step_passes_cpus_per_task(tmp_path, stubs):
     step and both kinds of experiment step (one rank, several) pass it."""
     log = tmp_path / "srun.log"
     (stubs / "srun").write_text('#!/bin/bash\necho "$*" >> "$SRUN_LOG"\nwhile [[ "$1" == --* ]]; do shift; done\n'
-                                'exec "$@"\n')
+                                '[ "${SRUN_RUN:-1}" = 1 ] || exit 0\nexec "$@"\n')
     env = stub_env(tmp_path, stubs, REPRO_PYTHON=str(stubs / "fakepy"), SRUN_LOG=str(log), SLURM_NTASKS="2",
                SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_ON_NODE="8")
     assert _train(env).returncode == 0
@@ -205,7 +210,9 @@ def test_every_srun_step_passes_cpus_per_task(tmp_path, stubs):
     assert _train({**env, "SLURM_CPUS_PER_TASK": "3"}).returncode == 0
     assert log.read_text().splitlines()[-1].count("--cpus-per-task=3 ") == 1  # the job's own value
     log.unlink()
-    env = {**stub_env(tmp_path, stubs, SRUN_LOG=str(log), SLURM_CPUS_ON_NODE="2")}
+    # the experiment's steps are only logged (SRUN_RUN=0): their options are what this test reads, and running the
+    # points through this stand-in is tests/slurm/test_sbatch_files.py's test
+    env = {**stub_env(tmp_path, stubs, SRUN_LOG=str(log), SLURM_CPUS_ON_NODE="2", SRUN_RUN="0")}
     done = subprocess.run(["bash", str(LAUNCH), "fake_sum", "ci"], capture_output=True, text=True, env=env,
                           timeout=240, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
