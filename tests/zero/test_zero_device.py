@@ -52,6 +52,16 @@ def _train(optimizer, model, device: str, steps: int = STEPS, first: int = 0) ->
     return losses
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model on one intra-op thread: two threads of a 2-core CI worker that shares its cores spin-wait in
+    OpenMP (~2.5x the CPU time of this file, the same numbers: the reference and the stages share the setting)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def reference():
     cache: dict[str, list[float]] = {}
