@@ -20,6 +20,7 @@ from repro.zero.offload.pinned import PinnedHostMemory, PinningError
 from repro.zero.offload.tiers import ResidentTier
 from repro.zero.param_units import param_key
 from repro.zero.transfer import GradientStager, async_safe, copy_into
+from single_thread import one_thread  # noqa: F401 - autouse: one intra-op thread for this module
 from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, batch, reference_losses
 
 CUDA = torch.cuda.is_available()
@@ -50,16 +51,6 @@ def _train(optimizer, model, device: str, steps: int = STEPS, first: int = 0) ->
         optimizer.zero_grad()
         losses.append(loss.item())
     return losses
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model on one intra-op thread: two threads of a 2-core CI worker that shares its cores spin-wait in
-    OpenMP (~2.5x the CPU time of this file, the same numbers: the reference and the stages share the setting)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
