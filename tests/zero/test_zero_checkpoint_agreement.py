@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from repro.dist import init_parallel, spawn
@@ -63,17 +64,25 @@ def _load_and_train(rank, world_size, root):
     return out
 
 
-def test_corrupt_shard_on_one_rank_fails_every_rank(tmp_path):
-    spawn(_save, 2, str(tmp_path), timeout_s=120)
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory) -> Path:
+    """Stage-1 and stage-3 checkpoints saved once by two ranks after one step, each with rank 1's shard corrupted
+    (both tests only read them)."""
+    root = tmp_path_factory.mktemp("corrupted")
+    spawn(_save, 2, str(root), timeout_s=120)
     for stage in (1, 3):
-        _corrupt(tmp_path / f"stage{stage}" / "rank00001.pt")
+        _corrupt(root / f"stage{stage}" / "rank00001.pt")
+    return root
+
+
+def test_corrupt_shard_on_one_rank_fails_every_rank(corrupted):
     start = time.monotonic()
-    results = spawn(_load_and_train, 2, str(tmp_path), timeout_s=60)
+    results = spawn(_load_and_train, 2, str(corrupted), timeout_s=60)
     assert time.monotonic() - start < 30
     for rank, out in enumerate(results):
         for stage, (message, elapsed) in out.items():
             assert message != "loaded", (rank, stage)
-            assert f"failed on rank 1 ({tmp_path / f'stage{stage}' / 'rank00001.pt'})" in message, message
+            assert f"failed on rank 1 ({corrupted / f'stage{stage}' / 'rank00001.pt'})" in message, message
             assert "does not match its sha256" in message, message  # the failing rank's own reason
             assert elapsed < 10, (rank, stage, elapsed)
 
@@ -104,13 +113,11 @@ _RANK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_corrupt_shard_makes_every_rank_process_exit_nonzero(tmp_path):
+def test_corrupt_shard_makes_every_rank_process_exit_nonzero(corrupted, tmp_path):
     """Real processes, as torchrun starts them: both exit non-zero within 30 s of starting to load (start-up,
     importing torch included, is allowed more), and both name the file."""
-    spawn(_save, 2, str(tmp_path), timeout_s=120)
-    _corrupt(tmp_path / "stage1" / "rank00001.pt")
     script = tmp_path / "rank.py"
-    script.write_text(_RANK_SCRIPT.format(tests=str(HERE), directory=str(tmp_path / "stage1")))
+    script.write_text(_RANK_SCRIPT.format(tests=str(HERE), directory=str(corrupted / "stage1")))
     port = free_port()
     procs = []
     start = time.monotonic()

@@ -42,8 +42,7 @@ class AlignedBuffer:
         self.bytes = torch.frombuffer(self._map, dtype=torch.uint8)
 
     def view(self, dtype: torch.dtype, numel: int) -> torch.Tensor:
-        width = torch.empty(0, dtype=dtype).element_size()
-        return self.bytes[: numel * width].view(dtype)
+        return self.bytes[: numel * dtype.itemsize].view(dtype)
 
     def memoryview(self, start: int, stop: int) -> memoryview:
         return memoryview(self._map)[start:stop]
