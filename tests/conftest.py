@@ -111,7 +111,9 @@ def installed(tmp_path_factory) -> Path:
         pytest.skip("this Python cannot build wheels without network (setuptools lacks bdist_wheel)")
     assert built.returncode == 0, built.stderr[-2000:]
     wheel = next((tmp / "dist").glob("repro_llm_systems-*.whl"))
-    venv.create(tmp / "venv", system_site_packages=True, with_pip=True)
+    # without pip of its own: ensurepip cost ~7 CPU-s; the venv's python runs this interpreter's pip (seen through
+    # the system site-packages, or the .pth below), which installs into the venv (its sys.prefix)
+    venv.create(tmp / "venv", system_site_packages=True, with_pip=False)
     python = tmp / "venv" / "bin" / "python"
     if sys.prefix != sys.base_prefix:
         # the tests run inside a venv (the torch-floor job, many users): system_site_packages would show the base
@@ -123,8 +125,11 @@ def installed(tmp_path_factory) -> Path:
         (site_dir / "outer_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     # --ignore-installed: the venv sees this machine's packages (torch is never installed twice), among them maybe
     # an editable install of a checkout, which pip would take for this wheel, already installed
-    done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", str(wheel)]
+    done = subprocess.run(install, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 and "No module named pip" in done.stderr:  # no pip to see: the venv gets its own
+        subprocess.run([str(python), "-m", "ensurepip", "-q"], capture_output=True, timeout=300, check=True)
+        done = subprocess.run(install, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return tmp / "venv"
 
