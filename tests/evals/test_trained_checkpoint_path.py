@@ -1,24 +1,28 @@
 """What ``repro train`` writes, the harness evaluates and ``repro export-hf`` hands to Hugging Face (issue 34).
 
-One run of the whole path on CPU: WikiText-103 valid tokenized by the corpus tool, 10 steps at tp 2 (two ranks under
-``python -m repro.dist.torchrun``), then that save directory evaluated by the harness's command (``python -m evals``,
-called in this process; test_user_path_from_a_wheel.py runs it as a command) on LAMBADA and WikiText, exported by
-``repro export-hf``, loaded by ``transformers`` with the consolidated model's logits (fp64,
-1e-10), and run through lm-eval's own ``HFLM`` with the same numbers as the harness on the trained checkpoint
-(1e-6, as the peer parity tests ask)."""
+One run of the whole path on CPU: WikiText-103 valid tokenized by the corpus tool, 10 steps at tp 2 (two rank
+processes of ``python -m repro.training``, as srun starts them, forked from a warm server: tests/training/forked.py),
+then that save directory evaluated by the harness's command (``python -m evals``, called in this process) on LAMBADA
+and WikiText, exported by ``repro export-hf`` (forked too), loaded by ``transformers`` with the consolidated model's
+logits (fp64, 1e-10), and run through lm-eval's own ``HFLM`` with the same numbers as the harness on the trained
+checkpoint (1e-6, as the peer parity tests ask). test_user_path_from_a_wheel.py runs the same path as commands in new
+interpreters (training under ``python -m repro.dist.torchrun``); forking here spares four interpreters' start (~5 s
+of CPU each, importing torch and repro)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from repro.dist.spawn import free_port
 from repro.models.reference import ReferenceGPT
 from repro.testing import needs
 from repro.training.consolidate import load_trained_gpt
+from tests.training import forked
 from test_evals_lm_eval_parity import assert_same, ours, subsets, theirs  # noqa: F401 - subsets is a fixture
 
 #: the corpus tool reads WikiText through datasets and tokenizes it with tokenizers
@@ -29,9 +33,26 @@ SHAPE = ["--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "64", "
 
 
 def _run(*command: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout)
+    done = forked.run(list(command), timeout=timeout)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done
+
+
+def _train_tp2(argv: list[str], log_dir: Path, timeout: float = 300) -> None:
+    """``python -m repro.training ARGV`` as two rank processes, with the launch variables srun or torchrun set."""
+    port = free_port()
+    logs = [log_dir / f"rank{rank}.log" for rank in range(2)]
+    ranks = [forked.Forked(["-m", "repro.training", *argv], out=logs[rank], cwd=log_dir,
+                           env=dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1"))
+             for rank in range(2)]
+    try:
+        codes = [rank.wait(timeout) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    printed = "\n".join(log.read_text()[-2000:] for log in logs)
+    assert codes == [0, 0] and "training done: iteration 10" in printed, printed
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +62,8 @@ def trained(data_dir, tmp_path_factory) -> Path:
 
     assert corpus.main(["--wikitext103", "valid", "--data-dir", str(data_dir), "--output-prefix", str(tmp / "wt-valid"),
                         "--no-progress"]) == 0
-    _run("-m", "repro.dist.torchrun", "--nproc-per-node", "2", "-m", "repro.training", *SHAPE, "--tp", "2",
-         "--steps", "10", "--data", str(tmp / "wt-valid"), "--save", str(tmp / "ckpt"))
+    _train_tp2([*SHAPE, "--tp", "2", "--steps", "10", "--data", str(tmp / "wt-valid"), "--save", str(tmp / "ckpt")],
+               tmp)
     return tmp / "ckpt"
 
 

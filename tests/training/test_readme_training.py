@@ -1,15 +1,20 @@
-"""The README's training section runs as documented (in a scratch directory; then once more, resuming)."""
+"""The README's training section runs as documented (in a scratch directory; then once more, resuming).
+
+Each command runs as ``python -m ...`` forked from a warm server (tests/training/forked.py): its own process, exit
+code, output and environment, without the ~5 s of CPU a fresh interpreter spends importing torch and repro, seven
+times over. The same entry points start real interpreters elsewhere: tests/evals/test_user_path_from_a_wheel.py
+(``repro corpus``, ``python -m evals``, ``repro export-hf``, training under ``repro.dist.torchrun``),
+tests/training/test_corpus.py (``python -m repro.training.corpus``) and test_interrupt.py (``repro train``)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 from repro.results import REPO_ROOT
 from repro.testing import needs
+from tests.training import forked
 
 
 def _commands(block: int = 0) -> list[str]:
@@ -21,13 +26,13 @@ def _commands(block: int = 0) -> list[str]:
 
 def _run(command: str, cwd, data_dir) -> str:
     argv = shlex.split(command)
-    argv = [sys.executable, "-m", "repro", *argv[1:]] if argv[0] == "repro" else [sys.executable, *argv[1:]]
+    argv = ["-m", "repro", *argv[1:]] if argv[0] == "repro" else argv[1:]  # `python -m M ...` or `repro ...`
     # results (the evaluations' rows) into the scratch directory, not the checkout's results/; one thread: the suite
     # runs several test files at once on few cores, where torch's threads spin (8 steps of the README's training:
     # 29 s of CPU with its default threads, 9 s with one, on 2 busy cores)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), REPRO_DATA=str(data_dir), REPRO_RESULTS_DIR=str(cwd / "results"),
                OMP_NUM_THREADS="1")
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    result = forked.run(argv, cwd=cwd, env=env, timeout=600)
     assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
     return result.stdout
 
