@@ -10,9 +10,20 @@ to get it.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread for the tests and every process they start (commands, torchrun jobs; a value already set is
+# kept). The tests' models are tiny: a second OpenMP thread adds nothing but spin-waits, and with one test process
+# per core (the README's `-n auto`) each process's threads wait on the other's core. Two test files side by side on
+# this project's 2-core machine: 72 -> 13 s of CPU each (tests/training/test_flat_optimizer.py). Tests that measure
+# threads or time set their own count (tests/zero/test_zero_gpu_experiment.py, the GNA kernels' threads points).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # torch read the variable at its import
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 from repro.text.data_files import DataError, default_data_dir, fetch_command, resolve_data_dir
 from repro.optional import BrokenPackage, MissingPackage
