@@ -11,7 +11,6 @@ from repro.dist.comm import CommGroup
 from repro.models import GPTModel
 from repro.zero import OffloadConfig, ZeroConfig, build_zero_optimizer
 from repro.zero.checkpoint import CheckpointError, consolidate_checkpoint, load_checkpoint, save_checkpoint, verify_checkpoint
-from single_thread import one_thread  # noqa: F401 - autouse: one intra-op thread for this module
 from zero_cases import LR, TINY, train_steps
 
 STEPS, SAVE_AT = 6, 3

@@ -20,7 +20,6 @@ from repro.zero.offload.pinned import PinnedHostMemory, PinningError
 from repro.zero.offload.tiers import ResidentTier
 from repro.zero.param_units import param_key
 from repro.zero.transfer import GradientStager, async_safe, copy_into
-from single_thread import one_thread  # noqa: F401 - autouse: one intra-op thread for this module
 from zero_cases import LR, MAX_NORM, TINY, WEIGHT_DECAY, batch, reference_losses
 
 CUDA = torch.cuda.is_available()

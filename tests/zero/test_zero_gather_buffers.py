@@ -8,7 +8,6 @@ from repro.dist.comm import CommGroup
 from repro.models import GPTModel
 from repro.zero import ZeroConfig, build_zero_optimizer
 from repro.zero.gather_buffers import GatherBufferPool, only_reference
-from single_thread import one_thread  # noqa: F401 - autouse: one intra-op thread for this module
 from zero_cases import LR, TINY, batch
 
 

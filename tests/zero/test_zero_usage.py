@@ -7,7 +7,6 @@ import torch
 from repro.dist.comm import CommGroup
 from repro.models import GPTModel
 from repro.zero import STAGE_CLASSES, ZeroConfig, ZeroStage1, build_zero_optimizer
-from single_thread import one_thread  # noqa: F401 - autouse: one intra-op thread for this module
 from zero_cases import LR, TINY, batch
 
 
