@@ -84,9 +84,10 @@ def _exercises_cuda(item) -> bool:
     return any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif"))
 
 
-#: Tests that share one resource of this machine run in one pytest-xdist worker, one after another: the local Slurm
-#: cluster (two emulated nodes; two tests' jobs at once would queue behind each other past their time limits).
-SERIAL_GROUPS = {"tests/slurm/": "local-slurm"}
+#: Tests that share one resource of this machine run in one pytest-xdist worker, one after another, by the marker
+#: that says they need it: the local Slurm cluster (``slurm``: two emulated nodes; two tests' jobs at once would queue
+#: behind each other past their time limits). The tests/slurm files that run no job (stand-ins) are not marked.
+SERIAL_GROUPS = {"slurm": "local-slurm"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
@@ -95,13 +96,13 @@ def pytest_collection_modifyitems(config, items):
     part, ``python -m repro.gpu_session``) runs exactly those.
 
     Under pytest-xdist (the README's test command, ``-n auto --dist loadgroup``) every test file is one unit of work,
-    so a module's fixtures are built once, in one worker; the files of a :data:`SERIAL_GROUPS` folder share one."""
+    so a module's fixtures are built once, in one worker; the tests with a :data:`SERIAL_GROUPS` marker share one."""
     for item in items:
         if _exercises_cuda(item):
             item.add_marker(pytest.mark.cuda)
         if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::")[0]
-            group = next((name for folder, name in SERIAL_GROUPS.items() if path.startswith(folder)), path)
+            group = next((name for marker, name in SERIAL_GROUPS.items() if item.get_closest_marker(marker)),
+                         item.nodeid.split("::")[0])
             item.add_marker(pytest.mark.xdist_group(group))
 
 

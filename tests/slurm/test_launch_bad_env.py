@@ -15,10 +15,6 @@ from repro.results import REPO_ROOT
 from tests.foundation.bad_input_helpers import one_line
 from tests.slurm.launch_stubs import LAUNCH, make_stubs, stub_env
 
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_launch_bad_env.py")
-
 #: name: (launch.sh's arguments, environment on top of the stubs' ({tmp} and {file} filled in), text of the line)
 CASES = {
     "port_with_a_blank": (["fake_sum"], {"REPRO_MASTER_PORT": "1 2"}, "REPRO_MASTER_PORT='1 2' must be a port"),

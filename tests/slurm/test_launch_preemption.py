@@ -18,10 +18,6 @@ from repro.harness.sbatch import LOG_DIRECTIVE, PREEMPTION_DIRECTIVES
 from repro.results import REPO_ROOT, append_rows, load_rows
 from tests.slurm.launch_stubs import FAKE, JOB, LAUNCH, make_stubs, stub_env
 
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_launch_preemption.py")
-
 
 @pytest.fixture()
 def stubs(tmp_path):

@@ -13,10 +13,6 @@ import pytest
 
 from repro.results import REPO_ROOT
 
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_local_start.py")
-
 START = REPO_ROOT / "slurm" / "local" / "start.sh"
 README = REPO_ROOT / "slurm" / "README.md"
 

@@ -32,23 +32,16 @@ def _repro(argv: list[str], results: Path, timeout: float = 300) -> subprocess.C
                           capture_output=True, text=True, timeout=timeout)
 
 
-#: the tests that run no job on the local Slurm: this file's own xdist group, beside the serial "local-slurm" one
-#: that tests/conftest.py gives the rest of tests/slurm/ (and this file's Slurm test)
-WITHOUT_SLURM = pytest.mark.xdist_group("tests/slurm/test_readme_slurm_commands.py")
-
-
 def _has_slurm() -> bool:
     return any(s.startswith(("idle", "mix", "alloc")) for s in slurm_state().split())
 
 
-@WITHOUT_SLURM
 def test_the_block_holds_the_commands_this_test_knows():
     kinds = [argv[:2] for argv in _commands()]
     assert kinds == [["sbatch", "slurm/zero_memory_tables.sbatch"], ["repro", "submit"], ["repro", "submit"],
                      ["repro", "submit"], ["repro", "list"]], kinds
 
 
-@WITHOUT_SLURM
 def test_repro_commands_run_without_slurm(tmp_path, monkeypatch):
     for argv in _commands():
         if argv[0] != "repro":

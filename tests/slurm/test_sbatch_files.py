@@ -17,10 +17,6 @@ from repro.harness.resources import cpu_scale_of
 from repro.harness.sbatch import render, sbatch_path
 from repro.results import REPO_ROOT, load_rows
 
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_sbatch_files.py")
-
 SLURM = REPO_ROOT / "slurm"
 FAKE = REPO_ROOT / "tests" / "experiments" / "fake_experiments.py"
 SCRIPTS = sorted(SLURM.glob("*.sbatch")) + [SLURM / "launch.sh", *sorted((SLURM / "local").glob("*.sh"))]

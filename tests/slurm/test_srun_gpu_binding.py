@@ -13,10 +13,6 @@ import pytest
 from repro.results import REPO_ROOT
 from tests.slurm.launch_stubs import LAUNCH, make_stubs, stub_env
 
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_srun_gpu_binding.py")
-
 BIND = "--gpus-per-node=4 --gpu-bind=none"
 
 

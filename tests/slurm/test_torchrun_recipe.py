@@ -14,15 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from repro.dist.torchrun import children
 from repro.results import REPO_ROOT
 from tests.training.ranks import iterations
-
-#: no job on the local Slurm (stand-ins, or none): this file's own xdist group, run beside the serial
-#: "local-slurm" one that tests/conftest.py gives the rest of tests/slurm/
-pytestmark = pytest.mark.xdist_group("tests/slurm/test_torchrun_recipe.py")
 
 README = REPO_ROOT / "slurm" / "README.md"
 
