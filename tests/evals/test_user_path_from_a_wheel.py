@@ -16,6 +16,7 @@ import pytest
 
 from repro.results import REPO_ROOT
 from repro.testing import needs
+from tests.foundation.warm_commands import forked
 
 #: one pytest-xdist group with tests/foundation/test_packaging.py: the session's wheel and venv are built once
 pytestmark = [needs("datasets", "tokenizers", "transformers", "lm_eval", "accelerate"),
@@ -43,13 +44,22 @@ def test_fetch_train_evaluate_export_outside_the_checkout(installed, data_dir, t
                   "16", "--num-attention-heads", "2", "--seq-length", "32", "--micro-batch-size", "2",
                   "--global-batch-size", "8", "--data-path", "wt-valid", "--save", "ckpt")
     assert "training done: iteration 10" in trained
-    table = run("python", "-m", "evals", "lambada", "--checkpoint", "ckpt", "--limit", "8")
+    # the rest forked from one interpreter of the venv (tests/foundation/warm_commands.py): each its own process,
+    # folder and environment, without an interpreter's start and torch's import each; the commands above are real
+    checks = Path(__file__).with_name("user_path_checks.py")
+    done = forked(bin_dir / "python", tmp_path,
+                  ("python", "-m", "evals", "lambada", "--checkpoint", "ckpt", "--limit", "8"),
+                  ("python", "-m", "evals", "wikitext", "--checkpoint", "ckpt", "--limit", "1", "--max-tokens",
+                   "2000"), ("repro", "export-hf", "ckpt", "hf"),
+                  ("python", str(checks), "ckpt", "hf", str(tmp_path / "xdg" / "repro")),
+                  ("python", "-c", "import repro, evals; print(repro.__file__, evals.__file__)"), env=env)
+    for command in done:
+        assert command.returncode == 0, f"{' '.join(command.args)}:\n{command.stdout[-2000:]}\n{command.stderr[-2000:]}"
+    table, perplexity, _, checked, where = (command.stdout for command in done)
     header = [cell.strip() for cell in table.splitlines()[0].split("|")[1:-1]]
     assert header == ["task", "definition", "metric", "value", "", "stderr", "unit"] and "±" in table, table
-    assert "perplexity" in run("python", "-m", "evals", "wikitext", "--checkpoint", "ckpt", "--limit", "1",
-                               "--max-tokens", "2000")
+    assert "perplexity" in perplexity
     assert (tmp_path / "results" / "evals").is_dir()  # results beside the user, not in site-packages
-    run("repro", "export-hf", "ckpt", "hf")
-    checks = Path(__file__).with_name("user_path_checks.py")
-    assert run("python", str(checks), "ckpt", "hf", str(tmp_path / "xdg" / "repro")).startswith("ok")
-    assert str(REPO_ROOT) not in run("python", "-c", "import repro, evals; print(repro.__file__, evals.__file__)")
+    assert (tmp_path / "hf").is_dir()  # repro export-hf wrote it (user_path_checks.py reads it)
+    assert checked.startswith("ok")
+    assert str(REPO_ROOT) not in where and str(installed) in where

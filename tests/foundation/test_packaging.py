@@ -8,7 +8,6 @@ since two of them are folders outside repro/). The venv is the session's ``insta
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from repro.results import REPO_ROOT
+from tests.foundation.warm_commands import clean_env, forked
 
 #: one pytest-xdist group with tests/evals/test_user_path_from_a_wheel.py: the session's wheel and venv (the
 #: ``installed`` fixture) are built once, not once in each file's worker
@@ -32,35 +32,36 @@ def test_every_package_folder_is_listed():
 
 def _run(venv_dir: Path, cwd: Path, *args: str, env: dict | None = None,
          program: str = "repro") -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("PYTHONPATH", "REPRO_RESULTS_DIR", "REPRO_ROOT", "REPRO_DATA", "REPRO_DATA_MIRROR")}
+    """The venv's ``program`` as a new process (an interpreter's start and all)."""
     return subprocess.run([str(venv_dir / "bin" / program), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**clean, **(env or {})})
+                          timeout=600, env=clean_env(env))
 
 
 def test_the_wheel_works_outside_the_checkout(installed, tmp_path):
     where = _run(installed, tmp_path, "-c", "import repro; print(repro.__file__)", program="python")
     assert str(installed) in where.stdout, where.stdout + where.stderr  # the wheel's repro, not the checkout's
-    listed = _run(installed, tmp_path, "list")
+    listed = _run(installed, tmp_path, "list")  # the console script itself, once; the rest forked (same wheel)
     assert listed.returncode == 0 and "zero_memory_tables" in listed.stdout, listed.stderr
-    ran = _run(installed, tmp_path, "run", "zero_memory_tables")
+    batch = tmp_path / "slurm" / "zero_memory_tables.sbatch"
+    (tmp_path / "no-slurm").mkdir()
+    ran, claims, dry, written, refused = forked(
+        installed / "bin" / "python", tmp_path, ("repro", "run", "zero_memory_tables"), ("repro", "claims"),
+        ("repro", "submit", "zero_memory_tables", "--dry-run"),
+        ("repro", "submit", "zero_memory_tables", "--write-only"), ("repro", "submit", "zero_memory_tables"),
+        env=clean_env(), paths={2: [batch]}, envs={4: {"PATH": str(tmp_path / "no-slurm")}})
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert list((tmp_path / "results" / "runs" / "zero_memory_tables").glob("*.jsonl"))
     site = next((installed / "lib").glob("python*/site-packages"))
     assert not (site / "results").exists()  # never next to site-packages
-    claims = _run(installed, tmp_path, "claims")  # the papers' claims come from the wheel
+    # the papers' claims come from the wheel
     assert claims.returncode == 0 and (tmp_path / "results" / "claims.md").exists(), claims.stderr[-2000:]
-    dry = _run(installed, tmp_path, "submit", "zero_memory_tables", "--dry-run")
-    batch = tmp_path / "slurm" / "zero_memory_tables.sbatch"
     assert dry.returncode == 0 and str(batch) in dry.stdout, dry.stdout
     # the lines name ./slurm/zero_memory_tables.sbatch, which does not exist here: said, and how to write it
-    assert f"note: {batch} does not exist yet" in dry.stdout and "--write-only" in dry.stdout and not batch.exists()
-    written = _run(installed, tmp_path, "submit", "zero_memory_tables", "--write-only")
+    assert f"note: {batch} does not exist yet" in dry.stdout and "--write-only" in dry.stdout and \
+        not dry.exists[batch]
     assert written.returncode == 0 and batch.is_file() and (tmp_path / "slurm" / "launch.sh").is_file(), \
         written.stderr
     assert "note:" not in written.stdout and "sbatch command" in written.stdout
-    (tmp_path / "no-slurm").mkdir()
-    refused = _run(installed, tmp_path, "submit", "zero_memory_tables", env={"PATH": str(tmp_path / "no-slurm")})
     assert refused.returncode == 2 and "`sbatch` is not on PATH" in refused.stderr, refused.stderr
     assert "from a checkout of the repository" in refused.stderr and "`sudo slurm/local/start.sh`" not in \
         refused.stderr  # the wheel has no slurm/local/
@@ -72,25 +73,27 @@ def test_the_wheels_data_directory_tokenizer_and_version(installed, tmp_path, da
     corpus tool and repro export-hf use the wheel's own copies (a complete Hugging Face directory); repro --version
     names the commit the wheel was built from."""
     env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
-    version = _run(installed, tmp_path, "--version", env=env)
+    (tmp_path / "a.txt").write_text("Hello world.\n")
+    make = ("import torch; from evals.checkpoints import save_consolidated; from repro.models import GPTConfig, "
+            "GPTModel, merge_state_dicts; c = GPTConfig(vocab_size=50257, hidden_size=16, num_layers=1, "
+            "num_attention_heads=2, max_position_embeddings=16); "
+            "save_consolidated('gpt', merge_state_dicts([GPTModel(c).state_dict()], c), architecture='gpt', config=c)")
+    # forked from one interpreter of the venv (test_the_wheel_works_outside_the_checkout starts the real ones)
+    version, fetched, corpus, made, exported = forked(
+        installed / "bin" / "python", tmp_path, ("repro", "--version"),
+        ("repro", "data", "fetch", "--only", "lambada", "--mirror", data_dir.as_uri()),
+        ("repro", "corpus", "--input", "a.txt", "--output-prefix", "c", "--no-progress"), ("python", "-c", make),
+        ("repro", "export-hf", "gpt", "hf"), env=clean_env(env))
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith(f"repro 0.1.0 (commit {commit.stdout.strip()}")
     assert "installed), torch " in version.stdout, version.stdout
-    fetched = _run(installed, tmp_path, "data", "fetch", "--only", "lambada", "--mirror", data_dir.as_uri(), env=env)
     assert fetched.returncode == 0, fetched.stderr
     assert (tmp_path / "xdg" / "repro" / "lambada" / "lambada_test.jsonl").is_file()
     assert f"data directory {tmp_path / 'xdg' / 'repro'}:" in fetched.stdout
     assert not list(installed.rglob("lambada_test.jsonl"))  # nothing inside the install
     shipped = next(installed.glob("lib/python*/site-packages/repro/text/gpt2_tokenizer"))
     assert sorted(p.name for p in shipped.iterdir()) == ["gpt2-merges.txt", "gpt2-vocab.json"]
-    (tmp_path / "a.txt").write_text("Hello world.\n")
-    corpus = _run(installed, tmp_path, "corpus", "--input", "a.txt", "--output-prefix", "c", "--no-progress", env=env)
     assert corpus.returncode == 0 and "5 tokens" in corpus.stdout, corpus.stderr  # 4 BPE + <|endoftext|>
-    make = ("import torch; from evals.checkpoints import save_consolidated; from repro.models import GPTConfig, "
-            "GPTModel, merge_state_dicts; c = GPTConfig(vocab_size=50257, hidden_size=16, num_layers=1, "
-            "num_attention_heads=2, max_position_embeddings=16); "
-            "save_consolidated('gpt', merge_state_dicts([GPTModel(c).state_dict()], c), architecture='gpt', config=c)")
-    assert _run(installed, tmp_path, "-c", make, env=env, program="python").returncode == 0
-    exported = _run(installed, tmp_path, "export-hf", "gpt", "hf", env=env)
+    assert made.returncode == 0, made.stderr
     assert exported.returncode == 0 and "and the GPT-2 tokenizer" in exported.stdout, exported.stderr
     assert {"vocab.json", "merges.txt", "tokenizer_config.json"} <= {p.name for p in (tmp_path / "hf").iterdir()}
