@@ -16,6 +16,7 @@ import pytest
 from repro.optional import BrokenPackage, MissingPackage, available, pip_name, require
 from repro.results import REPO_ROOT
 from repro.testing import needs
+from tests.foundation.warm_commands import Done, forked
 
 #: optional packages (repro.optional); the core needs torch, numpy, pandas and tqdm only
 OPTIONAL = ("datasets", "tokenizers", "transformers", "lm_eval", "natten", "deepspeed", "megatron", "pynvml",
@@ -30,10 +31,10 @@ import sys
 
 
 class _Hide:
-    names = frozenset(filter(None, os.environ.get("REPRO_TEST_HIDE", "").split(",")))
+    """Read at each import: a process forked with another $REPRO_TEST_HIDE hides those packages instead."""
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in self.names:
+        if name.split(".")[0] in os.environ.get("REPRO_TEST_HIDE", "").split(","):
             raise ModuleNotFoundError(f"No module named {name!r} (hidden by the test)", name=name)
         return None
 
@@ -68,13 +69,49 @@ def shim_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def _run(argv: list[str], shim_dir: Path, hidden, timeout: int = 300, **kwargs) -> subprocess.CompletedProcess:
-    """``python argv`` in the repository with the packages in ``hidden`` unimportable."""
+def _env(shim_dir: Path, hidden) -> dict[str, str]:
+    """The environment of a Python process with the packages in ``hidden`` unimportable."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim_dir), str(REPO_ROOT)]),
            "REPRO_TEST_HIDE": ",".join(hidden), "HF_DATASETS_OFFLINE": "1"}
     env.pop("PYTHONSTARTUP", None)
-    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    return env
+
+
+def _run(argv: list[str], shim_dir: Path, hidden, timeout: int = 300, **kwargs) -> subprocess.CompletedProcess:
+    """``python argv`` in the repository with the packages in ``hidden`` unimportable, a new interpreter."""
+    return subprocess.run([sys.executable, *argv], cwd=REPO_ROOT, env=_env(shim_dir, hidden), capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def warm(shim_dir, tmp_path_factory, data_dir) -> dict[str, Done]:
+    """The file's commands but its few real ones (a new interpreter each: the shim's test, ``repro list``, ``evals
+    --help``, the inner pytest), each a process forked in turn from one interpreter started with the shim, which
+    imported torch and pandas once (tests/foundation/warm_commands.py), with its own hidden packages, environment,
+    output and exit status; by name, for the tests below."""
+    results, reading = tmp_path_factory.mktemp("results"), tmp_path_factory.mktemp("reading")
+    (reading / "a.txt").write_text("one document\n")
+    every = OPTIONAL + FIGURES
+    named = {
+        # the compiled variants on one rank, the eager one at tp 2 on two: the smoke scale's third point
+        # (toy_1rank_eager, the eager variant on one rank) reaches no code these two do not, and took about a sixth
+        # of the command's CPU time
+        "run": (every, ("-m", "repro", "--results-dir", str(results), "run", "megatron_weak_scaling_gpu", "--scale",
+                        "smoke", "--point", "toy_1rank", "--point", "toy_tp2")),
+        "claims": (every, ("-m", "repro", "--results-dir", str(results), "claims")),  # no figures
+        "import_all_but_datasets": (("datasets",), ("-c", IMPORT_ALL)),
+        "import_all_but_any": (every, ("-c", IMPORT_ALL)),
+        "figures": (FIGURES, ("-m", "repro", "--results-dir", str(reading), "figures")),
+        "count": (("datasets",), ("-m", "evals", "--data-dir", str(data_dir), "count")),
+        "corpus": (("datasets",), ("-m", "repro.training.corpus", "--input", str(reading / "a.txt"), "--data-dir",
+                                   str(data_dir), "--output-prefix", str(reading / "c"))),
+        "eval_run": (("datasets",), ("-m", "repro", "--results-dir", str(reading), "run", "eval_wikitext_lambada")),
+    }
+    done = forked(sys.executable, REPO_ROOT, *(("python", *argv) for _, argv in named.values()),
+                  env=_env(shim_dir, every),
+                  envs={number: {"REPRO_TEST_HIDE": ",".join(hidden)} for number, (hidden, _) in
+                        enumerate(named.values())})
+    return {"results": results, **dict(zip(named, done))}
 
 
 def test_the_shim_hides_the_packages(shim_dir):
@@ -85,28 +122,24 @@ def test_the_shim_hides_the_packages(shim_dir):
     assert done.returncode == 1 and "No module named 'datasets' (hidden by the test)" in done.stderr
 
 
-def test_core_commands_run_without_optional_packages(shim_dir, tmp_path):
+def test_core_commands_run_without_optional_packages(shim_dir, warm):
     hidden = OPTIONAL + FIGURES
     listed = _run(["-m", "repro", "list"], shim_dir, hidden)
     assert listed.returncode == 0 and "megatron_weak_scaling_gpu" in listed.stdout, listed.stderr
     assert _run(["-m", "evals", "--help"], shim_dir, hidden).returncode == 0
-    # the compiled variants on one rank, the eager one at tp 2 on two: the smoke scale's third point (toy_1rank_eager,
-    # the eager variant on one rank) reaches no code these two do not, and took about a sixth of the command's CPU time
-    run = _run(["-m", "repro", "--results-dir", str(tmp_path), "run", "megatron_weak_scaling_gpu", "--scale",
-                "smoke", "--point", "toy_1rank", "--point", "toy_tp2"], shim_dir, hidden, timeout=600)
+    run, claims = warm["run"], warm["claims"]
     assert run.returncode == 0 and "megatron_weak_scaling_gpu: ok" in run.stdout, run.stdout + run.stderr
-    claims = _run(["-m", "repro", "--results-dir", str(tmp_path), "claims"], shim_dir, hidden)  # no figures
-    assert claims.returncode == 0 and (tmp_path / "claims.md").exists(), claims.stderr
+    assert claims.returncode == 0 and (warm["results"] / "claims.md").exists(), claims.stderr
 
 
-def test_every_module_imports_without_datasets(shim_dir):
-    done = _run(["-c", IMPORT_ALL], shim_dir, ("datasets",))
+def test_every_module_imports_without_datasets(warm):
+    done = warm["import_all_but_datasets"]
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {}
 
 
-def test_every_module_but_the_figures_imports_without_any_optional_package(shim_dir):
-    done = _run(["-c", IMPORT_ALL], shim_dir, OPTIONAL + FIGURES)
+def test_every_module_but_the_figures_imports_without_any_optional_package(warm):
+    done = warm["import_all_but_any"]
     assert done.returncode == 0, done.stderr
     failures = json.loads(done.stdout.splitlines()[-1])
     assert failures and all(name.startswith("repro.figures") for name in failures), failures
@@ -120,22 +153,19 @@ def _one_line(done: subprocess.CompletedProcess) -> str:
     return done.stderr.strip()
 
 
-def test_a_command_that_needs_a_missing_package_says_so_in_one_line(shim_dir, tmp_path):
-    line = _one_line(_run(["-m", "repro", "--results-dir", str(tmp_path), "figures"], shim_dir, FIGURES))
+def test_a_command_that_needs_a_missing_package_says_so_in_one_line(warm):
+    line = _one_line(warm["figures"])
     assert line == ("repro: error: drawing figures needs the package 'matplotlib', which is not installed; "
                     "install it with: pip install matplotlib")
 
 
-def test_reading_data_without_datasets_is_one_line(shim_dir, tmp_path, data_dir):
-    line = _one_line(_run(["-m", "evals", "--data-dir", str(data_dir), "count"], shim_dir, ("datasets",)))
+def test_reading_data_without_datasets_is_one_line(warm):
+    line = _one_line(warm["count"])
     assert line.startswith("repro eval: error: reading the WikiText-103 test file needs the package 'datasets'")
     assert line.endswith("install it with: pip install datasets")
-    (tmp_path / "a.txt").write_text("one document\n")
-    line = _one_line(_run(["-m", "repro.training.corpus", "--input", str(tmp_path / "a.txt"), "--data-dir",
-                           str(data_dir), "--output-prefix", str(tmp_path / "c")], shim_dir, ("datasets",)))
+    line = _one_line(warm["corpus"])
     assert line.startswith("repro corpus: error: tokenizing a corpus needs the package 'datasets'")
-    line = _one_line(_run(["-m", "repro", "--results-dir", str(tmp_path), "run", "eval_wikitext_lambada"],
-                          shim_dir, ("datasets",)))
+    line = _one_line(warm["eval_run"])
     assert line.startswith("repro: error: reading the WikiText-103 test file needs the package 'datasets'")
 
 
