@@ -19,9 +19,11 @@ command, in order (``exists``: each of its ``paths`` to whether it existed then)
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,7 +65,7 @@ def forked(python: Path | str, cwd: Path, *commands: tuple[str, ...], env: dict[
     return [Done(list(command), result) for command, result in zip(commands, json.loads(done.stdout))]
 
 
-# the driver, in the venv's Python
+# the interpreter the commands fork from (run as a script)
 
 
 def _child(program: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
@@ -106,6 +108,9 @@ def _child(program: str, args: list[str], cwd: str, env: dict[str, str], out: st
     except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
         traceback.print_exc()
     finally:
+        # as an interpreter ends: its exit functions (those of the modules imported before the fork, as a fresh
+        # interpreter importing them would have, and the command's: logging's, multiprocessing's), then the streams
+        atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -120,7 +125,8 @@ def main() -> None:
 
     commands = json.load(sys.stdin)
     results = []
-    with tempfile.TemporaryDirectory() as folder:
+    folder = tempfile.mkdtemp()  # not TemporaryDirectory, whose exit function each child would run
+    try:
         for number, command in enumerate(commands):
             out, err = os.path.join(folder, f"{number}.out"), os.path.join(folder, f"{number}.err")
             for path in (out, err):
@@ -135,6 +141,8 @@ def main() -> None:
                 results.append({"code": os.waitstatus_to_exitcode(status), "stdout": stdout.read(),
                                 "stderr": stderr.read(),
                                 "exists": {path: os.path.exists(path) for path in command.get("paths", [])}})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     json.dump(results, sys.stdout)
 
 
