@@ -29,6 +29,10 @@ from repro.training.data import SyntheticSamples
 from repro.training.trainer import PipelineTrainer, TrainSettings
 from tests.evals.test_evals_megatron_checkpoint import tiny_model, write_megatron
 
+#: reads no data through datasets or lm_eval: runs without them (tests/evals/conftest.py), not again in
+#: test_evals_without_datasets.py
+pytestmark = pytest.mark.datasets_free
+
 CONFIG = GPTConfig(vocab_size=64, hidden_size=32, num_layers=2, num_attention_heads=4, max_position_embeddings=16)
 ITER = "iter_0000001"
 

@@ -17,6 +17,10 @@ from repro.models import merge_state_dicts, shard_state_dict
 
 from evals_test_models import tiny_gpt, tiny_gpt_config
 
+#: reads no data through datasets or lm_eval: runs without them (tests/evals/conftest.py), not again in
+#: test_evals_without_datasets.py
+pytestmark = pytest.mark.datasets_free
+
 transformers = pytest.importorskip("transformers")
 
 

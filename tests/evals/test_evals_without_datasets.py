@@ -23,6 +23,9 @@ from repro.optional import MissingPackage, available, require
 from repro.results import REPO_ROOT
 
 HERE = Path(__file__).parent
+#: what pyproject's addopts (dropped by ``-o addopts=``) also says: hypothesis' and anyio's plugins unloaded, ~2 CPU-s
+#: of each inner pytest's start
+NO_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
 
 
 def _hidden_env(tmp_path: Path, log: Path | None = None) -> dict[str, str]:
@@ -35,8 +38,8 @@ def _hidden_env(tmp_path: Path, log: Path | None = None) -> dict[str, str]:
 
 def test_tests_evals_pass_or_skip_without_datasets(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rs", "tests/evals",
-         "-m", "not datasets_free", f"--ignore={Path(__file__).relative_to(REPO_ROOT)}"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *NO_PLUGINS, "-rs",
+         "tests/evals", "-m", "not datasets_free", f"--ignore={Path(__file__).relative_to(REPO_ROOT)}"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=_hidden_env(tmp_path))
     tail = proc.stdout[-3000:]
     assert proc.returncode == 0 and " failed" not in tail and " error" not in tail, tail
@@ -89,7 +92,7 @@ def test_a_file_marked_datasets_free_that_reaches_it_fails(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in (REACH_LOG, BARE_PARENT)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "--rootdir", str(tmp_path), "evals"], cwd=tmp_path, capture_output=True, text=True,
+                           *NO_PLUGINS, "--rootdir", str(tmp_path), "evals"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env=env)
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 1 and "1 passed" in summary and "1 error" in summary, done.stdout[-3000:]
@@ -124,7 +127,8 @@ def test_a_broken_datasets_fails_the_tests_in_one_line_an_absent_one_skips(tmp_p
     (tmp_path / "datasets").mkdir()
     (tmp_path / "datasets" / "__init__.py").write_text(BROKEN)
     test = "tests/evals/test_evals_cli.py::test_lambada_rows_written_with_provenance"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", test],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           *NO_PLUGINS, test],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"})
     assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-3000:]

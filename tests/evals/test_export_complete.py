@@ -18,6 +18,10 @@ from repro.models import GPTConfig, GPTModel, merge_state_dicts
 from repro.models.reference import ReferenceGPT
 from repro.text import data_files as D
 
+#: reads no data through datasets or lm_eval: runs without them (tests/evals/conftest.py), not again in
+#: test_evals_without_datasets.py
+pytestmark = pytest.mark.datasets_free
+
 
 def _gpt(root, vocab_size: int = 50257):
     torch.manual_seed(0)

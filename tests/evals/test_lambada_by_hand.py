@@ -18,6 +18,10 @@ from evals.lambada import evaluate_lambada
 from evals.scoring import FunctionLM
 from repro.text.tokenization import TextTokenizer
 
+#: reads no data through datasets or lm_eval: runs without them (tests/evals/conftest.py), not again in
+#: test_evals_without_datasets.py
+pytestmark = pytest.mark.datasets_free
+
 VOCAB = ["<eod>", "the", " cat", " saw", " a", " hedge", "hog", " dog"]
 ID = {piece: index for index, piece in enumerate(VOCAB)}
 V = len(VOCAB)

@@ -10,6 +10,10 @@ from evals import cli, tasks
 from evals.task_record import Option, Task
 from evals.tasks import EvalSpec
 
+#: reads no data through datasets or lm_eval: runs without them (tests/evals/conftest.py), not again in
+#: test_evals_without_datasets.py
+pytestmark = pytest.mark.datasets_free
+
 #: name -> (EvalSpec keywords, the text its one-line refusal holds, or None where the spec is accepted)
 SPEC_CASES = {
     "stride_zero": (dict(task="wikitext", options={"stride": 0}), "stride=0 must be >= 1"),
