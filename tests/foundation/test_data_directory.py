@@ -70,9 +70,11 @@ def test_a_test_run_without_data_ends_with_one_line_saying_how_to_get_it(tmp_pat
     from repro.checkout import REPO_ROOT
 
     missing = tmp_path / "no-data"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "tests/evals/test_evals_data_files.py"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "REPRO_DATA": str(missing)})
+    # pyproject's plugin options again (``-o addopts=`` drops them): hypothesis' and anyio's cost ~2 CPU-s to load
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-p",
+                           "no:hypothesispytest", "-p", "no:anyio", "tests/evals/test_evals_data_files.py"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "REPRO_DATA": str(missing)})
     assert done.returncode == 0, done.stdout[-2000:]
     lines = [line for line in done.stdout.splitlines() if "for want of the evaluation data" in line]
     assert len(lines) == 1 and lines[0].endswith(f"in {missing}: get it with `repro data fetch` (or point "
