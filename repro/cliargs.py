@@ -122,7 +122,7 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
 
     A reader of standard output that left early (``repro list | head -1``) ends the command quietly, as it ends a
     Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`. The process ends without the
-    interpreter's teardown (:func:`_exit_without_teardown`)."""
+    interpreter's teardown (:func:`exit_without_teardown`)."""
     import importlib
     import os
     import signal
@@ -156,10 +156,10 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
         os._exit(130)  # not sys.exit: see above (a KeyboardInterrupt raised in C code would end the process by SIGINT)
     except BrokenPipeError:
         _reader_left()
-    _exit_without_teardown(code)
+    exit_without_teardown(code)
 
 
-def _exit_without_teardown(code: object) -> NoReturn:
+def exit_without_teardown(code: object) -> NoReturn:
     """``sys.exit(code)`` as far as anyone can tell (the atexit handlers run, standard output and error are flushed,
     the exit code is the same), without the interpreter's teardown: freeing every object and module one by one
     took ~1 s of CPU in a process that had loaded torch (and its compiler stack, which torch.optim loads), paid by
@@ -180,10 +180,11 @@ def _exit_without_teardown(code: object) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_left()
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):  # its reader gone, or closed: nothing more can be said there
-        pass
+    for stream in {id(s): s for s in (sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}.values():
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # its reader gone, or closed: nothing more can be said there
+            pass
     os._exit(code or 0)
 
 
@@ -202,5 +203,6 @@ def _reader_left() -> NoReturn:
 
 def repro_command() -> NoReturn:
     """The ``repro`` console script (pyproject's ``[project.scripts]``): :func:`run_entry_point` of
-    :mod:`repro.cli`, so an installed ``repro`` treats an early Ctrl-C as ``python -m repro`` does."""
-    run_entry_point("repro.cli", "repro")
+    :mod:`repro.commands` (the front of :mod:`repro.cli`), so an installed ``repro`` treats an early Ctrl-C as
+    ``python -m repro`` does."""
+    run_entry_point("repro.commands", "repro")
