@@ -2,4 +2,4 @@
 
 from repro.cliargs import run_entry_point
 
-run_entry_point("repro.cli", "repro")
+run_entry_point("repro.commands", "repro")  # the front: repro.cli loads only where needed

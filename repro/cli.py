@@ -29,6 +29,7 @@ from pathlib import Path
 from repro import results as R
 from repro.about import VersionAction
 from repro.cliargs import OneLineParser
+from repro.commands import FORWARDED, forward
 from repro.experiments import EXTRA_ENV, SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.harness.machine_fit import DEVICES, NeedsGPU
@@ -264,20 +265,6 @@ EXIT_INTERRUPTED = 130
 #: subcommands that write under the results directory: checked writable before they start
 WRITES_RESULTS = ("run", "figures", "claims", "reproduce", "submit")
 
-#: subcommands that are other entry points: name -> (module with main(argv), help)
-FORWARDED = {
-    "eval": ("evals.cli", "WikiText-103 / LAMBADA / RACE harnesses (same as python -m evals)"),
-    "data": ("evals.fetch", "repro data fetch: download every data file from its source, checked by sha256"),
-    "export-hf": ("evals.hf_export", "a checkpoint as a Hugging Face GPT-2 directory (config.json + "
-                  "model.safetensors)"),
-    "train": ("repro.training.cli", "train a small GPT under tp x pp x dp (same as python -m repro.training)"),
-    "corpus": ("repro.training.corpus", "tokenize text into a corpus for repro train (= python -m "
-               "repro.training.corpus)"),
-    "consolidate": ("repro.training.consolidate", "a repro train checkpoint as one state dict file (= python -m "
-                    "repro.training.consolidate)"),
-    "zero-report": ("repro.harness.zero_report", "where a ZeRO rank's memory goes (same as python -m repro.harness.zero_report)"),
-}
-
 
 def _joined_sbatch_args(argv: list[str]) -> list[str]:
     """``--sbatch-arg --account=abc`` -> ``--sbatch-arg=--account=abc`` (argparse takes a value that starts with
@@ -318,9 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"repro: error: {err}", file=sys.stderr)
         return 2
     if argv and argv[0] in FORWARDED:
-        import importlib
-
-        return int(importlib.import_module(FORWARDED[argv[0]][0]).main(argv[1:]) or 0)
+        return forward(argv)
     args = build_parser().parse_args(_joined_sbatch_args(argv))
     refusal = _results_dir_refusal(args)
     if refusal is not None:

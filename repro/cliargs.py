@@ -121,7 +121,8 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
     KeyboardInterrupt the command lets through is the line ``PROG: interrupted (SIGINT)`` and 130.
 
     A reader of standard output that left early (``repro list | head -1``) ends the command quietly, as it ends a
-    Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`."""
+    Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`. The process ends without the
+    interpreter's teardown (:func:`exit_without_teardown`)."""
     import importlib
     import os
     import signal
@@ -141,7 +142,10 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
         if ours:
             signal.signal(signal.SIGINT, previous)
     try:
-        code = main()
+        try:
+            code = main()
+        except SystemExit as exit_:  # a refusal (exit code 2), --help, --version: ends as a returned code does
+            code = exit_.code
         sys.stdout.flush()  # here, where a reader that left is caught, not in the interpreter's exit
     except KeyboardInterrupt:  # one the command did not handle itself (e.g. while it parses its options)
         print(f"{prog}: interrupted (SIGINT)", file=sys.stderr, flush=True)
@@ -152,7 +156,36 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
         os._exit(130)  # not sys.exit: see above (a KeyboardInterrupt raised in C code would end the process by SIGINT)
     except BrokenPipeError:
         _reader_left()
-    sys.exit(code)
+    exit_without_teardown(code)
+
+
+def exit_without_teardown(code: object) -> NoReturn:
+    """``sys.exit(code)`` as far as anyone can tell (the atexit handlers run, standard output and error are flushed,
+    the exit code is the same), without the interpreter's teardown: freeing every object and module one by one
+    took ~1 s of CPU in a process that had loaded torch (and its compiler stack, which torch.optim loads), paid by
+    every rank of every run, and on torch < 2.5 running gloo's destructors there could deadlock or abort (see
+    :func:`repro.dist.launch.end_rank`). The operating system frees the memory and closes the descriptors anyway.
+    Where a thread that the interpreter would wait for still runs (a pool's worker, say), or the code is not a
+    number, the process ends the ordinary way."""
+    import atexit
+    import os
+    import sys
+    import threading
+
+    waited_for = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if waited_for or not (code is None or isinstance(code, int)):
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what the interpreter runs at its exit: logging's flush, coverage, finalizers
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_left()
+    for stream in {id(s): s for s in (sys.stderr, sys.__stdout__, sys.__stderr__) if s is not None}.values():
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # its reader gone, or closed: nothing more can be said there
+            pass
+    os._exit(code or 0)
 
 
 def _reader_left() -> NoReturn:
@@ -170,5 +203,6 @@ def _reader_left() -> NoReturn:
 
 def repro_command() -> NoReturn:
     """The ``repro`` console script (pyproject's ``[project.scripts]``): :func:`run_entry_point` of
-    :mod:`repro.cli`, so an installed ``repro`` treats an early Ctrl-C as ``python -m repro`` does."""
-    run_entry_point("repro.cli", "repro")
+    :mod:`repro.commands` (the front of :mod:`repro.cli`), so an installed ``repro`` treats an early Ctrl-C as
+    ``python -m repro`` does."""
+    run_entry_point("repro.commands", "repro")

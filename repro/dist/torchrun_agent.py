@@ -164,4 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from repro.cliargs import exit_without_teardown
+
+    exit_without_teardown(main())

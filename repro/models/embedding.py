@@ -22,6 +22,18 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
         raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}); got [{int(low)}, {int(high)}]")
 
 
+def embedding_table(num_embeddings: int, embedding_dim: int) -> nn.Embedding:
+    """``nn.Embedding(num_embeddings, embedding_dim)`` with its N(0, 1) draw, except on the meta device (a model
+    built there, :func:`repro.training.parallelize.materialize`), where there is nothing to draw: newer torch runs
+    ``normal_`` on meta tensors through a Python reference that imports torch._dynamo on its first call (about 2 s
+    of CPU in every fresh process that builds a model). Elsewhere the draw is the constructor's own, from the same
+    generator, so a seed gives the weights it always gave."""
+    table = nn.Embedding(num_embeddings, embedding_dim, _weight=torch.empty(num_embeddings, embedding_dim))
+    if not table.weight.is_meta:
+        table.reset_parameters()
+    return table
+
+
 class Embedding(nn.Module):
     """word (vocab-parallel) + position (+ token type) embeddings, then dropout (replicated region)."""
 
@@ -32,12 +44,12 @@ class Embedding(nn.Module):
             config.padded_vocab_size(group.size), config.hidden_size, group=group,
             vocab_size=config.vocab_size, init_method=normal_init(config.init_std),
         )
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.position_embeddings = embedding_table(config.max_position_embeddings, config.hidden_size)
         self.init_method = normal_init(config.init_std)
         self.init_method(self.position_embeddings.weight.data)
         self.tokentype_embeddings = None
         if num_tokentypes > 0:
-            self.tokentype_embeddings = nn.Embedding(num_tokentypes, config.hidden_size)
+            self.tokentype_embeddings = embedding_table(num_tokentypes, config.hidden_size)
             self.init_method(self.tokentype_embeddings.weight.data)
         self.dropout = nn.Dropout(config.hidden_dropout)
         self.max_positions = config.max_position_embeddings
@@ -52,7 +64,8 @@ class Embedding(nn.Module):
         gives the weights it always gave."""
         self.word_embeddings.reset_parameters()
         for table in (self.position_embeddings, self.tokentype_embeddings):
-            if table is not None:  # drawn in fp32, as the word embeddings: a 16-bit table holds the fp32 build's values
+            if table is not None and not table.weight.is_meta:  # meta: nothing to draw (see embedding_table)
+                # drawn in fp32, as the word embeddings: a 16-bit table holds the fp32 build's values
                 full = torch.empty(table.weight.shape, dtype=torch.float32, device=table.weight.device)
                 nn.init.normal_(full)  # nn.Embedding's own first draw
                 self.init_method(full)

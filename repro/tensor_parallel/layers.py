@@ -38,7 +38,13 @@ BiasThrough = Callable[[torch.Tensor], torch.Tensor]
 
 
 def normal_init(std: float) -> InitMethod:
-    return lambda tensor: nn.init.normal_(tensor, mean=0.0, std=std)
+    """Draws N(0, std^2) in place. A tensor on the meta device (a model is built there before its weights are
+    drawn, :func:`repro.training.parallelize.materialize`) has no values to draw and is returned as it is: newer
+    torch runs ``normal_`` on meta tensors through a Python reference that imports torch._dynamo on its first call,
+    about 2 s of CPU in every fresh process that builds a model, and draws nothing from any generator either way."""
+    def init(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor if tensor.is_meta else nn.init.normal_(tensor, mean=0.0, std=std)
+    return init
 
 
 def scaled_normal_init(std: float, num_layers: int) -> InitMethod:
