@@ -29,7 +29,7 @@ from pathlib import Path
 from repro import results as R
 from repro.about import VersionAction
 from repro.cliargs import OneLineParser
-from repro.commands import FORWARDED, forward
+from repro.subcommands import FORWARDED, forward
 from repro.experiments import EXTRA_ENV, SCALES, Registry, registry
 from repro.experiments.base import Experiment, Point
 from repro.harness.machine_fit import DEVICES, NeedsGPU

@@ -34,8 +34,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.figures",),                                                           # figures of rows and checks
     ("repro.experiments",),                                                       # the experiments (own figures)
     ("repro.harness",),                                                           # what runs the experiments
-    ("repro.cli", "repro.commands", "repro.gpu_session", "repro.gpu_probe", "repro.__main__", "repro.testing",
-     "repro.about"),  # entry
+    ("repro.cli", "repro.commands", "repro.subcommands", "repro.gpu_session", "repro.gpu_probe", "repro.__main__",
+     "repro.testing", "repro.about"),  # entry
 )
 
 #: arrows that point up, module to module, each with its reason (a debt, not a design)
