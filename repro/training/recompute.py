@@ -9,6 +9,8 @@ before the checkpoint and kept as its inputs, so the recomputation does not cast
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -68,6 +70,20 @@ def _keep_rng_swaps(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if "repro." in str(op) else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def _policy_hash() -> str:
+    """The selective-checkpoint policy's identity for compile caches: its source (its bytecode and constants where
+    the source is not shipped), so that a changed policy misses."""
+    try:
+        text = inspect.getsource(_keep_rng_swaps).encode()
+    except (OSError, TypeError):
+        code = _keep_rng_swaps.__code__
+        text = code.co_code + repr((code.co_consts, code.co_names)).encode()
+    return "repro.training.recompute._keep_rng_swaps:" + hashlib.sha256(text).hexdigest()
+
+
+_POLICY_HASH = _policy_hash()
+
+
 class CompiledCheckpointed(torch.nn.Module):
     """A layer and its activation checkpoint compiled as one region (call :meth:`compile` on it; eager is wrong).
 
@@ -84,12 +100,20 @@ class CompiledCheckpointed(torch.nn.Module):
         self.layer = layer
         self.casts = casts
         self._compiled = None
+        try:
+            from torch.utils.checkpoint import create_selective_checkpoint_contexts
+        except ImportError:  # torch 2.4: no selective checkpointing, no compiled layers (they need torch >= 2.5)
+            self._context_fn = None
+            return
+        # made here, not in the compiled region (dynamo cannot set an attribute there): the policy's name for
+        # AOTAutograd's cache (torch's newer versions read it, older ones ignore it); without it every compile of this
+        # region is traced and partitioned anew ("SAC context_fn does not have a cache_hash attribute")
+        self._context_fn = functools.partial(create_selective_checkpoint_contexts, _keep_rng_swaps)
+        self._context_fn.cache_hash = _POLICY_HASH
 
     def _checkpointed(self, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
         return checkpoint(lambda inp, *ws: call_with(self.layer, inp, self.casts, ws), x, *weights, use_reentrant=False,
-                          context_fn=functools.partial(create_selective_checkpoint_contexts, _keep_rng_swaps))
+                          context_fn=self._context_fn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.casts is None:
