@@ -218,21 +218,29 @@ def test_with_compiled_layers_the_glue_is_compiled_too_and_the_loss_saves_bf16_l
     of their size."""
     from torch._dynamo.utils import counters
 
-    vocab = 256  # not the layers' ffn size (128), so that a [tokens, vocab] tensor is the logits
-    config = GPTConfig(**{**CONFIG.__dict__, "vocab_size": vocab})
-    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=BATCH, seq_len=SEQ, seed=3,
+    from repro.training.step_perf import TOY
+
+    # the rehearsal's toy GPT (step_perf's and megatron_weak_scaling_gpu's smoke size, dropout 0.1 as there): the
+    # kernels inductor builds for it are the ones those compile, so its on-disk kernel cache serves whichever runs
+    # second (the graph caches are off here, the kernels' cache is not); its vocabulary (512) is not the layers' ffn
+    # size (256), so that a [tokens, vocab] tensor is the logits
+    vocab, batch, seq, hidden = TOY["vocab"], TOY["batch"], TOY["seq"], TOY["hidden"]
+    config = GPTConfig(vocab_size=vocab, hidden_size=hidden, num_layers=TOY["layers"], num_attention_heads=TOY["heads"],
+                       max_position_embeddings=seq, hidden_dropout=0.1, attention_dropout=0.1)
+    assert vocab not in (config.ffn_size, hidden)
+    settings = TrainSettings(steps=1, micro_batches=1, micro_batch_size=batch, seq_len=seq, seed=3,
                              activation_checkpointing=True, precision="bf16", compile_layers=True)
     dynamo.reset()
     counters.clear()
     with compiled_graphs() as graphs:
         PipelineTrainer(config, init_parallel(tp=1, pp=1, dp=1), settings).step(
-            torch.randint(0, vocab, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1)))
+            torch.randint(0, vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(1)))
     assert counters["stats"]["unique_graphs"] == 3 and not counters["graph_break"], dict(counters["graph_break"])
     saved = [(dtype, shape) for g in graphs if not g["backward"] for dtype, shape in g["outputs"]
-             if vocab in shape and torch.Size(shape).numel() >= BATCH * SEQ * vocab]
+             if vocab in shape and torch.Size(shape).numel() >= batch * seq * vocab]
     assert saved and all(dtype == torch.bfloat16 for dtype, _ in saved), saved
     # the final layer norm is in the loss's graph (with the output GEMM), not eager between two regions
-    logits_gemm = ((BATCH * SEQ, CONFIG.hidden_size), (CONFIG.hidden_size, vocab))
+    logits_gemm = ((batch * seq, hidden), (hidden, vocab))
     loss_graph = next(g for g in graphs if not g["backward"] and logits_gemm in g["gemms"])
     norms = loss_graph["ops"]["aten.var_mean"] + loss_graph["ops"]["aten.native_layer_norm"]
     assert norms == 1, dict(loss_graph["ops"])
