@@ -95,17 +95,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         _scale(args.scale)  # before the table, so a bad scale (an empty one too) prints one line
     reg = _registry(args)
     rows = R.load_rows(args.results_dir)
+    # the newest run of every (experiment, scale), in one pass over the rows (a filtered copy of them per scale cost
+    # ~2 s of CPU with the committed results)
+    newest = rows.groupby(["experiment", "scale"])["run_id"].max().to_dict() if len(rows) else {}
     header = ("experiment", "paper", "scale", "points", "ranks", "nodes", "GPUs per node", "GPU points",
               "time budget", "newest run")
     line = "{:28s} {:18s} {:6s} {:>6s} {:>7s} {:>5s} {:>13s} {:>10s} {:>11s}  {}"
     print(line.format(*header))
     for exp in reg:
         for index, scale in enumerate(s for s in SCALES if s in exp.points):
-            mine = rows[(rows["experiment"] == exp.name) & (rows["scale"] == scale)] if len(rows) else rows
             budget, declared = budget_for(exp, scale)
             print(line.format(exp.name if index == 0 else "", exp.paper if index == 0 else "", scale,
                               *_scale_summary(exp, scale), f"{budget:.0f} s" + ("" if declared else "*"),
-                              max(mine["run_id"]) if len(mine) else "not run"))
+                              newest.get((exp.name, scale), "not run")))
         print(f"  {' '.join(exp.title.split())}")
     if args.scale is not None:
         scale = _scale(args.scale)

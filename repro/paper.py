@@ -14,11 +14,13 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from repro.assets import paper_dir
 from repro.results import REPO_ROOT
+
+if TYPE_CHECKING:  # annotations only: pandas (~1 s of CPU) loads where the claims table is read
+    import pandas as pd
 
 PAPER_DIR = paper_dir()
 CLAIMS_FILE = PAPER_DIR / "paper_claims.csv"
@@ -42,6 +44,8 @@ _TABLE = re.compile(r"\b(Table|Figure|Fig\.)\s*([0-9]+|[IVX]+)\b")
 
 def parse_value(text: object) -> float:
     """The number in a value cell, NaN for formulas, shapes, ranges and words (``'1.2'`` -> 1.2)."""
+    import pandas as pd
+
     if text is None or (isinstance(text, float) and pd.isna(text)):
         return float("nan")
     try:
@@ -64,6 +68,8 @@ def parse_range(text: object) -> tuple[float, float] | None:
 
 def table_key(source: object) -> str:
     """``'MEG-A: Table 1'`` -> ``table_1``; ``'MEG-A: Figure 5 bar labels'`` -> ``figure_5``; prose -> ``text``."""
+    import pandas as pd
+
     source = "" if source is None or (isinstance(source, float) and pd.isna(source)) else str(source)
     match = _TABLE.search(source)
     if match:
@@ -92,6 +98,8 @@ def tidy(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read(path: str) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.read_csv(path, dtype={"value": str}, keep_default_na=False, na_values=[""])
 
 
@@ -107,6 +115,8 @@ def _check_derived(derived: pd.DataFrame, path: str) -> None:
 
 @lru_cache(maxsize=4)
 def _load(path: str, derived: str | None) -> pd.DataFrame:
+    import pandas as pd
+
     raw = _read(path)
     if derived is not None:
         extra = _read(derived)
@@ -214,6 +224,8 @@ def evidence_of_count(counted: float | None, closed_form: float | None, *, other
 def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:
     """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell), as a
     :class:`PaperNumber`."""
+    import pandas as pd
+
     row = _claim(paper, claim_id, claims)
     value = float(row["value_num"])
     if pd.isna(value):
@@ -245,6 +257,8 @@ PRINTED_FILE = PAPER_DIR / "printed_precision.csv"
 def printed_as(path: str = str(PRINTED_FILE)) -> dict[tuple[str, str], tuple[str, float]]:
     """(paper, claim id) -> (the value as the paper prints it, its unit in the claim's unit) from
     :data:`PRINTED_FILE`; empty when the file is absent."""
+    import pandas as pd
+
     if not Path(path).exists():
         return {}
     table = pd.read_csv(path, dtype={"printed": str}, keep_default_na=False)

@@ -21,14 +21,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from repro.checkout import REPO_ROOT, in_checkout  # noqa: F401 - re-exported: results, assets and tests ask here
 from repro.input_files import open_regular, regular_file_problem
 from repro.provenance import run_time
 from repro.vocabulary import RESERVED_ROW_KEYS, Row
+
+if TYPE_CHECKING:  # annotations only: pandas (~1 s of CPU) loads where tables are made, not for the worker's plan
+    import pandas as pd
 
 RESULTS_ENV = "REPRO_RESULTS_DIR"
 KEY_COLUMNS = ["experiment", "scale", "point", "run_id", "metric", "value", "unit"]
@@ -201,6 +202,8 @@ def load_rows(
 ) -> pd.DataFrame:
     """All rows under ``root`` as one DataFrame (``KEY_COLUMNS`` first, then the experiments' own columns, then
     ``prov_*``); with ``latest_only`` only the newest run of every (experiment, scale, point)."""
+    import pandas as pd
+
     root = results_dir(root)
     wanted = set(experiments) if experiments is not None else None
     records = []
@@ -222,6 +225,8 @@ def load_rows(
 
 def latest(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows of the newest run of each (experiment, scale, point), by :func:`run_time` (then by run id)."""
+    import pandas as pd
+
     if frame.empty:
         return frame
     dates = frame["prov_date"] if "prov_date" in frame else pd.Series([None] * len(frame), index=frame.index)
@@ -262,6 +267,8 @@ def earlier_runs(root: Path, experiment: str, scale: str, points: Iterable[str] 
 def value_changes(old: pd.DataFrame, new: pd.DataFrame, *, rel_tol: float = 1e-9) -> pd.DataFrame:
     """Rows whose value changed between two tables, matched on (experiment, scale, point, metric, unit) and the
     experiments' own columns; ``old_value`` is NaN for new rows and ``new_value`` NaN for vanished ones."""
+    import pandas as pd
+
     ignore = {"run_id", "value"}
     # columns both tables have: a column an experiment added since (or dropped) must not make every row "new"
     keys = [c for c in new.columns.intersection(old.columns) if c not in ignore and not str(c).startswith("prov_")]
@@ -287,6 +294,8 @@ def value_changes(old: pd.DataFrame, new: pd.DataFrame, *, rel_tol: float = 1e-9
 
 
 def _isnan(value: Any) -> bool:
+    import pandas as pd
+
     if value is None:
         return True
     try:

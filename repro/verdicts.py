@@ -22,13 +22,15 @@ quantity another row counts is decided by the report from the rows' ``basis`` (:
 from __future__ import annotations
 
 import math
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from repro.paper import half_last_digit, paper_range, paper_value
 from repro.vocabulary import (
     CONFORMANCE_EVIDENCE, CONSISTENCY_EVIDENCE, COUNTED_EVIDENCE, EVIDENCE, NOT_COUNTED_EVIDENCE, ClaimCheck, Null,
 )
+
+if TYPE_CHECKING:  # annotations only: pandas (~1 s of CPU) is not needed to declare a claim's check
+    import pandas as pd
 
 
 def is_missing(value: object) -> bool:

@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.experiments.gna_simulator_claims import check_claims
-from repro.gna import GNASpec, dynamic_tiling_block_sparse, end_to_end_speedup, simulate, sparsity
-from repro.gna.simulator import dynamic_kv_tiling_is_block_sparse, flopwise_speedup
+from repro.gna.spec import GNASpec  # the simulator imports torch: the functions that run it import it
 from repro.paper import PaperNumber, evidence_from, paper_value, printed
 
 PAPER = "gna_2025"
@@ -139,6 +138,9 @@ def attention_share(model: str) -> float:
 
 
 def _rows_for(model_name: str, window, stride, sa_steps, claim_prefix: str, **extra) -> list[dict]:
+    from repro.gna.simulator import (dynamic_kv_tiling_is_block_sparse, dynamic_tiling_block_sparse,
+                                     end_to_end_speedup, flopwise_speedup, simulate, sparsity)
+
     model = MODELS[model_name]
     grid, spec = _ints(model.grid), GNASpec(_ints(window), stride=_ints(stride))
     share, fraction = attention_share(model_name), (model.total_steps - sa_steps) / model.total_steps
@@ -189,6 +191,8 @@ def condition_sweep_rows(model_name: str, window) -> list[dict]:
     tiles; for each stride that meets §3.2's condition, whether dynamic KV tiling makes it perfectly block-sparse
     (``dynamic_kv_block_sparse``: any correct implementation of the design must) and whether static tiling does
     (``static_block_sparse``, the Blackwell kernel's tiling, which the paper says may need simulation)."""
+    from repro.gna.simulator import dynamic_kv_tiling_is_block_sparse, dynamic_tiling_block_sparse, simulate
+
     model = MODELS[model_name]
     grid, q_tile, kv_tile = _ints(model.grid), _ints(model.q_tile), _ints(model.kv_tile)
     window = _ints(window)
@@ -225,6 +229,8 @@ FIG3 = {
 
 
 def _op_sim_row(claim_id: str, model_name: str, window, stride, table: str) -> dict:
+    from repro.gna.simulator import simulate
+
     model = MODELS[model_name]
     sim = simulate(_ints(model.grid), GNASpec(_ints(window), stride=_ints(stride)), _ints(model.q_tile),
                    _ints(model.kv_tile))
@@ -293,6 +299,8 @@ CONCLUSIONS = {
 
 
 def _text_rows() -> list[dict]:
+    from repro.gna.simulator import end_to_end_speedup, flopwise_speedup, sparsity
+
     rows = []
     for model, window, sparsity_ids, flop_id in WINDOWS:
         grid, spec = _ints(MODELS[model].grid), GNASpec(_ints(window))

@@ -9,12 +9,10 @@ Timings use one thread per side (see ``bench/test_gna_bench.py`` for why).
 
 from __future__ import annotations
 
-import torch
-
 from repro.verdicts import needs_gpu
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
-from repro.gna.benchmark import PAPER_SHAPED, SMALL, measure
+from repro.gna.bench_problems import PAPER_SHAPED, SMALL  # the benchmark itself imports torch: run_point imports it
 
 PAPER = "gna_2025"
 CONFIGS = {c.name: c for c in PAPER_SHAPED + SMALL}
@@ -25,6 +23,10 @@ _UNITS = {"dense_s": "s", "gna_s": "s", "flex_s": "s", "fraction_of_bound": "fra
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    import torch
+
+    from repro.gna.benchmark import measure
+
     config = CONFIGS[point.params["config"]]
     threads = torch.get_num_threads()
     torch.set_num_threads(point.params.get("threads", 1))

@@ -52,8 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from repro.verdicts import needs_gpu
 from repro.cross_hardware import ESTIMATE, compare
@@ -61,12 +60,13 @@ from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.experiments.gna_simulator import MODELS, TABLE5, TABLE_ROWS, attention_share, table1_shares
 from repro.experiments.gna_simulator_claims import MEASURED_REL
-from repro.gna.gpu_benchmark import measure
 from repro.gna.gpu_config import GpuConfig, estimate_memory_gib, heads_that_fit
-from repro.gna.simulator import end_to_end_speedup, flopwise_speedup
 from repro.gna.spec import GNASpec
 from repro.paper import evidence_from, paper_value
 from repro.vocabulary import Null
+
+if TYPE_CHECKING:  # torch, the benchmark and the simulator are imported where they run: the points are declared
+    import torch  # without them (repro list, Slurm's planning step)
 
 PAPER = "gna_2025"
 
@@ -135,6 +135,10 @@ def _device(ctx: RunContext) -> torch.device:
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    import torch
+
+    from repro.gna.gpu_benchmark import measure
+
     params = point.params
     config = CONFIGS[params["config"]]
     device = _device(ctx)
@@ -257,6 +261,8 @@ def op_range_that_passes(paper: float, accelerated: float, rel: float = REL) -> 
 
 
 def _claim(claim_id: str, rows) -> ClaimCheck:
+    from repro.gna.simulator import end_to_end_speedup, flopwise_speedup  # it imports torch
+
     model, window, stride, sa_steps = claim_config(claim_id)
     total = int(MODELS[model].total_steps)
     share, fraction = attention_share(model), (total - sa_steps) / total

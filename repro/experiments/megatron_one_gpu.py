@@ -9,8 +9,6 @@ A B, median and range of the repetitions). :mod:`repro.experiments.megatron_weak
 
 from __future__ import annotations
 
-import torch
-
 from repro.experiments.base import Point, RunContext
 
 VARIANTS = ("repro", "repro_eager", "plain_compiled", "plain_eager")
@@ -57,6 +55,8 @@ def repro_settings(params, device, *, compiled: bool):
 def prepare_plain(params, config, device, *, compiled: bool):
     """The plain GPT (:func:`repro.training.parallelize.build_plain_gpt`: the trainer's GPT with no parallel step),
     its fused AdamW and its step, built and stepped once."""
+    import torch
+
     from repro.training.parallelize import build_plain_gpt
     from repro.training.throughput import Prepared, Stopwatch, model_flops
 
@@ -115,6 +115,8 @@ def run_alternated(point: Point, ctx: RunContext, params, config, device, groups
     peak is given twice: by the paper's formula (``share_of_peak``: 96 B s l h^2 (...), the recomputation counted
     under checkpointing) and by the FLOPs of one forward and one backward (``share_of_peak_executed``: 72 instead of
     96, model FLOPs utilisation's count; a recomputation the kernels run is not model work)."""
+    import torch
+
     from repro.training.throughput import alternate, release
 
     names = [v for v in params["variants"] if v in runnable_variants([v])]

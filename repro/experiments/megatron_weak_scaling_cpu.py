@@ -20,15 +20,10 @@ from __future__ import annotations
 import statistics
 import time
 
-import torch
-import torch.distributed as dist
-
-from repro.dist import comm, init_parallel
 from repro.dist.affinity import one_core_per_rank
 from repro.experiments.base import Experiment, Point, RunContext
-from repro.models import GPTConfig, GPTModel
+from repro.models import GPTConfig
 from repro.perfmodel.flops import gpt_flops_per_iteration
-from repro.tensor_parallel import seed_everything
 
 HEAD_DIM = 32
 SEQ, MICRO_BATCH, VOCAB = 128, 4, 1024
@@ -64,12 +59,22 @@ class _Trainer:
     backward, optimizer), which lasts as long as its slowest rank."""
 
     def __init__(self, config: GPTConfig, groups) -> None:
+        import torch
+
+        from repro.tensor_parallel import seed_everything
+        from repro.models import GPTModel
+
         self.groups = groups
         self.model = GPTModel(config, tp_group=groups.tp, rng_tracker=seed_everything(0, tp_rank=groups.tp_rank))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.ids = torch.randint(0, VOCAB, (MICRO_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(1))
 
     def step(self) -> float:
+        import torch
+        import torch.distributed as dist
+
+        from repro.dist import comm
+
         comm.barrier(self.groups.world)
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
@@ -103,6 +108,8 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     GEMM shape, RNG, GELU, bandwidth, op overhead) and the all-reduce measured on all ranks at once, plus the
     per-layer and per-step time they do not explain, fitted to 1- and 3-layer versions of the model; the swept
     model's own steps are never used by the prediction. All three models are timed interleaved."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -113,6 +120,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
 
 
 def _run_point(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.dist import init_parallel
     from repro.perfmodel.cpu import calibrate_these_ranks, fit_overheads, gpt_config_from_model, model_gemm_shapes
     from repro.perfmodel.cpu import predict_cpu_step
 

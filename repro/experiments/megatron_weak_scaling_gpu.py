@@ -23,15 +23,18 @@ Scales: ``smoke`` (toy GPT on CPU ranks, the same code, in CI), ``node`` (1/2/4/
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
-import torch
+import math
 
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.experiments.megatron_one_gpu import (METRICS, UNITS, VARIANTS, measure_plain, measure_repro,
                                                 run_alternated, runnable_variants)
 from repro.experiments.megatron_weak_scaling_gpu_claims import MP_CONFIGS, PAPER, claims, plain_comparison
 from repro.perfmodel.megatron import MP_BATCH, PADDED_VOCAB, SEQ_LENGTH, TABLE1, TABLE2
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
 
 __all__ = ["EXPERIMENT", "VARIANTS", "claims", "plain_comparison", "runnable_variants"]
 
@@ -51,6 +54,7 @@ def _config(params):
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    import torch
     from repro.dist.device import describe
     from repro.dist.groups import init_parallel
     from repro.perfmodel.gpus import gpu_peak

@@ -25,8 +25,7 @@ ZeRO-1), with micro-batches matched to the 280-node bubble the same way, so the 
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from repro.verdicts import check_condition, needs_gpu
 from repro.experiments.base import Experiment, Point, Resources, RunContext
@@ -34,6 +33,9 @@ from repro.vocabulary import ClaimCheck, Null
 from repro.paper import paper_value
 from repro.results import last_row
 from repro.perfmodel.mtnlg import flops_per_iteration
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
 
 PAPER = "mt_nlg_2022"
 GPUS_PER_NODE = 8

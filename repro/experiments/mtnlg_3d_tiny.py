@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import math
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from repro.verdicts import check_value, needs_gpu
-from repro.dist.groups import GridCoord, init_parallel, resolve_grid
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
 from repro.paper import evidence_from, printed
-from repro.pipeline.measure import measure_idle
 from repro.pipeline.partition import layers_per_stage
 from repro.pipeline.schedule import bubble_fraction
-from repro.pipeline.tied import check_tied_embedding_equal
-from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
+
+    from repro.training import TrainSettings
 
 PAPER = "mt_nlg_2022"
 #: MT-NLG 530B's layout as the paper prints it (sec 2.4, 3; secondary sources in paper_claims.csv): 8-way tensor
@@ -54,12 +54,16 @@ def tiny_config(params: dict) -> GPTConfig:
 
 
 def settings_for(params: dict, micro_batches: int, micro_batch_size: int, zero_stage: int) -> TrainSettings:
+    from repro.training import TrainSettings
+
     return TrainSettings(steps=params["steps"], micro_batches=micro_batches, micro_batch_size=micro_batch_size,
                          seq_len=params["seq_len"], lr=params["lr"], betas=(0.9, 0.95), eps=1e-8,
                          weight_decay=0.1, clip_grad=1.0, zero_stage=zero_stage, seed=params["seed"])
 
 
 def _train(config: GPTConfig, groups, settings: TrainSettings, data: torch.Tensor) -> tuple[list[float], object]:
+    from repro.training import PipelineTrainer
+
     trainer = PipelineTrainer(config, groups, settings)
     return [trainer.step(batch) for batch in data], trainer
 
@@ -67,6 +71,8 @@ def _train(config: GPTConfig, groups, settings: TrainSettings, data: torch.Tenso
 def layout_rows() -> list[dict]:
     """MT-NLG 530B's layout through the rank grid and partition code the tiny run uses, each row with the evidence
     class its inputs give (all printed in the paper: ``consistency``)."""
+    from repro.dist.groups import GridCoord, resolve_grid
+
     tp, pp, per_node = int(MTNLG_TP), int(MTNLG_PP), int(GPUS_PER_NODE)
     rows = [{"metric": "layers_per_stage", "value": float(layers_per_stage(int(MTNLG_LAYERS), pp)),
              "unit": "layers", "claim_id": None, "model": "530B", "evidence": evidence_from(MTNLG_LAYERS, MTNLG_PP)}]
@@ -100,6 +106,11 @@ def _layout_evidence(row) -> str:
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.training import synthetic_tokens
+    from repro.pipeline.tied import check_tied_embedding_equal
+    from repro.pipeline.measure import measure_idle
+    from repro.dist.groups import init_parallel
+
     params = dict(point.params)
     tp, pp, dp = params["tp"], params["pp"], params["dp"]
     if ctx.world_size != tp * pp * dp:

@@ -20,12 +20,10 @@ depends on the layers, hidden size and sequence length, not the heads), so the r
 
 from __future__ import annotations
 
-import torch
-
 from repro.verdicts import check_value
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck, Null
-from repro.models import GPTConfig, GPTModel, count_model_parameters, count_parameters
+from repro.models import GPTConfig, count_model_parameters, count_parameters
 from repro.paper import evidence_from, evidence_of_count, printed
 from repro.perfmodel.megatron import TABLE1, TABLE2
 from repro.perfmodel.mtnlg import MTNLG_530B
@@ -57,6 +55,8 @@ def _config(layers: int, hidden: int, heads: int, seq: int) -> GPTConfig:
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.models import GPTModel
+    import torch
     rows = []
     for label in point.params["models"]:
         layers, hidden, heads, seq, paper, prefix = CONFIGS[label]

@@ -17,15 +17,16 @@ No row of paper_claims.csv states a bubble, so this experiment maps no claim.
 
 from __future__ import annotations
 
-from repro.dist.comm import CommGroup, new_comm_group
-from repro.dist.groups import init_parallel
+from typing import TYPE_CHECKING
+
 from repro.dist.ledger import CollectiveLedger
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.models import GPTConfig
-from repro.pipeline.measure import IdleMeasurement, fixed_cost_step, measure_idle
 from repro.pipeline.schedule import bubble_fraction
 from repro.pipeline.timeline import idle_fractions, simulate_1f1b
-from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    from repro.dist.comm import CommGroup
 
 FORWARD_S, BACKWARD_S = 0.03, 0.06
 MTNLG_PP, MTNLG_MICRO_BATCHES = 35, 240
@@ -33,11 +34,16 @@ MTNLG_PP, MTNLG_MICRO_BATCHES = 35, 240
 
 def _pipeline_group(world_size: int) -> CommGroup:
     """All ranks form one pipeline (tp = dp = 1): the pipeline group is the world."""
+    from repro.dist.comm import new_comm_group
+
     return new_comm_group("pp", list(range(world_size)), CollectiveLedger())
 
 
 def _gpt_step(pp_size: int, params: dict):
     """A ``run_step`` training a small GPT split into ``pp_size`` stages (real compute), and its pipeline group."""
+    from repro.training import PipelineTrainer, TrainSettings, synthetic_tokens
+    from repro.dist.groups import init_parallel
+
     groups = init_parallel(pp=pp_size)
     config = GPTConfig(vocab_size=256, hidden_size=params["hidden"], num_layers=params["layers"],
                        num_attention_heads=4, max_position_embeddings=params["seq_len"], hidden_dropout=0.0,
@@ -55,6 +61,9 @@ def _gpt_step(pp_size: int, params: dict):
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.pipeline.measure import IdleMeasurement, fixed_cost_step, measure_idle
+    from repro.dist.comm import CommGroup
+
     params = dict(point.params)
     pp_size, m = params["pp"], params["m"]
     if ctx.world_size != pp_size:

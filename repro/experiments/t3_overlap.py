@@ -25,20 +25,12 @@ from __future__ import annotations
 import math
 import os
 
-import torch
-
 from repro.verdicts import check_condition, not_run
 from repro.paper import paper_text
-from repro.dist import init_parallel
 from repro.dist.affinity import one_core_per_rank
 from repro.experiments.base import Experiment, Point, RunContext
 from repro.vocabulary import ClaimCheck
 from repro.models import GPTConfig
-from repro.models.transformer import TransformerLayer
-from repro.overlap import T3_SUBLAYERS, overlap_sublayers, overlapped_twin
-from repro.overlap.timing import time_sublayer, transformer_sublayers
-from repro.overlap.verify import compare_with_ledger
-from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 PAPER = "t3_2024"
 T3_NAMES = ("OP", "FC-2", "IP", "FC-1")  # T3 sec. 1: forward OP, FC-2; backward IP, FC-1
@@ -56,6 +48,14 @@ EXACTNESS_METRICS = ("max_rel_err", "bytes_ratio", "calls_ratio")
 
 
 def _exactness_rows(point: Point, ctx: RunContext) -> list[dict]:
+    import torch
+
+    from repro.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from repro.overlap.verify import compare_with_ledger
+    from repro.overlap import overlap_sublayers, overlapped_twin
+    from repro.models.transformer import TransformerLayer
+    from repro.dist import init_parallel
+
     groups = init_parallel(tp=ctx.world_size)
     tp, chunks, hidden = groups.tp, int(point.params["num_chunks"]), int(point.params["hidden"])
     config = GPTConfig(vocab_size=128, hidden_size=hidden, num_layers=2, num_attention_heads=4,
@@ -107,6 +107,9 @@ def _exactness_rows(point: Point, ctx: RunContext) -> list[dict]:
 
 
 def _timing_rows(point: Point, ctx: RunContext) -> list[dict]:
+    from repro.overlap.timing import time_sublayer, transformer_sublayers
+    from repro.dist import init_parallel
+
     groups = init_parallel(tp=ctx.world_size)
     params = point.params
     specs = transformer_sublayers(int(params["hidden"]))
@@ -170,6 +173,8 @@ def _cpu_analogue(rows) -> str:
 
 
 def claims(rows) -> list[ClaimCheck]:
+    from repro.overlap import T3_SUBLAYERS
+
     analogue = _cpu_analogue(rows)
     checks = []
     exact = rows[rows["metric"] == "max_rel_err"] if rows is not None and len(rows) and "metric" in rows else None

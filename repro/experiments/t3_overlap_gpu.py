@@ -22,21 +22,24 @@ table (``model_configs`` is not found), so ``seq 1024/2048 x micro-batch 8`` is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import os
 import statistics
-
-import torch
 
 from repro.cross_hardware import ABSOLUTE, compare
 from repro.experiments.base import Experiment, Point, Resources, RunContext
 from repro.vocabulary import ClaimCheck
 
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
+
 PAPER = "t3_2024"
 T3_NAMES = ("OP", "FC-2", "IP", "FC-1")  # T3 sec. 1: forward OP, FC-2; backward IP, FC-1
 SUBLAYERS = (*T3_NAMES, "FC-2/RS")
 FORWARD = ("OP", "FC-2")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # precision -> torch dtype name
 TIMING_METRICS = {  # metric -> (SublayerTiming field, scale, unit)
     "gemm_ms": ("gemm_s", 1e3, "ms"), "comm_ms": ("comm_s", 1e3, "ms"),
     "sequential_ms": ("sequential_s", 1e3, "ms"), "chunked_ms": ("chunked_s", 1e3, "ms"),
@@ -57,6 +60,8 @@ def _device(ctx: RunContext) -> torch.device:
 
 def _exactness(spec, groups, *, tokens: int, num_chunks: int, device, dtype) -> dict:
     """The overlapped twin against the plain layer, forward and backward, on this device and dtype."""
+    import torch
+
     from repro.overlap import OverlappedColumnParallelLinear, OverlappedRowParallelLinear
     from repro.overlap.sequence_parallel import SequenceParallelRowLinear
     from repro.overlap.verify import compare_with_ledger
@@ -86,6 +91,8 @@ def _exactness(spec, groups, *, tokens: int, num_chunks: int, device, dtype) -> 
 
 
 def run_point(point: Point, ctx: RunContext) -> list[dict]:
+    import torch
+
     from repro.dist import init_parallel
     from repro.dist.device import describe
     from repro.overlap.timing import time_sublayer, transformer_sublayers
@@ -94,7 +101,7 @@ def run_point(point: Point, ctx: RunContext) -> list[dict]:
     if ctx.world_size != params["tp"]:
         raise ValueError(f"point {point.name!r} needs tp = {params['tp']} ranks, got world size {ctx.world_size}")
     device = _device(ctx)
-    dtype = DTYPES[params["precision"]]
+    dtype = getattr(torch, DTYPES[params["precision"]])
     groups = init_parallel(tp=ctx.world_size)
     info = describe(device)
     fixed = dict(tp=groups.tp.size, precision=params["precision"], device_type=device.type,

@@ -48,10 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-import torch
-
 from repro.models import GPTConfig
-from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS
 
 T = TypeVar("T")
 
@@ -111,6 +108,8 @@ def estimate_memory(
     ``activation_checkpoints`` is ``replicated``, ``partitioned`` (P_a) or ``partitioned_cpu`` (P_a+cpu);
     ``partitioned_build``: a stage-3 model is built partitioned (:mod:`repro.models.partitioned_gpt`), so the build
     peak is one block in fp32, not the model."""
+    from repro.tensor_parallel.partitioned_checkpoint import ACTIVATION_CHECKPOINTS
+
     if activation_checkpoints not in ACTIVATION_CHECKPOINTS:
         raise ValueError(f"activation_checkpoints={activation_checkpoints!r} must be 'replicated', 'partitioned' "
                          "or 'partitioned_cpu'")
@@ -207,6 +206,8 @@ class SearchOutcome(Generic[T]):
 
 def is_out_of_memory(err: BaseException) -> bool:
     """A device out-of-memory (or a refused page-lock of host memory): the size does not fit."""
+    import torch
+
     from repro.zero.offload.pinned import PinningError
 
     oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -230,6 +231,8 @@ def search_largest(
     rank of a multi-GPU search take the same decisions (logical AND over the ranks); it is called the same number
     of times on each rank. ``try_size`` returns the measurements of a successful try (with ``loss``) or raises.
     """
+    import torch
+
     ordered = sorted(sizes, key=params_of)
     attempts = [Attempt(size, float(params_of(size)), estimate(size)) for size in ordered]
     start = clock()

@@ -11,9 +11,10 @@ import contextlib
 import gc
 import os
 import time
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-import torch
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
 
 #: Units of the measurements of one trained size (:func:`train_size`'s keys that become rows).
 _UNITS = {"step_time_s": "s", "tflops_per_gpu": "TFLOP/s", "tokens_per_s": "tokens/s", "peak_device_gib": "GiB",
@@ -37,6 +38,8 @@ def _host_available_bytes(ranks_here: int) -> float:
 
 
 def _free(device: torch.device) -> None:
+    import torch
+
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -48,6 +51,7 @@ def _free(device: torch.device) -> None:
 
 def _agree(groups, device: torch.device):
     """Logical AND over all ranks (every rank tries a size, or none does)."""
+    import torch
     import torch.distributed as dist
 
     def agree(ok: bool) -> bool:
@@ -88,6 +92,8 @@ def _flops(config, params: dict, groups) -> float:
 @contextlib.contextmanager
 def default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Build modules in ``dtype`` (torch's default floating dtype for the block), restoring the previous one."""
+    import torch
+
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -100,6 +106,8 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 def train_size(size: dict, arm: dict, params: dict, *, device: torch.device, groups, nvme_path: str) -> dict:
     """Build ``size`` on ``device``, train ``warmup + steps`` steps under ``arm``; the measurements (raises on a
     device out-of-memory, with the optimizer's tiers closed)."""
+    import torch
+
     from repro.models import GPTModel
     from repro.tensor_parallel import seed_everything
     from repro.timing import time_iterations
@@ -192,6 +200,8 @@ def measure_rows(result: dict, *, largest: bool = False, **fields) -> list[dict]
 def _device_cap_bytes(params: dict, device) -> float:
     """The device memory a size may use: the point's cap, else the GPU's free memory plus what this process holds
     (a CPU run: the host's available memory)."""
+    import torch
+
     if params["device_cap_gib"] is not None:
         return params["device_cap_gib"] * 2**30
     if device.type == "cuda":

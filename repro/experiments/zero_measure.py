@@ -12,19 +12,18 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
-from torch import nn
-
-from repro.dist.groups import ParallelGroups
 from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes
-from repro.models import GPTConfig, GPTModel
-from repro.training.data import synthetic_tokens
-from repro.zero.build import build_zero_optimizer
+from repro.models import GPTConfig
 from repro.zero.config import ZeroConfig
 from repro.perfmodel.zero_memory import model_state_bytes
-from repro.zero.offload.nvme import NvmeTier
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    import torch
+    from torch import nn
+
+    from repro.dist.groups import ParallelGroups
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,8 @@ class SavedActivations:
         self._seen: set[int] = set()
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        from torch import nn
+
         if isinstance(tensor, nn.Parameter):
             return tensor
         pointer = tensor.untyped_storage().data_ptr()
@@ -63,6 +64,8 @@ class SavedActivations:
         return tensor
 
     def __enter__(self) -> "SavedActivations":
+        import torch
+
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
         return self
@@ -74,7 +77,13 @@ class SavedActivations:
 
 def measure_run(spec: RunSpec, groups: ParallelGroups, *, device: str = "cpu") -> dict[str, Any]:
     """Train ``spec.warmup + spec.steps`` steps on this rank; return the measurements (JSON-serialisable)."""
+    import torch
     import torch._dynamo  # noqa: F401 - torch.optim imports it on first use (~100 MB): runtime, not model states
+
+    from repro.zero.offload.nvme import NvmeTier
+    from repro.zero.build import build_zero_optimizer
+    from repro.training.data import synthetic_tokens
+    from repro.models import GPTModel
 
     rss_start = rss_bytes()
     device_start = torch.cuda.memory_allocated() if device.startswith("cuda") else None

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-
-from repro.dist.groups import ParallelGroups
 from repro.models import GPTConfig
 from repro.zero.config import OffloadConfig, ZeroConfig
-from repro.models.partitioned_gpt import build_partitioned_gpt
 from repro.machine import peak_rss_bytes, reset_peak_rss, rss_bytes
-from repro.zero.offload.aio import IO_BUSY
-from repro.zero.offload.nvme import NvmeTier
+
+if TYPE_CHECKING:  # annotations only: torch loads where it runs, not for `repro list` or Slurm's planning
+    from repro.dist.groups import ParallelGroups
+    from repro.zero.offload.nvme import NvmeTier
 
 #: bytes per parameter of the model states (fp32 params = master, fp32 grads, Adam m and v)
 STATE_BYTES_PER_PARAM = 16
@@ -92,6 +89,8 @@ def swap_used_bytes() -> int:
 
 
 def _nvme_tiers(optimizer) -> list[NvmeTier]:
+    from repro.zero.offload.nvme import NvmeTier
+
     tiers = [getattr(optimizer, name, None) for name in ("tier", "param_tier", "grad_tier")]
     unique = {id(t): t for t in tiers if isinstance(t, NvmeTier)}
     return list(unique.values())
@@ -104,6 +103,12 @@ def _moved(tiers: list[NvmeTier]) -> tuple[int, int]:
 def scale_run(config: GPTConfig, zero: ZeroConfig, groups: ParallelGroups, *, steps: int, micro_batch: int,
               seq_len: int, lr: float = 1e-4, seed: int = 0, log=None) -> dict[str, Any]:
     """Build ``config`` partitioned and train ``steps`` steps on one repeated batch; measurements of this rank."""
+    import torch
+    import torch.distributed as dist
+
+    from repro.zero.offload.aio import IO_BUSY
+    from repro.models.partitioned_gpt import build_partitioned_gpt
+
     say = log or (lambda message: None)
     rss_start = rss_bytes()
     reset_peak_rss()

@@ -8,6 +8,7 @@ Files, one concept each:
     plan.py           which KV tiles each query tile visits, grouped for batched matmuls
     fast.py           tile-sparse CPU kernel, forward and backward
     flex.py           FlexAttention backend with a GNA block mask
+    bench_problems.py the CPU benchmark's problems (grid, spec, heads), as data: declared without torch
     gpu_config.py     one GPU benchmark problem (grid, spec, tiles, heads) and its memory estimate
     flex_problem.py   Flex GNA as the GPU benchmark runs it: tile layouts, block mask, kernel and whole op
     gpu_check.py      every measurement's correctness check against dense masked SDPA
@@ -17,41 +18,56 @@ Files, one concept each:
     gpu_selfcheck.py  a first check of compiled Flex GNA on a GPU before any timing
     simulator.py      upper-bound speedups from tile counts, Amdahl end-to-end estimates, tile choice
     module.py         backend ladder and the NeighborhoodAttention layer
-"""
 
-from repro.gna.fast import fast_attention
-from repro.gna.flex import flex_gna, gna_block_mask, gna_mask_mod
-from repro.gna.module import NeighborhoodAttention, neighborhood_attention
-from repro.gna.reference import gna_mask, reference_attention
-from repro.gna.simulator import (
-    SimResult,
-    choose_tile_shapes,
-    dynamic_kv_tiling_is_block_sparse,
-    dynamic_tiling_block_sparse,
-    end_to_end_speedup,
-    flopwise_speedup,
-    simulate,
-    sparsity,
-)
-from repro.gna.spec import GNASpec, mask_1d
+The names load on first use (PEP 562), as in :mod:`repro.dist`: a module that needs one torch-free piece of this
+package (the experiments' declarations, which `repro list` and the Slurm planning step import) does not import torch
+through this file."""
 
-__all__ = [
-    "GNASpec",
-    "NeighborhoodAttention",
-    "SimResult",
-    "choose_tile_shapes",
-    "dynamic_kv_tiling_is_block_sparse",
-    "dynamic_tiling_block_sparse",
-    "end_to_end_speedup",
-    "fast_attention",
-    "flex_gna",
-    "flopwise_speedup",
-    "gna_block_mask",
-    "gna_mask",
-    "gna_mask_mod",
-    "mask_1d",
-    "neighborhood_attention",
-    "reference_attention",
-    "simulate",
-    "sparsity",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: name -> the module that defines it, imported at the name's first use
+_HOMES = {
+    **dict.fromkeys(("fast_attention",), "repro.gna.fast"),
+    **dict.fromkeys(("flex_gna", "gna_block_mask", "gna_mask_mod"), "repro.gna.flex"),
+    **dict.fromkeys(("NeighborhoodAttention", "neighborhood_attention"), "repro.gna.module"),
+    **dict.fromkeys(("gna_mask", "reference_attention"), "repro.gna.reference"),
+    **dict.fromkeys((
+        "SimResult", "choose_tile_shapes", "dynamic_kv_tiling_is_block_sparse",
+        "dynamic_tiling_block_sparse", "end_to_end_speedup", "flopwise_speedup", "simulate", "sparsity"
+    ), "repro.gna.simulator"),
+    **dict.fromkeys(("GNASpec", "mask_1d"), "repro.gna.spec"),
+}
+
+__all__ = sorted(_HOMES)
+
+if TYPE_CHECKING:
+    from repro.gna.fast import fast_attention
+    from repro.gna.flex import flex_gna, gna_block_mask, gna_mask_mod
+    from repro.gna.module import NeighborhoodAttention, neighborhood_attention
+    from repro.gna.reference import gna_mask, reference_attention
+    from repro.gna.simulator import (
+        SimResult,
+        choose_tile_shapes,
+        dynamic_kv_tiling_is_block_sparse,
+        dynamic_tiling_block_sparse,
+        end_to_end_speedup,
+        flopwise_speedup,
+        simulate,
+        sparsity,
+    )
+    from repro.gna.spec import GNASpec, mask_1d
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:  # a submodule (``from repro.gna import spec``) is left to the import system
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
-
-import torch
+from typing import TYPE_CHECKING, Sequence
 
 from repro.gna.spec import GNASpec
-from repro.gna.tiling import all_dim_tiles
+
+if TYPE_CHECKING:  # torch and the tiling (which imports it) are imported where used: a problem is declared without
+    import torch  # them (the gna_speedup_gpu experiment's points, for repro list and Slurm's planning step)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ def estimate_memory_gib(config: GpuConfig, *, backward: bool, dtype: torch.dtype
     """Peak device memory of :func:`repro.gna.gpu_benchmark.measure`, roughly: q/k/v/grad-out and outputs in the
     grid layout, their tile-ordered (padded) copies, gradients of both with backward, plus the fp32 Q/K/V/grad-out
     of the reference check and its chunk scratch (~3 GiB)."""
+    import torch
+
+    from repro.gna.tiling import all_dim_tiles
+
     heads = config.heads if heads is None else heads
     dims = all_dim_tiles(config.grid, config.spec, config.q_tile, config.kv_tile)
     padded = max(math.prod(d.q_layout.padded for d in dims), math.prod(d.kv_layout.padded for d in dims))
@@ -70,6 +74,8 @@ def heads_that_fit(config: GpuConfig, *, backward: bool, dtype: torch.dtype, mem
 
 def random_inputs(config: GpuConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> list[torch.Tensor]:
     """q, k, v and the output gradient, each [batch, *grid, heads, head_dim], from a seeded generator."""
+    import torch
+
     generator = torch.Generator(device=device).manual_seed(seed)
     shape = (config.batch, *config.grid, config.heads, config.head_dim)
     return [torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(4)]

@@ -31,9 +31,10 @@ Tensor layout used by the whole package (NATTEN's "heads last" layout): ``[batch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 IntOrTuple = int | Sequence[int]
 BoolOrTuple = bool | Sequence[bool]
@@ -118,6 +119,8 @@ def key_interval_1d(
 
     ``query`` holds coordinates inside the dilation group (x // dilation), ``group_size`` the group's extent.
     """
+    import torch  # here, not at the top: a spec is declared (repro list, Slurm's planning step) without torch
+
     if causal:
         leader = torch.minimum((query // stride) * stride + stride - 1, torch.as_tensor(group_size) - 1)
         first = (leader - window + 1).clamp(min=0)
@@ -136,6 +139,8 @@ def mask_1d(extent: int, window: int, stride: int = 1, dilation: int = 1, causal
     Dilation (§3.1) keeps attention inside a dilation group; inside it :func:`key_interval_1d` applies.
     Returns a bool tensor of shape [extent, extent].
     """
+    import torch
+
     x = torch.arange(extent)
     group, inner = x % dilation, x // dilation
     first, last = key_interval_1d(inner, dilation_group_size(extent, dilation, group), window, stride, causal)

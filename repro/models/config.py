@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from repro.tensor_parallel.embedding import pad_vocab_size
+from repro.tensor_parallel.vocab import pad_vocab_size
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,7 @@ from torch import nn
 from repro.dist.comm import CommGroup
 from repro.tensor_parallel.layers import InitMethod, group_or_single, divide, normal_init
 from repro.tensor_parallel.mappings import reduce_from_tensor_parallel
-
-
-def pad_vocab_size(vocab_size: int, tp_size: int, make_divisible_by: int = 128) -> int:
-    """Smallest multiple of ``make_divisible_by * tp_size`` that is >= ``vocab_size``."""
-    if vocab_size < 1:
-        raise ValueError(f"vocab_size={vocab_size} must be positive")
-    multiple = make_divisible_by * tp_size
-    return ((vocab_size + multiple - 1) // multiple) * multiple
+from repro.tensor_parallel.vocab import pad_vocab_size  # noqa: F401 - part of this module's interface
 
 
 def vocab_range(padded_vocab_size: int, tp_rank: int, tp_size: int) -> tuple[int, int]:

@@ -7,17 +7,45 @@ memory), checkpoint.py (sharded, atomic), reshard.py (a checkpoint to another dp
 ``nn.Module`` and imports no model: the papers' closed forms are in ``repro/perfmodel/zero_memory.py`` and
 ``zero_residual.py``, the harness that measures ZeRO in ``repro/experiments/zero_measure.py``, and ``repro
 zero-report`` in ``repro/harness/zero_report.py``.
-"""
 
-from repro.zero.build import STAGE_CLASSES, build_zero_optimizer
-from repro.zero.config import LossScaleConfig, OffloadConfig, ZeroConfig
-from repro.zero.ledger import MemoryLedger
-from repro.zero.stage0 import DataParallelOptimizer
-from repro.zero.stage1 import ZeroStage1
-from repro.zero.stage2 import ZeroStage2
-from repro.zero.stage3 import ZeroStage3
+The names load on first use (PEP 562), as in :mod:`repro.dist`: a module that needs one torch-free piece of this
+package (its configuration, which experiments declare) does not import torch through this file."""
 
-__all__ = [
-    "STAGE_CLASSES", "DataParallelOptimizer", "LossScaleConfig", "MemoryLedger", "OffloadConfig", "ZeroConfig",
-    "ZeroStage1", "ZeroStage2", "ZeroStage3", "build_zero_optimizer",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: name -> the module that defines it, imported at the name's first use
+_HOMES = {
+    **dict.fromkeys(("STAGE_CLASSES", "build_zero_optimizer"), "repro.zero.build"),
+    **dict.fromkeys(("LossScaleConfig", "OffloadConfig", "ZeroConfig"), "repro.zero.config"),
+    **dict.fromkeys(("MemoryLedger",), "repro.zero.ledger"),
+    **dict.fromkeys(("DataParallelOptimizer",), "repro.zero.stage0"),
+    **dict.fromkeys(("ZeroStage1",), "repro.zero.stage1"),
+    **dict.fromkeys(("ZeroStage2",), "repro.zero.stage2"),
+    **dict.fromkeys(("ZeroStage3",), "repro.zero.stage3"),
+}
+
+__all__ = sorted(_HOMES)
+
+if TYPE_CHECKING:
+    from repro.zero.build import STAGE_CLASSES, build_zero_optimizer
+    from repro.zero.config import LossScaleConfig, OffloadConfig, ZeroConfig
+    from repro.zero.ledger import MemoryLedger
+    from repro.zero.stage0 import DataParallelOptimizer
+    from repro.zero.stage1 import ZeroStage1
+    from repro.zero.stage2 import ZeroStage2
+    from repro.zero.stage3 import ZeroStage3
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:  # a submodule (``from repro.zero import config``) is left to the import system
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -97,6 +97,58 @@ def test_one_experiment_is_found_without_importing_the_others():
     assert done.stdout.strip() == "['repro.experiments.base', 'repro.experiments.parameter_counts']"
 
 
+#: In one fresh interpreter, in this order: the worker's plan (what slurm/launch.sh runs first in every Slurm job) of
+#: a shipped experiment, of an unknown name (which loads every module to name the known ones) and of an extra one;
+#: `repro --help`; `repro list` (every module). After each, which of torch and pandas are imported.
+_PLAN_AND_LIST = """
+import contextlib, io, json, os, sys
+from repro.harness import worker
+from repro import cli
+
+def step(label, main, argv, extra=""):
+    os.environ["REPRO_EXTRA_EXPERIMENTS"] = extra
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+    loaded = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "pandas"})
+    print(json.dumps([label, code, loaded, out.getvalue(), err.getvalue()]))
+
+step("plan shipped", worker.main, ["zero_memory_tables", "--scale", "ci", "--plan"])
+step("plan unknown", worker.main, ["nope", "--scale", "ci", "--plan"], sys.argv[1])
+step("plan extra", worker.main, ["fake_sum", "--scale", "ci", "--plan"], sys.argv[1])
+step("help", cli.main, ["--help"])
+step("list", cli.main, ["list"], sys.argv[1])
+"""
+
+
+def test_planning_listing_and_refusing_import_no_torch(tmp_path):
+    """The commands that only plan, list or refuse declare every experiment without torch (~2.5 s of CPU each): the
+    worker's plan (once per Slurm job), its refusal of an unknown name, ``repro --help`` and ``repro list``; and only
+    ``repro list``, which reads the rows for its "newest run" column, imports pandas."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.experiments.conftest import FAKE
+
+    env = {**os.environ, "REPRO_RESULTS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _PLAN_AND_LIST, str(FAKE)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = {label: (code, loaded, out, err)
+             for label, code, loaded, out, err in map(json.loads, done.stdout.splitlines())}
+    assert [(label, code) for label, (code, *_) in steps.items()] == [
+        ("plan shipped", 0), ("plan unknown", 2), ("plan extra", 0), ("help", 0), ("list", 0)], steps
+    assert "unknown experiment 'nope'" in steps["plan unknown"][3] and "fake_sum" in steps["plan unknown"][3]
+    assert steps["plan extra"][2] == "n3\t1\t0\t0.5\nn4_ws2\t2\t0\t0.5\n"  # point, ranks, needs GPU, GiB
+    assert "fake_sum" in steps["list"][2] and "zero_memory_tables" in steps["list"][2]
+    assert {label: loaded for label, (_, loaded, *_) in steps.items()} == {
+        "plan shipped": [], "plan unknown": [], "plan extra": [], "help": [], "list": ["pandas"]}
+
 def test_an_experiment_outside_the_module_of_its_name_is_refused(tmp_path, monkeypatch):
     package = tmp_path / "exp_pkg_outside"
     package.mkdir()
