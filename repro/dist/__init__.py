@@ -8,10 +8,10 @@ that module (:mod:`repro.dist.spawn` imports torch only when it starts ranks).""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from repro.dist.spawn import SpawnError, spawn
+from repro.lazy import lazy_names
 
 #: name -> the module that defines it, imported at the name's first use
 LAZY = {
@@ -31,13 +31,4 @@ if TYPE_CHECKING:
     from repro.dist.ledger import CollectiveLedger
 
 
-def __getattr__(name: str) -> Any:
-    if name not in LAZY:  # a submodule (``from repro.dist import comm``) is then imported by the import system
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *LAZY})
+__getattr__, __dir__ = lazy_names(__name__, LAZY)

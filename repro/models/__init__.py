@@ -6,8 +6,9 @@ through this file."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repro.lazy import lazy_names
 
 #: name -> the module that defines it, imported at the name's first use
 _HOMES = {
@@ -30,13 +31,4 @@ if TYPE_CHECKING:
     from repro.models.sharding import merge_state_dicts, shard_state_dict
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:  # a submodule (``from repro.models import config``) is left to the import system
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

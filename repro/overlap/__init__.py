@@ -9,8 +9,9 @@ through this file."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repro.lazy import lazy_names
 
 #: name -> the module that defines it, imported at the name's first use
 _HOMES = {
@@ -31,13 +32,4 @@ if TYPE_CHECKING:
     from repro.overlap.swap import T3_SUBLAYERS, overlap_sublayers, overlapped_twin
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:  # a submodule (``from repro.overlap import swap``) is left to the import system
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -6,8 +6,9 @@ through this file."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repro.lazy import lazy_names
 
 #: name -> the module that defines it, imported at the name's first use
 _HOMES = {
@@ -40,13 +41,4 @@ if TYPE_CHECKING:
     from repro.tensor_parallel.random import RNGTracker, seed_everything
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:  # a submodule (``from repro.tensor_parallel import layers``) is left to the import system
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -5,7 +5,7 @@ turns a Ctrl-C during the imports into one line, before torch is imported."""
 
 from __future__ import annotations
 
-import importlib
+from repro.lazy import lazy_names
 
 _HOMES = {"local_micro_batches": "repro.training.data", "synthetic_tokens": "repro.training.data",
           "PipelineTrainer": "repro.training.trainer", "TrainSettings": "repro.training.trainer",
@@ -14,7 +14,4 @@ _HOMES = {"local_micro_batches": "repro.training.data", "synthetic_tokens": "rep
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str):
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'repro.training' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

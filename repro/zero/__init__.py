@@ -13,8 +13,9 @@ package (its configuration, which experiments declare) does not import torch thr
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from repro.lazy import lazy_names
 
 #: name -> the module that defines it, imported at the name's first use
 _HOMES = {
@@ -39,13 +40,4 @@ if TYPE_CHECKING:
     from repro.zero.stage3 import ZeroStage3
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:  # a submodule (``from repro.zero import config``) is left to the import system
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

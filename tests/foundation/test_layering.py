@@ -20,7 +20,7 @@ from tests.foundation.test_import_cycles import _graph
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("repro.optional", "repro.paths", "repro.machine", "repro.atomic_files", "repro.input_files", "repro.cliargs",
      "repro.timing", "repro.claims_scope", "repro.gpu_plans", "repro.vocabulary", "repro.environment",
-     "repro.checkout", "repro.provenance"),  # the ground: imports nothing above it
+     "repro.checkout", "repro.provenance", "repro.lazy"),  # the ground: imports nothing above it
     ("repro.dist", "repro.text"),                                                 # collectives; data and tokenizers
     ("repro.tensor_parallel",),                                                   # Megatron's layers and mappings
     ("repro.zero",),                                                              # ZeRO, for any nn.Module
