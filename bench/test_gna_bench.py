@@ -19,7 +19,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from repro.gna.benchmark import PAPER_SHAPED, measure
+from repro.gna.bench_problems import PAPER_SHAPED
+from repro.gna.benchmark import measure
 
 THREADS = int(os.environ.get("GNA_BENCH_THREADS", "1"))
 ROUNDS = int(os.environ.get("GNA_BENCH_ROUNDS", "7"))

@@ -56,7 +56,7 @@ from evals.megatron_files import (  # noqa: F401 - re-exported: the format's fil
     load_file, shard_files,
 )
 from repro.models import BertConfig, GPTConfig, merge_state_dicts
-from repro.tensor_parallel.embedding import pad_vocab_size
+from repro.tensor_parallel.vocab import pad_vocab_size
 
 #: Real vocabulary sizes of Megatron's tokenizers with their standard vocabulary files (GPT-2 BPE; BERT-large
 #: uncased / cased WordPiece), used when the embedding's padded rows agree with that size.

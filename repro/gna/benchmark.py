@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from repro.gna.fast import fast_attention
 from repro.gna.simulator import choose_tile_shapes, simulate
-from repro.gna.bench_problems import PAPER_SHAPED, SMALL, BenchConfig  # noqa: F401 - re-exported
+from repro.gna.bench_problems import BenchConfig
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:

@@ -15,7 +15,6 @@ from torch import nn
 from repro.dist.comm import CommGroup
 from repro.tensor_parallel.layers import InitMethod, group_or_single, divide, normal_init
 from repro.tensor_parallel.mappings import reduce_from_tensor_parallel
-from repro.tensor_parallel.vocab import pad_vocab_size  # noqa: F401 - part of this module's interface
 
 
 def vocab_range(padded_vocab_size: int, tp_rank: int, tp_size: int) -> tuple[int, int]:

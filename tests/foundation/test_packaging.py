@@ -9,7 +9,6 @@ since two of them are folders outside repro/). The venv is the session's ``insta
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
