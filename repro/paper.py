@@ -44,9 +44,7 @@ _TABLE = re.compile(r"\b(Table|Figure|Fig\.)\s*([0-9]+|[IVX]+)\b")
 
 def parse_value(text: object) -> float:
     """The number in a value cell, NaN for formulas, shapes, ranges and words (``'1.2'`` -> 1.2)."""
-    import pandas as pd
-
-    if text is None or (isinstance(text, float) and pd.isna(text)):
+    if text is None or (isinstance(text, float) and math.isnan(text)):
         return float("nan")
     try:
         return float(str(text).replace(",", "").strip())
@@ -68,9 +66,7 @@ def parse_range(text: object) -> tuple[float, float] | None:
 
 def table_key(source: object) -> str:
     """``'MEG-A: Table 1'`` -> ``table_1``; ``'MEG-A: Figure 5 bar labels'`` -> ``figure_5``; prose -> ``text``."""
-    import pandas as pd
-
-    source = "" if source is None or (isinstance(source, float) and pd.isna(source)) else str(source)
+    source = "" if source is None or (isinstance(source, float) and math.isnan(source)) else str(source)
     match = _TABLE.search(source)
     if match:
         kind = "table" if match.group(1) == "Table" else "figure"
@@ -224,11 +220,9 @@ def evidence_of_count(counted: float | None, closed_form: float | None, *, other
 def paper_value(paper: str, claim_id: str, claims: pd.DataFrame | None = None) -> PaperNumber:
     """The numeric value of one claim (ValueError for an unknown id or a non-numeric cell), as a
     :class:`PaperNumber`."""
-    import pandas as pd
-
     row = _claim(paper, claim_id, claims)
     value = float(row["value_num"])
-    if pd.isna(value):
+    if math.isnan(value):
         raise ValueError(f"claim {paper}/{claim_id} has a non-numeric value {row['value']!r}")
     return PaperNumber(value, paper, claim_id)
 
