@@ -121,6 +121,23 @@ def _context(method: str):
     return ctx
 
 
+def forget_inherited_compile_pool() -> None:
+    """In a forked child: drop the compile thread pool inherited from the parent, so that the child's first
+    compile that misses the cache starts a pool of its own.
+
+    TorchInductor compiles its C++ (CPU) kernels on a thread pool (``AsyncCompile.pool``, made once and cached)
+    where ``compile_threads`` > 1, the default on any machine of 2 cores or more. A forked child inherits the pool
+    object but not its threads: its jobs queue behind threads that do not exist, and a rank whose graph is not in
+    the cache waits forever (until the spawn's timeout) for its kernels. torch resets its compile *process* pool
+    after a fork (``after_fork``), but not this one (seen on torch 2.4.1 and 2.13: a parent that compiled one
+    graph, then a forked rank compiling another, with an empty cache). Nothing to do where inductor is not loaded.
+    """
+    module = sys.modules.get("torch._inductor.async_compile")
+    pool = getattr(getattr(module, "AsyncCompile", None), "pool", None)
+    if callable(getattr(pool, "cache_clear", None)):
+        pool.cache_clear()
+
+
 def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, args, kwargs,
            parent=None):  # pragma: no cover
     if parent is not None:  # forkserver/spawn: the parent's environment, directory and path as they are now
@@ -129,6 +146,7 @@ def _child(fn, rank, world_size, port, backend, timeout_s, threads, results, arg
         os.environ.update(environ)
         os.chdir(cwd)
         sys.path[:] = path
+    forget_inherited_compile_pool()  # a forkserver child inherits the server's state too
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
