@@ -18,10 +18,8 @@ from repro.experiments.megatron_weak_scaling_gpu import runnable_variants
 from repro.gpu_plans import PLANS
 from repro.optional import torch_version
 
-#: one pytest-xdist group for the three test files that compile the smoke point ``toy_1rank``'s toy GPT (~60 C++
-#: kernels): tests/gpu_path/test_gpu_path_experiment.py and test_gpu_session.py, and
-#: tests/experiments/test_readme_gpu_commands.py. On a fresh machine the first fills TorchInductor's cache and the
-#: others read it; run in two workers at once, each paid the ~100 CPU-s of g++ for the same kernels.
+#: the toy GPT of the smoke point ``toy_1rank`` is compiled in one worker: why, in
+#: tests/gpu_path/test_gpu_path_experiment.py
 pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
 
 PARTS = ["provenance", "megatron_1gpu", "gna", "cuda_tests"]
