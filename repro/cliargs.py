@@ -8,8 +8,9 @@ argparse ``type=`` functions whose error names the value given and the rule it b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 #: seeds are accepted in [0, 2**63): torch's and numpy's generators take a 64-bit seed, and a larger or negative one
 #: would wrap onto another seed (two runs told different seeds would draw the same data)
@@ -112,35 +113,20 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
     """``sys.exit(module.main())`` for an entry point, importing ``module`` only here, so that a Ctrl-C while it
     loads (torch takes seconds) is one line and exit code 130 (128 + SIGINT), not a traceback.
 
-    While the module loads, SIGINT's handler prints that line and leaves at once (``os._exit``) instead of raising
-    KeyboardInterrupt: an exception raised inside an import can be swallowed by a library's broad ``except`` (the
-    Ctrl-C was lost and training started), or, raised inside C code that runs Python (``PyRun_*``), make the
-    interpreter end by SIGINT even after it was caught (exit -2 instead of 130). Nothing has been done yet, so
-    leaving at once loses nothing. A SIGINT that was ignored (``nohup``, a background job) stays ignored; once the
-    module is loaded the previous handler is back, and the command's own handling of Ctrl-C applies; a
-    KeyboardInterrupt the command lets through is the line ``PROG: interrupted (SIGINT)`` and 130.
+    While the module loads, a SIGINT ends the process at once (:func:`sigint_exits_at_once`): nothing has been done
+    yet, so leaving at once loses nothing. Once the module is loaded the previous handler is back, and the command's
+    own handling of Ctrl-C applies; a KeyboardInterrupt the command lets through is the line
+    ``PROG: interrupted (SIGINT)`` and 130.
 
     A reader of standard output that left early (``repro list | head -1``) ends the command quietly, as it ends a
     Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`. The process ends without the
     interpreter's teardown (:func:`exit_without_teardown`)."""
     import importlib
     import os
-    import signal
     import sys
 
-    def interrupted(signum: int, frame: object) -> None:
-        print(f"{prog}: interrupted (SIGINT) before it started; nothing was done", file=sys.stderr, flush=True)
-        os._exit(130)
-
-    previous = signal.getsignal(signal.SIGINT)
-    ours = previous is not signal.SIG_IGN and previous is not None  # None: a handler set outside Python; kept
-    if ours:
-        signal.signal(signal.SIGINT, interrupted)
-    try:
+    with sigint_exits_at_once(f"{prog}: interrupted (SIGINT) before it started; nothing was done"):
         main = importlib.import_module(module).main
-    finally:
-        if ours:
-            signal.signal(signal.SIGINT, previous)
     try:
         try:
             code = main()
@@ -157,6 +143,42 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
     except BrokenPipeError:
         _reader_left()
     exit_without_teardown(code)
+
+
+@contextlib.contextmanager
+def sigint_exits_at_once(line: str) -> Iterator[None]:
+    """While inside, a SIGINT (Ctrl-C) prints ``line`` to standard error and ends the process at once with exit code
+    130 (128 + SIGINT), instead of raising KeyboardInterrupt; on leaving, the previous handler is back.
+
+    For work that has nothing to lose yet (modules loading, options checked, ranks meeting), where a
+    KeyboardInterrupt is not safe to raise: one raised inside a library can be swallowed by its broad ``except``
+    (mpmath's ``except: pass`` around its optional gmpy import, which torch 2.4's first use of sympy runs: the
+    Ctrl-C was lost and training ran on), or, raised inside C code that runs Python (``PyRun_*``), make the
+    interpreter end by SIGINT even after it was caught (exit -2 instead of 130). The process ends with ``os._exit``
+    (standard output flushed first): no exception travels through anyone's code. A SIGINT that was ignored
+    (``nohup``, a background job) stays ignored, one handled outside Python is left alone, and off the main thread
+    (where Python runs no signal handler) nothing changes."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    def interrupted(signum: int, frame: object) -> None:
+        print(line, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError, ValueError):  # a reader gone, or closed: nothing more can be said there
+            sys.stdout.flush()
+        os._exit(130)
+
+    previous = signal.getsignal(signal.SIGINT)
+    ours = (threading.current_thread() is threading.main_thread()
+            and previous is not signal.SIG_IGN and previous is not None)  # None: a handler set outside Python
+    if ours:
+        signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
 
 
 def exit_without_teardown(code: object) -> NoReturn:

@@ -32,12 +32,14 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from repro.dist import init_distributed, init_parallel
+from repro.cliargs import sigint_exits_at_once
 from repro.dist.launch import RendezvousFailed, end_rank
 from repro.training.argcheck import check_args
 from repro.training.config import TrainConfig
 from repro.training.log import arguments_block
 from repro.training.failfast import (
-    EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, UsageError, agree_on_setup, run_fail_fast,
+    EXIT_HUNG, EXIT_NONFINITE, EXIT_WRITE_FAILED, UsageError, agree_on_setup, interrupted_before_training,
+    run_fail_fast,
 )
 from repro.training.options import explicit_options, option_parser
 from repro.training.preemption import EXIT_PREEMPTED, PreemptionFlag, note_preempted, note_rank
@@ -81,26 +83,34 @@ def _sources(config: TrainConfig):
 def train(config: TrainConfig, *, on_action: Callable[[str, int], None] | None = None) -> int:
     """Run the training this rank takes part in (``config``: resolved by :func:`~repro.training.argcheck.
     check_args`); returns the process's exit code (0, or 75 when preempted)."""
-    from repro.training.dirlock import hold_directory
-
     save = config.checkpoint.save
-    # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
-    try:
-        launch = agree_on_setup(lambda: init_distributed(timeout_s=config.failures.timeout_s))
-    except RendezvousFailed as err:  # nobody to agree with: each rank says it
-        print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
-        return EXIT_HUNG
-    # --save belongs to this job from here until the process ends: rank 0 takes it, every rank learns the outcome
-    # (a second run is refused in one line before it loads or writes anything)
-    lock = agree_on_setup(lambda: hold_directory(save) if save and launch.rank == 0 else None)
-    try:
-        return _train_holding(config, launch, lock, on_action=on_action)
-    finally:
-        if lock is not None:
-            lock.release()
+    # until the run holds anything, a Ctrl-C ends it at once, whatever library code it lands in (see
+    # sigint_exits_at_once); from --save's lock on, it stops at a step boundary (PreemptionFlag)
+    with sigint_exits_at_once(interrupted_before_training(PROG)):
+        # the run's modules load here, where a Ctrl-C is one line (the first import of torch.optim loads torch's
+        # compiler stack, and on torch 2.4 sympy and mpmath: seconds)
+        import repro.training.checkpoint  # noqa: F401
+        import repro.training.trainer  # noqa: F401
+        from repro.training.dirlock import hold_directory
+
+        # a bad MASTER_PORT, or one in use, is one line and exit code 2 (a UsageError), not a traceback
+        try:
+            launch = agree_on_setup(lambda: init_distributed(timeout_s=config.failures.timeout_s))
+        except RendezvousFailed as err:  # nobody to agree with: each rank says it
+            print(f"{PROG}: error: {err} (exit code {EXIT_HUNG})", file=sys.stderr, flush=True)
+            return EXIT_HUNG
+    with PreemptionFlag() as preemption:  # from here on: a signal during setup stops after the first step
+        # --save belongs to this job from here until the process ends: rank 0 takes it, every rank learns the
+        # outcome (a second run is refused in one line before it loads or writes anything)
+        lock = agree_on_setup(lambda: hold_directory(save) if save and launch.rank == 0 else None)
+        try:
+            return _train_holding(config, launch, lock, preemption, on_action=on_action)
+        finally:
+            if lock is not None:
+                lock.release()
 
 
-def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
+def _train_holding(config: TrainConfig, launch, lock, preemption: PreemptionFlag, *, on_action) -> int:
     """:func:`train` once the run holds its --save directory (``lock`` on rank 0, None elsewhere)."""
     from repro.dist.device import select_device
     from repro.training.checkpoint import load_training_checkpoint
@@ -108,55 +118,54 @@ def _train_holding(config: TrainConfig, launch, lock, *, on_action) -> int:
     from repro.training.trainer import PipelineTrainer
 
     steps, save, load, logging = config.training.steps, config.checkpoint.save, config.checkpoint.load, config.logging
-    with PreemptionFlag() as preemption:  # from the start: a signal during setup stops after the first step
 
-        def setup():
-            layout = config.parallelism
-            groups = init_parallel(tp=layout.tp, pp=layout.pp, dp=layout.dp, timeout_s=config.failures.timeout_s)
-            source, validation = _sources(config)
-            device = select_device(config.training.device, local_rank=launch.local_rank)
-            trainer = PipelineTrainer(config.gpt_config(), groups, config.train_settings(str(device)),
-                                      on_action=on_action)
-            return groups, trainer, source, validation
+    def setup():
+        layout = config.parallelism
+        groups = init_parallel(tp=layout.tp, pp=layout.pp, dp=layout.dp, timeout_s=config.failures.timeout_s)
+        source, validation = _sources(config)
+        device = select_device(config.training.device, local_rank=launch.local_rank)
+        trainer = PipelineTrainer(config.gpt_config(), groups, config.train_settings(str(device)),
+                                  on_action=on_action)
+        return groups, trainer, source, validation
 
-        groups, trainer, source, validation = agree_on_setup(setup)
-        resolved = _resolved_arguments(config, groups)
-        if groups.rank == 0:
-            print(arguments_block(resolved), flush=True)
-        with _watchdog(config, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
-            trainer.on_action = _beating(watchdog, on_action)
-            resumed = None
-            if load:
-                watchdog.doing(f"loading checkpoint from {load}")
-                resumed = agree_on_setup(lambda: load_training_checkpoint(
-                    load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
-            if resumed is not None and trainer.iteration >= steps:  # a finished run is done: nothing written
-                if groups.rank == 0:
-                    print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
-                          f"train: at iteration {trainer.iteration} of --steps {steps}", flush=True)
-                preemption.finish()
-                return 0
-            # only now, with the load done, does anything go into --save or the logs
-            if save and groups.rank == 0:
-                _start_save_directory(save, resolved)
-            log = TrainingLog(total_iters=steps, log_interval=logging.log_interval, jsonl=config.log_jsonl,
-                              tensorboard_dir=logging.tensorboard_dir, enabled=groups.rank == 0,
-                              wandb=_wandb_settings(config, resolved) if logging.wandb_project else None,
-                              per="GPU" if trainer.device.type == "cuda" else "CPU rank")
-            try:
-                if resumed is not None:
-                    log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
-                              f"({trainer.consumed_samples} samples consumed)")
-                elif load:
-                    log.print(f"no checkpoint in {load}: starting from iteration 0")
-                log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
-                          world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
-                          slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                          slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
-                return _train_and_report(config, trainer, source, validation, log, preemption, watchdog.doing,
-                                         lock, resumed)
-            finally:
-                log.close()
+    groups, trainer, source, validation = agree_on_setup(setup)
+    resolved = _resolved_arguments(config, groups)
+    if groups.rank == 0:
+        print(arguments_block(resolved), flush=True)
+    with _watchdog(config, groups.rank) as watchdog:  # from the load on: a hang anywhere is one line, 124
+        trainer.on_action = _beating(watchdog, on_action)
+        resumed = None
+        if load:
+            watchdog.doing(f"loading checkpoint from {load}")
+            resumed = agree_on_setup(lambda: load_training_checkpoint(
+                load, trainer, progress=lambda phase: watchdog.doing(f"loading checkpoint: {phase}")))
+        if resumed is not None and trainer.iteration >= steps:  # a finished run is done: nothing written
+            if groups.rank == 0:
+                print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration}; nothing left to "
+                      f"train: at iteration {trainer.iteration} of --steps {steps}", flush=True)
+            preemption.finish()
+            return 0
+        # only now, with the load done, does anything go into --save or the logs
+        if save and groups.rank == 0:
+            _start_save_directory(save, resolved)
+        log = TrainingLog(total_iters=steps, log_interval=logging.log_interval, jsonl=config.log_jsonl,
+                          tensorboard_dir=logging.tensorboard_dir, enabled=groups.rank == 0,
+                          wandb=_wandb_settings(config, resolved) if logging.wandb_project else None,
+                          per="GPU" if trainer.device.type == "cuda" else "CPU rank")
+        try:
+            if resumed is not None:
+                log.print(f"resumed from checkpoint {resumed} at iteration {trainer.iteration} "
+                          f"({trainer.consumed_samples} samples consumed)")
+            elif load:
+                log.print(f"no checkpoint in {load}: starting from iteration 0")
+            log.event("start", iteration=trainer.iteration, resumed=str(resumed) if resumed else None,
+                      world_size=groups.world_size, tp=groups.tp_size, pp=groups.pp_size, dp=groups.dp_size,
+                      slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                      slurm_restart_count=os.environ.get("SLURM_RESTART_COUNT"))
+            return _train_and_report(config, trainer, source, validation, log, preemption, watchdog.doing,
+                                     lock, resumed)
+        finally:
+            log.close()
 
 
 def _start_save_directory(save: str, resolved: dict) -> None:
@@ -277,23 +286,24 @@ def main(argv: Sequence[str] | None = None, *, on_action: Callable[[str, int], N
     from repro.training.startcheck import speaks
 
     parser = build_parser()
-    # argparse: one error line, exit code 2; printed by rank 0 alone (every rank finds the same)
-    try:
-        with contextlib.nullcontext() if speaks(UsageError(None)) else contextlib.redirect_stderr(io.StringIO()):
-            args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        if exit_.code and not speaks(UsageError(None)):
-            time.sleep(SILENT_RANK_GRACE_S)  # so that rank 0 says why before a launcher stops it
-        raise
-    try:  # the options become one checked config, once; nothing changes them afterwards
-        config = check_args(args, explicit_options(parser, argv))
-    except UsageError as err:
-        if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad
-            print(f"{PROG}: error: {err}", file=sys.stderr)
-        else:
-            time.sleep(SILENT_RANK_GRACE_S)
-        return 2
-    note_rank("started")  # for repro.dist.torchrun: a signal after every started rank finished is no failure
+    with sigint_exits_at_once(interrupted_before_training(PROG)):  # nothing to lose yet (see train)
+        # argparse: one error line, exit code 2; printed by rank 0 alone (every rank finds the same)
+        try:
+            with contextlib.nullcontext() if speaks(UsageError(None)) else contextlib.redirect_stderr(io.StringIO()):
+                args = parser.parse_args(argv)
+        except SystemExit as exit_:
+            if exit_.code and not speaks(UsageError(None)):
+                time.sleep(SILENT_RANK_GRACE_S)  # so that rank 0 says why before a launcher stops it
+            raise
+        try:  # the options become one checked config, once; nothing changes them afterwards
+            config = check_args(args, explicit_options(parser, argv))
+        except UsageError as err:
+            if speaks(err):  # rank 0; a machine's first rank for its memory and disks; every rank when RANK is bad
+                print(f"{PROG}: error: {err}", file=sys.stderr)
+            else:
+                time.sleep(SILENT_RANK_GRACE_S)
+            return 2
+        note_rank("started")  # for repro.dist.torchrun: a signal after every started rank finished is no failure
     code = run_fail_fast(lambda: train(config, on_action=on_action), prog=PROG)
     if code == EXIT_PREEMPTED:
         note_preempted()  # for repro.dist.torchrun, which passes 75 on where torchrun's agent would say 1

@@ -86,6 +86,12 @@ def _agreement_device():
     return device_for()
 
 
+def interrupted_before_training(prog: str) -> str:
+    """The line a Ctrl-C before training started ends a rank with (exit code :data:`EXIT_INTERRUPTED`)."""
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+    return f"{prog}: interrupted (SIGINT) on rank {rank} before training started; nothing was saved"
+
+
 def run_fail_fast(main: Callable[[], int | None], *, prog: str = "repro") -> int:
     """Run ``main()`` and return its exit code; if it raises, print the traceback and ``os._exit(1)``; a
     :class:`UsageError` prints its one line (if it has one) and exits with :data:`EXIT_USAGE`.
@@ -99,10 +105,8 @@ def run_fail_fast(main: Callable[[], int | None], *, prog: str = "repro") -> int
             print(f"{prog}: error: {err.message}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(EXIT_USAGE)
-    except KeyboardInterrupt:  # Ctrl-C before the training loop's handler is in place (imports, rendezvous)
-        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-        print(f"{prog}: interrupted (SIGINT) on rank {rank} before training started; nothing was saved",
-              file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # Ctrl-C before the training loop's handler is in place
+        print(interrupted_before_training(prog), file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(EXIT_INTERRUPTED)
     except BaseException:  # noqa: BLE001 - any failure of a rank must end the rank now
