@@ -76,13 +76,31 @@ def test_wait_says_every_state_change_of_every_array_task(fake_slurm):
     assert [(s.job_id, s.state, s.exit_code) for s in states] == ARRAY_FINAL
 
 
-def test_wait_reports_progress_while_nothing_changes_and_stops_at_the_timeout(fake_slurm):
+class PollClock:
+    """``time`` for :mod:`repro.harness.submit` whose seconds pass only in its sleeps, so that what the waiting says
+    does not depend on how long the stand-in ``squeue`` takes on a loaded machine (a first answer slower than the
+    timeout left no time for a progress line)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_wait_reports_progress_while_nothing_changes_and_stops_at_the_timeout(fake_slurm, monkeypatch):
     fake_slurm(["7 RUNNING\n"], [("7_0", "RUNNING", "0:0")])
+    clock = PollClock()
+    monkeypatch.setattr(S, "time", clock)
     said: list[str] = []
-    states = S.wait("7", timeout_s=0.5, poll_s=0.05, say=said.append, progress_s=0.1)
+    states = S.wait("7", timeout_s=0.5, poll_s=0.0625, say=said.append, progress_s=0.125)  # exact in binary
     assert said[0].startswith("job 7: submitted -> RUNNING (")
     summaries = [line for line in said if line.startswith("waiting for job 7: 1 RUNNING (")]
-    assert summaries and all(" s elapsed, timeout 0 s)" in line for line in summaries), said
+    # polls at 0, 1/16, ..., 7/16 s; the change is said at 0, then nothing changes: a summary at 2/16, 4/16, 6/16
+    assert len(summaries) == 3 and all(" s elapsed, timeout 0 s)" in line for line in summaries), said
     assert said[-1].startswith("stopped waiting after") and "`scancel 7` stops it" in said[-1]
     assert [s.state for s in states] == ["RUNNING"]
 
