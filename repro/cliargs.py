@@ -19,6 +19,9 @@ SEED_LIMIT = 2**63
 #: 128 + SIGPIPE, as a shell reports a Unix tool whose reader left (``repro list | head -1``)
 EXIT_BROKEN_PIPE = 141
 
+#: how long after Python dropped a KeyboardInterrupt it is delivered again (:func:`redeliver_dropped_interrupts`)
+REDELIVER_AFTER_S = 0.02
+
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions kept as written; every option's help ends with its default, unless the help already says it or
@@ -116,7 +119,8 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
     While the module loads, a SIGINT ends the process at once (:func:`sigint_exits_at_once`): nothing has been done
     yet, so leaving at once loses nothing. Once the module is loaded the previous handler is back, and the command's
     own handling of Ctrl-C applies; a KeyboardInterrupt the command lets through is the line
-    ``PROG: interrupted (SIGINT)`` and 130.
+    ``PROG: interrupted (SIGINT)`` and 130. One that Python had to drop, raised inside a callback it cannot raise
+    from, is delivered again (:func:`redeliver_dropped_interrupts`).
 
     A reader of standard output that left early (``repro list | head -1``) ends the command quietly, as it ends a
     Unix tool: no traceback, exit code 141 (128 + SIGPIPE), see :func:`_reader_left`. The process ends without the
@@ -127,6 +131,7 @@ def run_entry_point(module: str, prog: str) -> NoReturn:
 
     with sigint_exits_at_once(f"{prog}: interrupted (SIGINT) before it started; nothing was done"):
         main = importlib.import_module(module).main
+    redeliver_dropped_interrupts()
     try:
         try:
             code = main()
@@ -179,6 +184,42 @@ def sigint_exits_at_once(line: str) -> Iterator[None]:
     finally:
         if ours:
             signal.signal(signal.SIGINT, previous)
+
+
+def redeliver_dropped_interrupts() -> None:
+    """From now on, a KeyboardInterrupt that Python drops is delivered again, as a new SIGINT to the main thread.
+
+    Where Python cannot raise (a weakref callback, a ``__del__``, a garbage-collector callback), it prints "Exception
+    ignored in ..." with a traceback and goes on as if the Ctrl-C had not come: during torch.compile, whose caches
+    hold weakref callbacks, a Ctrl-C to ``repro run`` was lost that way and the run went on. The interpreter hands
+    the dropped exception to :data:`sys.unraisablehook`; this hook, for a KeyboardInterrupt, prints nothing and
+    starts a thread that sends SIGINT to the main thread :data:`REDELIVER_AFTER_S` later, once the hook has returned
+    (a signal that came while it ran would be raised inside it, where it is dropped for good), so the handler runs
+    where it can raise. One dropped again (the next callback of the same collection) comes back again. Any other
+    exception goes to the hook that was there before."""
+    import _thread
+    import signal
+    import sys
+    import threading
+    import time
+
+    previous = sys.unraisablehook
+    main = threading.main_thread().ident
+
+    def interrupt_main() -> None:
+        time.sleep(REDELIVER_AFTER_S)
+        if hasattr(signal, "pthread_kill"):  # a real signal: it also cuts short a sleep or a blocking read
+            signal.pthread_kill(main, signal.SIGINT)
+        else:  # Windows
+            _thread.interrupt_main()
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            previous(unraisable)
+            return
+        _thread.start_new_thread(interrupt_main, ())  # returns at once (threading.Thread.start waits in Python)
+
+    sys.unraisablehook = hook
 
 
 def exit_without_teardown(code: object) -> NoReturn:
