@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from repro.dist import init_distributed, init_parallel
 from repro.cliargs import sigint_exits_at_once
+from repro.dist import init_distributed, init_parallel
 from repro.dist.launch import RendezvousFailed, end_rank
 from repro.training.argcheck import check_args
 from repro.training.config import TrainConfig
