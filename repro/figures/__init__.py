@@ -38,7 +38,7 @@ from repro.optional import require
 for _package in ("matplotlib", "seaborn"):  # one clear line here, before the figure modules import them
     require(_package, "drawing figures")
 
-from repro.figures.common import FigureContext, style  # noqa: E402
+from repro.figures.common import FORMATS, FigureContext, style, writing  # noqa: E402
 from repro.figures.claims_overview import claims_overview  # noqa: E402
 from repro.figures.evals_overview import evals, mtnlg_throughput  # noqa: E402
 from repro.figures.gpu import gna_gpu, megatron_1gpu  # noqa: E402
@@ -61,7 +61,7 @@ FIGURES: dict[str, Callable[[FigureContext], list[Path]]] = {
     "claims_overview": claims_overview,
 }
 
-__all__ = ["FIGURES", "FigureContext", "Rendered", "render_all"]
+__all__ = ["FIGURES", "FORMATS", "FigureContext", "Rendered", "render_all", "writing"]
 
 
 @dataclass

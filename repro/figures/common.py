@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 import textwrap
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import matplotlib
 
@@ -182,6 +184,28 @@ def rows_provenance(rows: pd.DataFrame, scale: str) -> str:
     return f"Provenance (scale {scale}): " + "; ".join(parts) + "."
 
 
+#: the files :func:`save_figure` writes for a figure, by suffix: the pictures and the data file (what it shows)
+FORMATS = ("png", "svg", "json")
+_writing: ContextVar[tuple[str, ...]] = ContextVar("figure_formats", default=FORMATS)
+
+
+@contextmanager
+def writing(formats: Iterable[str]) -> Iterator[None]:
+    """Inside, :func:`save_figure` writes only ``formats`` (a subset of :data:`FORMATS`): ``("json",)`` checks
+    that figures are current without rasterizing a pixel (the data file is the same, laid out as for the pictures:
+    the caption's wrapping depends on the layout). Every figure function, the experiments' own too, goes through
+    it, so no signature carries the choice."""
+    chosen = tuple(formats)
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown or not chosen:
+        raise ValueError(f"figure formats {chosen}: each must be one of {', '.join(FORMATS)}, at least one")
+    token = _writing.set(chosen)
+    try:
+        yield
+    finally:
+        _writing.reset(token)
+
+
 def save(fig: plt.Figure, ctx: FigureContext, name: str) -> list[Path]:
     """:func:`save_figure` under the context's output folder, with the provenance of the rows the figure read."""
     return save_figure(fig, ctx.out_dir, name, ctx.provenance())
@@ -189,7 +213,8 @@ def save(fig: plt.Figure, ctx: FigureContext, name: str) -> list[Path]:
 
 def save_figure(fig: plt.Figure, out_dir: Path, name: str, provenance: str) -> list[Path]:
     """Write ``<name>.png``, ``<name>.svg`` and ``<name>.json`` (what the figure shows, as data:
-    :mod:`repro.figures.figure_data`) under ``out_dir``, no timestamps inside. The caption ends with
+    :mod:`repro.figures.figure_data`) under ``out_dir``, no timestamps inside (only the formats chosen with
+    :func:`writing`; all three by default). The caption ends with
     ``provenance``; legends made by :func:`legend_below` go under their axes, the caption under everything, and the
     saved area grows to hold them (``bbox_inches="tight"``), so nothing is clipped."""
     from repro.figures.figure_data import write_data
@@ -207,11 +232,15 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str, provenance: str) -> l
     _place_legends_below(fig, renderer)
     fig.draw_without_rendering()
     _place_caption(fig, renderer)
-    fig.savefig(png, dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
-    fig.savefig(svg, metadata={"Date": None, "Creator": None}, bbox_inches="tight", pad_inches=0.15)
-    write_data(fig, data)
+    formats = _writing.get()
+    if "png" in formats:
+        fig.savefig(png, dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    if "svg" in formats:
+        fig.savefig(svg, metadata={"Date": None, "Creator": None}, bbox_inches="tight", pad_inches=0.15)
+    if "json" in formats:
+        write_data(fig, data)
     plt.close(fig)
-    return [png, svg, data]
+    return [path for path, suffix in ((png, "png"), (svg, "svg"), (data, "json")) if suffix in formats]
 
 
 def numeric(series: pd.Series) -> pd.Series:

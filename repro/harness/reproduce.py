@@ -95,9 +95,10 @@ def make_claims(reg: Registry, root: Path, scale: str) -> Outputs:
 
 
 def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | None = None,
-                 names: list[str] | None = None) -> Rendered:
-    """Draw the figures from the newest rows and the claim checks into root/figures."""
-    from repro.figures import FigureContext, render_all
+                 names: list[str] | None = None, formats: tuple[str, ...] | None = None) -> Rendered:
+    """Draw the figures from the newest rows and the claim checks into root/figures: each as PNG, SVG and its data
+    file, or only the ``formats`` given (``("json",)``: what each figure shows, no pixels)."""
+    from repro.figures import FORMATS, FigureContext, render_all, writing
 
     claims = load_claims()
     rows = _rows(root, scale)
@@ -107,16 +108,17 @@ def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | Non
     ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale,
                         out_dir=root / report_names(scale)[1],
                         known=frozenset(reg.names()))
-    rendered = render_all(ctx, names)
-    if names is None:  # the experiments' own figures (Experiment.figure), after the shared ones
-        for exp in reg:
-            if exp.figure is None:
-                continue
-            mine = rows[rows["experiment"] == exp.name].reset_index(drop=True) if len(rows) else rows
-            try:
-                rendered.files[f"{exp.name} (own)"] = list(exp.figure(mine, claims, ctx.out_dir))
-            except Exception:  # noqa: BLE001 - reported like the shared figures
-                rendered.errors[f"{exp.name} (own)"] = traceback.format_exc()
+    with writing(formats or FORMATS):
+        rendered = render_all(ctx, names)
+        if names is None:  # the experiments' own figures (Experiment.figure), after the shared ones
+            for exp in reg:
+                if exp.figure is None:
+                    continue
+                mine = rows[rows["experiment"] == exp.name].reset_index(drop=True) if len(rows) else rows
+                try:
+                    rendered.files[f"{exp.name} (own)"] = list(exp.figure(mine, claims, ctx.out_dir))
+                except Exception:  # noqa: BLE001 - reported like the shared figures
+                    rendered.errors[f"{exp.name} (own)"] = traceback.format_exc()
     return rendered
 
 

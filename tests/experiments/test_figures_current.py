@@ -4,7 +4,9 @@ every figure from the committed rows must give the same data, so a stale figure 
 
 The redraw is what ``repro reproduce`` does after its runs (``make_claims``, then ``make_figures`` on the same
 checks): one redraw, read by both tests that need it (the claims overview against claims.md, moved here from
-test_evidence.py, which drew the overview from the same rows a second time)."""
+test_evidence.py, which drew the overview from the same rows a second time). The redraw writes only the data files
+(``make_figures(formats=("json",))``, laid out as for the pictures): the pictures are half its time, and
+test_spine_figures.py and test_spine_cli.py draw them."""
 
 from __future__ import annotations
 
@@ -22,15 +24,16 @@ FIGURES = REPO_ROOT / "results" / "figures"
 
 @pytest.fixture(scope="module")
 def redrawn(tmp_path_factory):
-    """A results folder holding the committed runs, then the report and every figure drawn from them."""
+    """A results folder holding the committed runs, then the report and every figure's data drawn from them."""
     pytest.importorskip("matplotlib", reason="needs the optional package matplotlib (pip install matplotlib)")
     from repro.harness.reproduce import make_claims, make_figures
 
     root = tmp_path_factory.mktemp("figures")
     (root / "runs").symlink_to(REPO_ROOT / "results" / "runs", target_is_directory=True)
     out = make_claims(registry(), root, "any")
-    rendered = make_figures(registry(), root, "any", checks=out.checks)
+    rendered = make_figures(registry(), root, "any", checks=out.checks, formats=("json",))
     assert not rendered.errors, rendered.errors
+    assert not list((root / "figures").glob("*.png")) and not list((root / "figures").glob("*.svg"))
     return root
 
 
@@ -68,17 +71,27 @@ def _summary_of_markdown(text: str) -> dict[str, list[int]]:
 
 def test_claims_overview_counts_are_claims_md_counts(redrawn):
     """The overview figure is drawn from the table claims.md is written from: its panel titles carry claims.md's
-    verdict counts, paper by paper (read back from the SVG, which keeps every text as a comment)."""
+    verdict counts, paper by paper (read from the figure's data file, which keeps every title)."""
     from repro.paper import PAPER_TITLES
 
-    svg = (redrawn / "figures" / "claims_overview.svg").read_text()
+    titles = [ax["title"] for ax in json.loads((redrawn / "figures" / "claims_overview.json").read_text())["axes"]]
     md = _summary_of_markdown((redrawn / "claims.md").read_text())
     verdicts = "|".join(COLUMNS)
     for paper in PAPER_TITLES:
-        panel = svg[svg.index(f"<!-- {PAPER_TITLES[paper]} -->"):]
-        title = panel[:panel.index(" drawn")]
+        (title,) = [t for t in titles if t.startswith(PAPER_TITLES[paper] + "\n")]
+        title = " ".join(title.split("\n")[1:])
         total = int(re.search(r"(\d+) claims:", title).group(1))
         counts = {v: int(n) for n, v in re.findall(rf"(\d+) ({verdicts})\b", title)}
-        drawn = int(re.search(r"; (\d+)$", title).group(1))
+        drawn = int(re.search(r"; (\d+) drawn$", title).group(1))
         assert md[paper] == [counts.get(v, 0) for v in COLUMNS] + [total], paper
         assert 0 <= drawn <= total
+
+
+def test_only_known_figure_formats_are_written():
+    from repro.figures import FORMATS, writing
+
+    assert FORMATS == ("png", "svg", "json")
+    for bad in (("pdf",), ()):
+        with pytest.raises(ValueError, match="each must be one of png, svg, json"):
+            with writing(bad):
+                pass
