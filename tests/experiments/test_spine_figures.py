@@ -1,6 +1,9 @@
-"""Figures drawn from synthetic rows: each measured panel finds the rows the conventions describe."""
+"""Figures drawn from synthetic rows: each measured panel finds the rows the conventions describe (read from each
+figure's data file, drawn without its pictures: tests/experiments/test_spine_cli.py draws those)."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 import pytest
@@ -8,7 +11,7 @@ import pytest
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
 pytest.importorskip("seaborn", reason="the figures need seaborn: pip install seaborn")
 
-from repro.figures import FIGURES, FigureContext, render_all  # noqa: E402
+from repro.figures import FIGURES, FigureContext, render_all, writing  # noqa: E402
 from repro.paper import load_claims  # noqa: E402
 
 
@@ -41,23 +44,33 @@ def _rows() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _texts(data) -> str:
+    """Every string of a figure's data file, each with its line breaks as spaces (a phrase wrapped over two lines
+    still reads as one), one per line."""
+    if isinstance(data, str):
+        return " ".join(data.split())
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, list) else ()
+    return "\n".join(_texts(value) for value in values)
+
+
 def test_measured_panels_read_rows_by_convention(tmp_path):
     checks = pd.DataFrame({"paper": ["megatron_lm_2019", "zero_2019"], "claim_id": ["fig5_eff_mp_2gpu", "comm_posgp"],
                            "reproduced_value": [94.0, 3.0], "verdict": ["reproduced", "reproduced"],
                            "experiment": ["x", "y"], "scale": ["ci", "ci"]})
     ctx = FigureContext(claims=load_claims(), rows=_rows(), checks=checks, scale="ci", out_dir=tmp_path,
                         known=frozenset({"zero_infinity_model", "gna_speedup"}))
-    rendered = render_all(ctx)
+    with writing(("json",)):
+        rendered = render_all(ctx)
     assert not rendered.errors, rendered.errors
     assert set(rendered.files) == set(FIGURES)
-    svg = {name: files[1].read_text() for name, files in rendered.files.items()}
-    assert "megatron_measured: measured weak scaling efficiency" in svg["megatron_weak_scaling"]
-    assert "ledger" in svg["zero_memory_by_stage"] and "ledger: not yet run" not in svg["zero_memory_by_stage"]
-    assert "measured: not yet run" not in svg["zero_communication_volume"]
-    assert "model: data=params" in svg["zero_infinity_efficiency"]
-    assert "NVMe tier" in svg["zero_infinity_efficiency"]
-    assert "repro run zero_infinity_offload" not in svg["zero_infinity_efficiency"]
-    assert "block-sparse config" in svg["gna_speedup"] or "other config" in svg["gna_speedup"]
-    assert "wikitext ppl" in svg["evals"] and "race accuracy" in svg["evals"]
-    assert "eval_race (ci scale, 1 rows" in svg["evals"]
-    assert "no experiment has run" in svg["parameter_counts"]
+    shown = {name: _texts(json.loads(files[0].read_text())) for name, files in rendered.files.items()}
+    assert "megatron_measured: measured weak scaling efficiency" in shown["megatron_weak_scaling"]
+    assert "ledger" in shown["zero_memory_by_stage"] and "ledger: not yet run" not in shown["zero_memory_by_stage"]
+    assert "measured: not yet run" not in shown["zero_communication_volume"]
+    assert "model: data=params" in shown["zero_infinity_efficiency"]
+    assert "NVMe tier" in shown["zero_infinity_efficiency"]
+    assert "repro run zero_infinity_offload" not in shown["zero_infinity_efficiency"]
+    assert "block-sparse config" in shown["gna_speedup"] or "other config" in shown["gna_speedup"]
+    assert "wikitext ppl" in shown["evals"] and "race accuracy" in shown["evals"]
+    assert "eval_race (ci scale, 1 rows" in shown["evals"]
+    assert "no experiment has run" in shown["parameter_counts"]
