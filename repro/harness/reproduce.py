@@ -108,7 +108,7 @@ def make_figures(reg: Registry, root: Path, scale: str, checks: C.CheckSet | Non
     ctx = FigureContext(claims=claims, rows=rows, checks=checks.checks, scale=scale,
                         out_dir=root / report_names(scale)[1],
                         known=frozenset(reg.names()))
-    with writing(formats or FORMATS):
+    with writing(FORMATS if formats is None else formats):
         rendered = render_all(ctx, names)
         if names is None:  # the experiments' own figures (Experiment.figure), after the shared ones
             for exp in reg:
