@@ -196,8 +196,7 @@ def writing(formats: Iterable[str]) -> Iterator[None]:
     the caption's wrapping depends on the layout). Every figure function, the experiments' own too, goes through
     it, so no signature carries the choice."""
     chosen = tuple(formats)
-    unknown = sorted(set(chosen) - set(FORMATS))
-    if unknown or not chosen:
+    if not chosen or not set(chosen) <= set(FORMATS):
         raise ValueError(f"figure formats {chosen}: each must be one of {', '.join(FORMATS)}, at least one")
     token = _writing.set(chosen)
     try:
