@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -96,27 +97,31 @@ def test_ranks_start_with_torchs_modules_imported():
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fork": [True, True], "forkserver": [True, True]}
 
 
-def compile_a_new_graph(rank: int, world_size: int) -> float:
-    """Compile a graph the parent did not (a spawn target): its value, once its kernel is built."""
-    return float(torch.compile(lambda x: (x + 3).cos().sum())(torch.ones(8)))
+def compile_a_new_graph(rank: int, world_size: int, shift: float) -> float:
+    """Compile a graph the parent did not (a spawn target): its value, once its kernel is built. ``shift`` is a
+    constant of the graph, so a new one makes a kernel that no cache holds."""
+    return float(torch.compile(lambda x: (x + shift).cos().sum())(torch.ones(8)))
 
 
 _COMPILE_THEN_FORK = textwrap.dedent("""
-    import json, torch
+    import json, sys, torch
     from repro.dist.spawn import spawn
     from tests.foundation.test_spawn_start import compile_a_new_graph
-    torch.compile(lambda x: (x * 2).sin())(torch.ones(8))  # the parent's compile makes inductor's thread pool
-    print(json.dumps(spawn(compile_a_new_graph, 1, start_method="fork", timeout_s=120)), flush=True)
+    scale, shift = float(sys.argv[1]), float(sys.argv[2])
+    torch.compile(lambda x: (x * scale).sin())(torch.ones(8))  # the parent's compile makes inductor's thread pool
+    print(json.dumps(spawn(compile_a_new_graph, 1, shift, start_method="fork", timeout_s=120)), flush=True)
 """)
 
 
-def test_a_rank_forked_after_its_parent_compiled_compiles_too(tmp_path):
-    """A parent compiles a graph, then forks a rank that compiles another, both missing inductor's cache (empty,
-    as on a fresh machine) with 2 compile threads: the rank builds its kernel instead of waiting forever on the
-    thread pool it inherited without its threads (it did, on torch 2.4.1 and 2.13, until the spawn timed out)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TORCHINDUCTOR_COMPILE_THREADS": "2"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_THEN_FORK], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=env)
+def test_a_rank_forked_after_its_parent_compiled_compiles_too():
+    """A parent compiles a graph, then forks a rank that compiles another, both missing inductor's cache (each
+    graph holds a constant drawn for this run, so no cache has its kernel, as on a fresh machine) with 2 compile
+    threads: the rank builds its kernel instead of waiting forever on the thread pool it inherited without its
+    threads (it did, on torch 2.4.1 and 2.13, until the spawn timed out). The cache directory is the run's own, so
+    that torch's probe of the CPU's vector instructions (~12 s of C++ builds in an empty directory) is not redone."""
+    scale, shift = (1 + random.random() for _ in range(2))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_COMPILE_THREADS": "2"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_THEN_FORK, repr(scale), repr(shift)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [pytest.approx(8 * math.cos(4.0))]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [pytest.approx(8 * math.cos(1 + shift))]
