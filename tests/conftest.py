@@ -146,6 +146,31 @@ def installed(tmp_path_factory) -> Path:
     return tmp / "venv"
 
 
+@pytest.fixture(scope="session")
+def readme_gpu_smoke(tmp_path_factory) -> tuple[list[str], object, Path]:
+    """README.md's GPU commands, and the first of them (every smoke point of ``megatron_weak_scaling_gpu`` on CPU
+    ranks) run once per test session into a results directory of its own: (the commands, its finished process,
+    that directory). tests/experiments/test_readme_gpu_commands.py checks the command; the smoke-point test of
+    tests/gpu_path/test_gpu_path_experiment.py checks each point's rows from it, the same run (~15 CPU-s of a
+    compiled toy GPT each time it ran again). Both files are in one pytest-xdist group, so one worker runs it."""
+    import re
+    import shlex
+    import subprocess
+
+    from repro.checkout import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## GPU experiments", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    argv = shlex.split(commands[0])
+    assert argv[:3] == ["python3", "-m", "repro"], commands[0]
+    results = tmp_path_factory.mktemp("readme_gpu_smoke")
+    proc = subprocess.run([sys.executable, "-m", "repro", "--results-dir", str(results), *argv[3:]], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    return commands, proc, results
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With ``REPRO_TEST_CPU_LOG=FILE``, append one JSON line per test: its wall time and the CPU seconds of this

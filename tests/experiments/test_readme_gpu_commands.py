@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import sys
@@ -16,17 +15,11 @@ from repro.results import REPO_ROOT
 pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
 
 
-def _gpu_commands() -> list[str]:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## GPU experiments", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
-
-
-def test_readme_gpu_commands_run(tmp_path):
-    commands = _gpu_commands()
+def test_readme_gpu_commands_run(readme_gpu_smoke, tmp_path):
+    commands, smoke, _ = readme_gpu_smoke  # the first command, run once for the session (tests/conftest.py)
     assert len(commands) == 2
-    for command in commands:
+    assert smoke.returncode == 0, f"{commands[0]}: {smoke.stderr[-2000:]}"
+    for command in commands[1:]:
         argv = shlex.split(command)
         assert argv[:3] == ["python3", "-m", "repro"]
         result = subprocess.run([sys.executable, "-m", "repro", "--results-dir", str(tmp_path), *argv[3:]],

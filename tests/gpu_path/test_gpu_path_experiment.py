@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -120,30 +121,30 @@ def _check_rows(rows, point, device):
 
 @pytest.fixture(scope="module")
 def one_standin_gpu(tmp_path_factory):
-    """``repro run --device cuda --point toy_1rank --point toy_tp2`` on a machine with 1 GPU (the CPU stand-in
+    """``repro run --device cuda --point toy_1rank_eager --point toy_tp2`` on a machine with 1 GPU (the CPU stand-in
     ``REPRO_STANDIN_GPUS=1``, under which a point that gets cuda runs on the CPU): the process, its results folder
-    and its environment. Run once: its toy_1rank rows are the CPU run the smoke-point test checks (compiling both of
-    that point's variants is most of this file's time), and its skip of toy_tp2 is what the 1-GPU test checks."""
+    and its environment. Run once: its skip of toy_tp2 is what the 1-GPU test checks. (toy_1rank, compiled, runs
+    under the stand-in in the GPU session's rehearsal: tests/gpu_path/test_gpu_session.py.)"""
     results = tmp_path_factory.mktemp("one_standin_gpu")
     env = {**os.environ, "REPRO_STANDIN_GPUS": "1", "REPRO_RESULTS_DIR": str(results)}
     proc = subprocess.run([sys.executable, "-m", "repro", "run", "megatron_weak_scaling_gpu", "--scale", "smoke",
-                           "--device", "cuda", "--point", "toy_1rank", "--point", "toy_tp2"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                           "--device", "cuda", "--point", "toy_1rank_eager", "--point", "toy_tp2"], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
     return proc, results, env
 
 
 @pytest.mark.parametrize("name", [p.name for p in mod.SMOKE_POINTS])
-def test_smoke_points_run_on_cpu(name, tmp_path, request):
+def test_smoke_points_run_on_cpu(name, readme_gpu_smoke):
+    """Each smoke point's rows as the runner wrote them (run_point's rows and the run's columns) from README.md's
+    GPU smoke command (every smoke point on CPU ranks; run once for the session: tests/conftest.py)."""
     point = EXPERIMENT.point_named("smoke", name)
-    if name == "toy_1rank":  # the rows the runner wrote, as run_point returned them: the same CPU path, run once
-        proc, results, _ = request.getfixturevalue("one_standin_gpu")
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        (path,) = (results / "runs" / EXPERIMENT.name).glob("*.jsonl")
-        on_disk = [r for r in read_run(path) if r["point"] == name]
-        assert on_disk and all(r["provenance"]["device"].startswith("cpu") for r in on_disk)  # the stand-in's CPU
-        rows = [{k: v for k, v in r.items() if k not in RESERVED_ROW_KEYS} for r in on_disk]
-    else:
-        rows = execute_point(EXPERIMENT, point, "smoke", device="cpu", scratch_dir=Path(tmp_path))
+    commands, proc, results = readme_gpu_smoke
+    assert shlex.split(commands[0])[3:] == ["run", EXPERIMENT.name, "--scale", "smoke"], commands[0]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = (results / "runs" / EXPERIMENT.name).glob("*.jsonl")
+    on_disk = [r for r in read_run(path) if r["point"] == name]
+    assert on_disk and all(r["provenance"]["device"].startswith("cpu") for r in on_disk)
+    rows = [{k: v for k, v in r.items() if k not in RESERVED_ROW_KEYS} for r in on_disk]
     _check_rows(rows, point, "cpu")
 
 
@@ -242,15 +243,15 @@ def test_plain_comparison_pairs_the_points_of_one_run():
 
 
 def test_smoke_on_one_gpu_runs_what_fits_and_skips_the_rest(one_standin_gpu, monkeypatch, capsys):
-    """``--device cuda`` on a machine with 1 GPU (the CPU stand-in ``REPRO_STANDIN_GPUS=1``): toy_1rank runs,
+    """``--device cuda`` on a machine with 1 GPU (the CPU stand-in ``REPRO_STANDIN_GPUS=1``): toy_1rank_eager runs,
     toy_tp2 (2 ranks, one GPU each) is reported as skipped with the reason, and the command succeeds."""
     proc, results, env = one_standin_gpu
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ("skip megatron_weak_scaling_gpu/toy_tp2 (2/2, 2 rank(s)): point 'toy_tp2' needs 2 GPUs (one per rank), "
             "this machine has 1 (stand-in: REPRO_STANDIN_GPUS)") in proc.stdout
     rows = load_rows(results)
-    assert set(rows["point"]) == {"toy_1rank"}
-    assert set(rows["variant"]) == set(mod.runnable_variants(["repro", "plain_compiled"]))
+    assert set(rows["point"]) == {"toy_1rank_eager"} and set(rows["variant"]) == {"repro_eager"}
+    assert all(r["provenance"]["device"].startswith("cpu") for r in read_run(next(results.glob("runs/*/*.jsonl"))))
     # no point fits: the same command in this process (the fixture's process has checked the real exit status)
     from repro.cli import main
 
