@@ -18,6 +18,11 @@ from repro.results import REPO_ROOT
 from repro.testing import needs
 from tests.foundation.warm_commands import Done, forked
 
+#: the "run" command below compiles the smoke point toy_1rank's toy GPT: in the group of the files that compile it
+#: (why, in tests/gpu_path/test_gpu_path_experiment.py), so that it reads TorchInductor's cache instead of building
+#: the same kernels again in another worker at the same time (this file: ~130 CPU-s with an empty cache, ~37 warm)
+pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
+
 #: optional packages (repro.optional); the core needs torch, numpy, pandas and tqdm only
 OPTIONAL = ("datasets", "tokenizers", "transformers", "lm_eval", "natten", "deepspeed", "megatron", "pynvml",
             "tensorboard", "safetensors", "accelerate")

@@ -23,10 +23,11 @@ from repro.perfmodel.flops import gpt_flops_per_iteration
 from repro.results import REPO_ROOT, check_row, load_rows, read_run
 from repro.vocabulary import RESERVED_ROW_KEYS
 
-#: one pytest-xdist group for the three test files that compile the smoke point ``toy_1rank``'s toy GPT (~60 C++
-#: kernels): tests/gpu_path/test_gpu_path_experiment.py and test_gpu_session.py, and
-#: tests/experiments/test_readme_gpu_commands.py. On a fresh machine the first fills TorchInductor's cache and the
-#: others read it; run in two workers at once, each paid the ~100 CPU-s of g++ for the same kernels.
+#: one pytest-xdist group for the test files that compile the smoke point ``toy_1rank``'s toy GPT (~60 C++
+#: kernels): tests/gpu_path/test_gpu_path_experiment.py and test_gpu_session.py,
+#: tests/experiments/test_readme_gpu_commands.py and tests/foundation/test_optional_imports.py. On a fresh machine
+#: the first fills TorchInductor's cache and the others read it; run in two workers at once, each paid the ~100
+#: CPU-s of g++ for the same kernels.
 pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
 
 EXPERIMENT = mod.EXPERIMENT
