@@ -18,7 +18,9 @@ from repro.models.transformer import TransformerLayer
 from repro.tensor_parallel import RNGTracker
 from repro.tensor_parallel.random import OPS_IN_GRAPH
 
-
+#: in the group of the files that compile the smoke point's toy GPT (tests/gpu_path/test_gpu_path_experiment.py):
+#: most of this file's C++ kernels are theirs or tests/training/test_step_proxies.py's, built once in one worker
+pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
 
 def _check_breaks(breaks: int, graphs: int, reasons: list[str]) -> None:
     """One graph where the RNG swap ops trace (torch >= 2.5); elsewhere the only breaks are the swap's."""

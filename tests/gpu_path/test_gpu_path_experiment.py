@@ -25,9 +25,10 @@ from repro.vocabulary import RESERVED_ROW_KEYS
 
 #: one pytest-xdist group for the test files that compile the smoke point ``toy_1rank``'s toy GPT (~60 C++
 #: kernels): tests/gpu_path/test_gpu_path_experiment.py and test_gpu_session.py,
-#: tests/experiments/test_readme_gpu_commands.py and tests/foundation/test_optional_imports.py. On a fresh machine
-#: the first fills TorchInductor's cache and the others read it; run in two workers at once, each paid the ~100
-#: CPU-s of g++ for the same kernels.
+#: tests/experiments/test_readme_gpu_commands.py and tests/foundation/test_optional_imports.py, with the two that
+#: compile its layers and step and share many of those kernels (tests/foundation/test_compiled_layers.py,
+#: tests/training/test_step_proxies.py). On a fresh machine the first fills TorchInductor's cache and the others
+#: read it; run in two workers at once, each paid the ~100 CPU-s of g++ for the same kernels.
 pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
 
 EXPERIMENT = mod.EXPERIMENT

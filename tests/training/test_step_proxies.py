@@ -37,6 +37,10 @@ from repro.training.reference_steps import clip_grad_norm_loop, saved_softmax_cr
 from repro.training.settings import TrainSettings
 from repro.training.trainer import PipelineTrainer
 
+#: in the group of the files that compile the smoke point's toy GPT (tests/gpu_path/test_gpu_path_experiment.py):
+#: about half of this file's C++ kernels are theirs, built once in one worker instead of twice at the same time
+pytestmark = pytest.mark.xdist_group("toy-gpt-compile")
+
 VOCAB, SEQ, BATCH = 128, 8, 2  # a vocabulary that tp pads to itself, as GPT-2's 51200 of the 1.2B model
 CONFIG = GPTConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_attention_heads=4, max_position_embeddings=SEQ,
                    hidden_dropout=0.1, attention_dropout=0.1)
