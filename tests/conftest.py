@@ -90,19 +90,38 @@ def _exercises_cuda(item) -> bool:
 SERIAL_GROUPS = {"slurm": "local-slurm"}
 
 
+#: fixture scopes that outlive one test inside a file: a test that uses one runs in its file's group
+SHARED_SCOPES = ("class", "module", "package")
+
+
+def _shares_fixtures(item) -> bool:
+    """Whether the test uses a fixture built once for several tests of its file (a module's trained model, its
+    command run once); a test that cannot tell (no fixture information) is taken to."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return True
+    return any(defs and defs[-1].scope in SHARED_SCOPES for defs in info.name2fixturedefs.values())
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Mark every test that exercises a GPU ``cuda``, so that ``pytest -m cuda`` (the 9-minute GPU command's tests
     part, ``python -m repro.gpu_session``) runs exactly those.
 
-    Under pytest-xdist (the README's test command, ``-n auto --dist loadgroup``) every test file is one unit of work,
-    so a module's fixtures are built once, in one worker; the tests with a :data:`SERIAL_GROUPS` marker share one."""
+    Under pytest-xdist (the README's test command, ``-n auto --dist loadgroup``) a test that uses a fixture built for
+    several tests of its file (class, module or package scope) runs in its file's group, so that fixture is built
+    once, in one worker; the tests with a :data:`SERIAL_GROUPS` marker share one; a file's own ``xdist_group`` mark
+    names its group. Every other test is a unit of work of its own, so that the workers end together (with each
+    file one unit, the last files ran alone on one core)."""
     for item in items:
         if _exercises_cuda(item):
             item.add_marker(pytest.mark.cuda)
-        if item.get_closest_marker("xdist_group") is None:
-            group = next((name for marker, name in SERIAL_GROUPS.items() if item.get_closest_marker(marker)),
-                         item.nodeid.split("::")[0])
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        group = next((name for marker, name in SERIAL_GROUPS.items() if item.get_closest_marker(marker)), None)
+        if group is None and _shares_fixtures(item):
+            group = item.nodeid.split("::")[0]
+        if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -190,8 +209,9 @@ def readme_gpu_smoke(tmp_path_factory) -> tuple[list[str], object, Path]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With ``REPRO_TEST_CPU_LOG=FILE``, append one JSON line per test: its wall time and the CPU seconds of this
-    process and of the child processes it waited for (ranks, commands; not Slurm jobs, which slurmd runs). CI time on
-    2 cores is CPU-bound, so this, not ``--durations``, says where it goes."""
+    process and of the child processes it waited for (ranks, commands; not Slurm jobs, which slurmd runs), the
+    pytest-xdist worker that ran it and when it ended (a timeline of the run). CI time on 2 cores is CPU-bound, so
+    this, not ``--durations``, says where it goes."""
     import os
 
     log = os.environ.get("REPRO_TEST_CPU_LOG")
@@ -213,4 +233,6 @@ def pytest_runtest_protocol(item, nextitem):
                                cpu(resource.RUSAGE_CHILDREN) - start[2])
         with open(log, "a") as out:
             out.write(json.dumps({"test": item.nodeid, "wall_s": round(wall, 2), "cpu_s": round(own, 2),
-                                  "children_cpu_s": round(children, 2)}) + "\n")
+                                  "children_cpu_s": round(children, 2),
+                                  "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                                  "end": round(time.time(), 2)}) + "\n")
