@@ -125,22 +125,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
 
 
-@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: ignored where it is not installed
-def pytest_xdist_node_collection_finished(node, ids):
-    """Under ``--dist loadgroup`` (the README's test command) every test carries its group in its id (this file
-    gives each one a group), or the groups have silently fallen apart: a file's tests spread over the workers, each
-    building the file's fixtures again, and the local-Slurm tests queue behind each other's jobs. pytest 9.2 drops
-    the mark (pytest-xdist issue 1386; pyproject's dev extra keeps pytest below 9.2): the run stops, saying so."""
-    config = node.config
-    if config.getvalue("dist") != "loadgroup" or not ids or any("@" in i.rsplit("]", 1)[-1] for i in ids):
-        return
-    import xdist
-
-    pytest.exit(f"--dist loadgroup does not group the tests with pytest {pytest.__version__} and pytest-xdist "
-                f"{xdist.__version__} (no test id carries its @group; pytest-xdist issue 1386): install "
-                "\"pytest>=8,<9.2\" (pip install -e '.[dev]' does), or run without -n", returncode=4)
-
-
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory) -> Path:
     """A venv (seeing this machine's torch and other dependencies) with only the wheel's repro in it, outside the
