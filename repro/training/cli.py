@@ -202,6 +202,7 @@ def _train_and_report(config: TrainConfig, trainer, source, validation, log, pre
     if outcome.preempted:
         resume = f"resume with --load {save}" if save else "nothing saved: no --save"
         log.print(f"exiting with code {EXIT_PREEMPTED} (preempted; {resume})")
+        preemption.settle()  # saved: the same signal again (from another sender) must not turn 75 into death by it
         return EXIT_PREEMPTED
     if not outcome.losses:
         log.print(f"nothing left to train: at iteration {trainer.iteration} of --steps {steps}")

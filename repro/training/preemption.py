@@ -102,8 +102,16 @@ class PreemptionFlag:
         """This rank's run finished and saved: note it (:func:`note_rank`), and from now on a preemption signal
         changes nothing: the work it would save is saved, and the process ends with 0 instead of dying of the
         signal on its way out (its handlers stay ignored after the block)."""
-        self._finished = True
+        self.settle()
         note_rank("finished")
+
+    def settle(self) -> None:
+        """This rank stopped and its work is saved (a preemption's checkpoint, or the end of the run): a further
+        preemption signal changes nothing, and the process ends with its own exit code (75 after a preemption)
+        instead of dying of that signal on its way out. Slurm signals every process of a step, and a launcher may
+        pass the same signal on: a rank of a two-node job, told twice, printed "exiting with code 75" and then died
+        of the second SIGUSR1 once its handler was gone (exit 138: the job was not requeued)."""
+        self._finished = True
 
     def agreed(self, group: CommGroup | None, device: torch.device | str) -> bool:
         """True on every rank of ``group`` when any of them received a signal; afterwards :attr:`heard` says which

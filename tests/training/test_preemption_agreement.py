@@ -44,3 +44,25 @@ def test_a_job_of_one_rank_names_only_the_signal():
     flag.received = signal.Signals.SIGUSR1.name
     assert flag.agreed(None, torch.device("cpu")) and flag.heard == {0: "SIGUSR1"}
     assert flag.describe() == "SIGUSR1"
+
+
+@pytest.mark.parametrize("settled", [False, True])
+def test_a_settled_rank_ignores_the_same_signal_on_its_way_out(settled):
+    """After a preemption's save (``settle``), SIGUSR1 again (Slurm signals every process of the step, a launcher may
+    pass it on) must not kill the rank with 138 instead of its 75: its handlers stay ignored after the block.
+    Unsettled, the block gives back the handlers it found."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    try:
+        with PreemptionFlag(signals=(signal.SIGTERM, signal.SIGUSR1), on_parent_death=False) as flag:
+            signal.raise_signal(signal.SIGUSR1)
+            assert flag.received == "SIGUSR1"
+            if settled:
+                flag.settle()
+        after = signal.getsignal(signal.SIGUSR1)
+        assert after == (signal.SIG_IGN if settled else signal.SIG_DFL)
+        if settled:
+            signal.raise_signal(signal.SIGUSR1)  # ignored: this process lives on
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
