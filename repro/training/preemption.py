@@ -59,7 +59,7 @@ class PreemptionFlag:
         self._previous: dict[signal.Signals, object] = {}
         self.on_parent_death = launched_by_torchrun() if on_parent_death is None else on_parent_death
         self._death_signal = False
-        self._finished = False
+        self._settled = False
         #: after :meth:`agreed`: rank in the group -> name of the signal it received (empty: none did)
         self.heard: dict[int, str] = {}
         self._size = 1
@@ -95,7 +95,7 @@ class PreemptionFlag:
             prctl(PR_SET_PDEATHSIG, 0)
             self._death_signal = False
         for sig, previous in self._previous.items():
-            signal.signal(sig, signal.SIG_IGN if self._finished else previous)
+            signal.signal(sig, signal.SIG_IGN if self._settled else previous)
         self._previous.clear()
 
     def finish(self) -> None:
@@ -111,7 +111,7 @@ class PreemptionFlag:
         instead of dying of that signal on its way out. Slurm signals every process of a step, and a launcher may
         pass the same signal on: a rank of a two-node job, told twice, printed "exiting with code 75" and then died
         of the second SIGUSR1 once its handler was gone (exit 138: the job was not requeued)."""
-        self._finished = True
+        self._settled = True
 
     def agreed(self, group: CommGroup | None, device: torch.device | str) -> bool:
         """True on every rank of ``group`` when any of them received a signal; afterwards :attr:`heard` says which
