@@ -172,16 +172,13 @@ def readme_gpu_smoke(tmp_path_factory) -> tuple[list[str], object, Path]:
     that directory). tests/experiments/test_readme_gpu_commands.py checks the command; the smoke-point test of
     tests/gpu_path/test_gpu_path_experiment.py checks each point's rows from it, the same run (~15 CPU-s of a
     compiled toy GPT each time it ran again). Both files are in one pytest-xdist group, so one worker runs it."""
-    import re
     import shlex
     import subprocess
 
     from repro.checkout import REPO_ROOT
+    from tests.readme_blocks import commands as readme_commands
 
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## GPU experiments", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    commands = readme_commands(section="## GPU experiments")
     argv = shlex.split(commands[0])
     assert argv[:3] == ["python3", "-m", "repro"], commands[0]
     results = tmp_path_factory.mktemp("readme_gpu_smoke")

@@ -9,7 +9,6 @@ The newcomer run takes a reduced ``--only`` subset (one experiment without data,
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from repro.harness.reproduce import Reproduction, _summarise
 from repro.harness.runner import SHORT_ERROR_CHARS, PointOutcome, RunReport, short_error
 from repro.results import REPO_ROOT
 from repro.testing import needs
+from tests.readme_blocks import commands
 
 CLEAN = ("REPRO_DATA", "REPRO_DATA_MIRROR", "REPRO_RESULTS_DIR", "REPRO_EXTRA_EXPERIMENTS", "REPRO_ROOT")
 
@@ -39,8 +39,8 @@ def _bare_checkout(where: Path) -> Path:
 
 
 def _readme_first_command() -> list[str]:
-    first = re.search(r"```bash\n(.*?)\n", (REPO_ROOT / "README.md").read_text(encoding="utf-8")).group(1)
-    command = first.split("#")[0].split("&&")[-1].split()  # after `bash scripts/setup.sh &&` (the install)
+    first = commands()[0]
+    command = first.split("&&")[-1].split()  # after `bash scripts/setup.sh &&` (the install)
     assert command[:3] == ["python3", "-m", "repro"], first
     return command[3:]
 

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from repro.results import REPO_ROOT
+from tests.readme_blocks import SLURM_README, commands
 
 START = REPO_ROOT / "slurm" / "local" / "start.sh"
-README = REPO_ROOT / "slurm" / "README.md"
 
 
 def _start(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -66,9 +66,8 @@ def test_bad_arguments_are_one_line_and_exit_2_before_anything_starts(args, mess
 
 
 def test_readme_start_commands_run_as_dry_run_and_ci_starts_two_nodes():
-    section = README.read_text(encoding="utf-8").split("## A real Slurm on one machine", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    starts = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if "slurm/local/start.sh" in line]
+    starts = [shlex.split(line) for line in commands(SLURM_README, "## A real Slurm on one machine")
+              if "slurm/local/start.sh" in line]
     assert [argv[:2] for argv in starts] == [["sudo", "slurm/local/start.sh"]] * 2, starts
     assert [argv[2:] for argv in starts] == [[], ["--nodes", "2"]], starts
     for argv in starts:

@@ -17,14 +17,13 @@ import pytest
 
 from repro.results import REPO_ROOT
 from tests.slurm.local_slurm import slurm_state
+from tests.readme_blocks import SLURM_README, commands
 
-README = REPO_ROOT / "slurm" / "README.md"
 
 
 def _commands() -> list[list[str]]:
     """The first bash block of slurm/README.md, one argv per line (comments dropped)."""
-    block = re.search(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.S).group(1)
-    return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.split("#", 1)[0].strip()]
+    return [shlex.split(line) for line in commands(SLURM_README)]
 
 
 def _repro(argv: list[str], results: Path, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -17,13 +17,12 @@ from pathlib import Path
 from repro.dist.torchrun import children
 from repro.results import REPO_ROOT
 from tests.training.ranks import iterations
+from tests.readme_blocks import SLURM_README, bash_blocks
 
-README = REPO_ROOT / "slurm" / "README.md"
 
 
 def _recipe() -> str:
-    section = README.read_text(encoding="utf-8").split("### Under torchrun", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return bash_blocks(SLURM_README, "### Under torchrun")[0]
 
 
 def _executable(path: Path, text: str) -> None:
@@ -68,6 +67,6 @@ def test_the_recipe_requeues_when_preempted_and_resumes(tmp_path):
     again = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**env, "SLURM_RESTART_COUNT": "1"},
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert f"resumed from checkpoint" in again.stdout and "training done: iteration 40" in again.stdout
+    assert "resumed from checkpoint" in again.stdout and "training done: iteration 40" in again.stdout
     assert (tmp_path / "scontrol.log").read_text().splitlines() == [f"requeue {job_id}"]
     assert [r["iteration"] for r in iterations(ckpt / "log.jsonl")] == list(range(1, 41))

@@ -17,7 +17,6 @@ All jobs run side by side (about a minute on 2 cores; the local cluster lets a r
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -29,13 +28,13 @@ import pytest
 from repro.experiments import registry
 from repro.harness import submit as S
 from repro.results import REPO_ROOT, load_rows
+from tests.readme_blocks import SLURM_README, commands
 from tests.slurm.local_slurm import (
     ITERATION, check_resumed_like_straight, read_log, restarts, sbatch, skip_without_local_slurm,
 )
 
 pytestmark = pytest.mark.slurm
 
-README = REPO_ROOT / "slurm" / "README.md"
 WAIT_S = 240.0
 
 PROBE = '''
@@ -66,9 +65,7 @@ skip_without_local_slurm()
 
 def readme_commands() -> list[str]:
     """The commands of slurm/README.md's training section (this test runs them)."""
-    section = README.read_text(encoding="utf-8").split("## Training, preemption and requeue", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section.split("\n## ", 1)[0], re.S).group(1)
-    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    return commands(SLURM_README, "## Training, preemption and requeue")
 
 
 @pytest.fixture(scope="module")

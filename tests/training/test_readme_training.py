@@ -9,19 +9,16 @@ tests/training/test_corpus.py (``python -m repro.training.corpus``) and test_int
 from __future__ import annotations
 
 import os
-import re
 import shlex
 
 from repro.results import REPO_ROOT
 from repro.testing import needs
+from tests.readme_blocks import commands
 from tests.training import forked
 
 
 def _commands(block: int = 0) -> list[str]:
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Training that survives a cluster", 1)[1].split("\n## ", 1)[0]
-    found = re.findall(r"```bash\n(.*?)```", section, re.S)[block]
-    return [line.strip() for line in found.splitlines() if line.strip()]
+    return commands(section="## Training that survives a cluster", block=block)
 
 
 def _run(command: str, cwd, data_dir) -> str:
