@@ -25,10 +25,28 @@ MODEL = ["--layers", "2", "--hidden", "32"]
 TRAIN = [sys.executable, "-m", "repro.training", *MODEL]
 
 
-def _start(*args: str) -> subprocess.Popen:
-    """A real interpreter, from its start."""
-    return subprocess.Popen([*TRAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+IMPORT_TIME = "import time:"
+
+
+def _start_at_entry_point(tmp: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """A real interpreter, from its start, returned once it runs the entry point's own code: the process and the file
+    of its output (standard output and error). Python writes an ``-X importtime`` line as each import ends; the first
+    one after ``repro.cliargs`` comes from inside :func:`~repro.cliargs.run_entry_point`. (A Ctrl-C while Python
+    itself starts, before any of repro's code runs, is Python's own: a fixed delay from the start landed there once,
+    on a loaded machine, and Python exited 1 with a traceback.)"""
+    out = tmp / f"output{len(list(tmp.iterdir()))}.txt"
+    with open(out, "w") as file:
+        proc = subprocess.Popen([sys.executable, "-X", "importtime", *TRAIN[1:], *args], stdout=file,
+                                stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while True:
+        lines = out.read_text(errors="replace").splitlines()
+        cliargs = [i for i, line in enumerate(lines) if line.endswith("| repro.cliargs")]
+        if cliargs and any(line.startswith(IMPORT_TIME) for line in lines[cliargs[0] + 1:]):
+            return proc, out
+        assert proc.poll() is None and time.monotonic() < deadline, "\n".join(lines[-20:])
+        time.sleep(0.005)
 
 
 def _fork(log: Path, *args: str) -> forked.Forked:
@@ -86,20 +104,23 @@ def test_a_second_ctrl_c_exits_at_once_without_saving(tmp_path):
     assert latest_iteration(ckpt) == 2  # the interval's checkpoint, as it was
 
 
-def test_ctrl_c_before_training_is_one_line():
-    # after the interpreter has started and reached the entry point: while torch and the trainer load (a Ctrl-C
-    # there was once swallowed by an import, so training started; once it ended the process by SIGINT, exit -2),
-    # while the options are checked, while the process group forms
-    for delay in (0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0):
-        proc = _start("--steps", "100000")  # never done before the signal, however fast the machine
+def test_ctrl_c_before_training_is_one_line(tmp_path):
+    # once the entry point runs: while torch and the trainer load (a Ctrl-C there was once swallowed by an import,
+    # so training started; once it ended the process by SIGINT, exit -2), while the options are checked, while the
+    # process group forms
+    for delay in (0.05, 0.2, 0.35, 0.55, 0.85, 1.25, 1.85):
+        proc, out = _start_at_entry_point(tmp_path, "--steps", "100000")  # never done before the signal
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         try:
-            output = proc.communicate(timeout=60)[0]
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise AssertionError(f"a SIGINT {delay} s after the start was lost: "
-                                 f"{proc.communicate()[0][-1500:]}") from None
+            proc.wait()
+            raise AssertionError(f"a SIGINT {delay} s after the entry point was lost: "
+                                 f"{out.read_text(errors='replace')[-1500:]}") from None
+        output = "\n".join(line for line in out.read_text(errors="replace").splitlines()
+                            if not line.startswith(IMPORT_TIME))
         if proc.returncode == 75:  # this machine got to the loop first: the boundary case above
             continue
         assert proc.returncode == 130, (delay, output)
