@@ -135,27 +135,33 @@ def test_a_step_issues_at_most_1_15x_the_operations_of_a_plain_gpt_step(precisio
 @pytest.mark.skipif(not OPS_IN_GRAPH, reason="compiled transformer layers need torch >= 2.5")
 def test_the_compiled_checkpointed_layer_recomputes_every_gemm_but_the_second_fc():
     """The GEMMs of the backward graph inductor compiles for ``CompiledCheckpointed``: the backward's own (as without
-    checkpointing) plus the forward's, less one of the second FC's shape ([b*s, ffn] x [ffn, h])."""
+    checkpointing) plus the forward's, less one of the second FC's shape ([b*s, ffn] x [ffn, h]). The layer is the
+    one the step's anatomy times in its ``recompute`` section (bf16 autocast, at its rehearsal's toy size), so the
+    kernels are the rehearsal's too (tests/gpu_path/test_gpu_session.py), built once in this group."""
     from repro.training.recompute import CompiledCheckpointed
+    from repro.training.step_perf import TOY
 
-    x = torch.randn(BATCH, SEQ, CONFIG.hidden_size, requires_grad=True)
+    config = GPTConfig(vocab_size=TOY["vocab"], hidden_size=TOY["hidden"], num_layers=1,
+                       num_attention_heads=TOY["heads"], max_position_embeddings=TOY["seq"])
+    x = torch.randn(TOY["batch"], TOY["seq"], config.hidden_size, requires_grad=True)
     graphs = {}
     for checkpointed in (False, True):
         torch.manual_seed(0)
         tracker = RNGTracker(seed=7, tp_rank=0)
-        layer = TransformerLayer(CONFIG, group=CommGroup.single("tp"), causal=True, pre_norm=True,
+        layer = TransformerLayer(config, group=CommGroup.single("tp"), causal=True, pre_norm=True,
                                  rng_tracker=tracker)
         module = CompiledCheckpointed(layer) if checkpointed else layer
         module.compile()
         dynamo.reset()
-        with compiled_graphs() as seen:
-            module(x).square().sum().backward()
+        with compiled_graphs() as seen, torch.autocast("cpu", dtype=torch.bfloat16):
+            module(x).float().square().mean().backward()
         forward = [g for g in seen if not g["backward"]]
         backward = [g for g in seen if g["backward"]]
         assert len(forward) == len(backward) == 1, seen  # one graph each way: no break
         graphs[checkpointed] = (Counter(forward[0]["gemms"]), Counter(backward[0]["gemms"]))
     (forward, plain_backward), (_, backward) = graphs[False], graphs[True]
-    fc2 = ((BATCH * SEQ, CONFIG.ffn_size), (CONFIG.ffn_size, CONFIG.hidden_size))
+    tokens = TOY["batch"] * TOY["seq"]
+    fc2 = ((tokens, config.ffn_size), (config.ffn_size, config.hidden_size))
     assert forward[fc2] == 1
     recomputed = backward - plain_backward
     assert recomputed == forward - Counter([fc2]), f"recomputed {dict(recomputed)}; forward {dict(forward)}"
