@@ -10,7 +10,8 @@ first rank to fail exited with one of the suite's codes and every other failed r
 stopped by the agent (SIGTERM, SIGKILL), the held lines are dropped and the agent exits with that code; otherwise
 they are written out and the failure is raised as torchrun would. A signal that reaches the agent (torchrun raises
 ``SignalException`` once it has passed the signal to its ranks and stopped them) is one line and exit code 128 + N,
-never its traceback: :mod:`repro.dist.torchrun` turns it into 75 or 0 by what the ranks did.
+never its traceback, also when torch's own code raised another error over it (:func:`signal_behind`):
+:mod:`repro.dist.torchrun` turns it into 75 or 0 by what the ranks did.
 
 A job of one node that names no rendezvous (no ``--master-port``, ``--rdzv-endpoint`` or ``--standalone``) gets a
 port of its own, from the operating system, on every torch: recent torch does this itself (c10d at ``localhost:0``),
@@ -107,6 +108,22 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def signal_behind(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``err`` if it is a ``kind``, else the ``kind`` it was raised while handling (its ``__cause__`` or
+    ``__context__``, followed back), else None. torchrun raises ``SignalException`` from its signal handler, which
+    can run anywhere in the agent: inside torch's metrics ``timer`` wrapper, before that wrapper's ``start`` is set,
+    its ``finally`` turns it into an ``UnboundLocalError`` (seen with torch 2.4.1; the wrapper is the same in 2.13),
+    which is still a signal that reached the agent."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def own_rendezvous(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> list[str]:
     """``argv`` with ``--rdzv-backend c10d --rdzv-endpoint localhost:0 --rdzv-id <new>`` in front when it is a job of
     one node (``--nnodes`` 1 or 1:1) with torchrun's static rendezvous and no port, endpoint or ``PET_MASTER_PORT``:
@@ -149,16 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         held.release()
         sys.stderr = real
         raise
-    except SignalException as err:  # a signal reached the agent, which passed it to its ranks and stopped them
+    except BaseException as err:
+        signalled = signal_behind(err, SignalException)
+        if signalled is None:
+            held.release()
+            sys.stderr = real
+            raise
+        # a signal reached the agent, which passed it to its ranks and stopped them
         held.drop()  # its report of stopping them; the ranks said for themselves what they did
         sys.stderr = real
-        print(f"repro torchrun: torchrun's agent got {_signal_name(err.sigval)} and stopped its ranks", file=sys.stderr,
-              flush=True)
-        return 128 + int(err.sigval)
-    except BaseException:
-        held.release()
-        sys.stderr = real
-        raise
+        print(f"repro torchrun: torchrun's agent got {_signal_name(signalled.sigval)} and stopped its ranks",
+              file=sys.stderr, flush=True)
+        return 128 + int(signalled.sigval)
     held.release()
     return 0
 

@@ -3,8 +3,9 @@ arrives after (it used to exit 1 with torchrun's report, or 75). The rule that d
 also finished) as a table, and a real job of one rank, the agent polling its ranks every 2 s so that the late signal
 finds it between its ranks' exit and its own. The signal during training (passed on without torchrun's
 SignalException traceback, 75 after the ranks saved) is checked on a stop of tests/training/
-test_torchrun_preemption.py's training, which makes that very job. And the wrapper starts without torch: it reads
-from torch's source whether the agent takes ``--signals-to-handle``."""
+test_torchrun_preemption.py's training, which makes that very job; here, the same signal when torch's own code
+raises another error over it. And the wrapper starts without torch: it reads from torch's source whether the agent
+takes ``--signals-to-handle``."""
 
 from __future__ import annotations
 
@@ -112,3 +113,37 @@ def test_the_wrapper_starts_without_torch():
     assert set(repro.dist.__all__) <= set(dir(repro.dist))
     with pytest.raises(AttributeError, match="no_such_name"):
         repro.dist.no_such_name
+
+
+#: torchrun's agent, its run standing for ``torch.distributed.run``: a call through torch's metrics ``prof`` wrapper
+#: (as the agent's ``_monitor_workers`` is) in which the SIGTERM handler's ``SignalException`` comes from the
+#: wrapper's first line, ``start = time.time()``, so its ``finally`` raises ``UnboundLocalError`` over it
+SIGNAL_IN_TIMER = """
+import runpy, signal, sys, time
+import torch.distributed.elastic.metrics.api as metrics
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from repro.dist import torchrun_agent
+
+def signalled_clock():
+    time.time = clock
+    raise SignalException(f"Process 1 got signal: {signal.SIGTERM}", sigval=signal.SIGTERM)
+
+def run_module(*args, **kwargs):
+    time.time = signalled_clock
+    metrics.prof(lambda: None, group="torchelastic")()
+
+clock, runpy.run_module = time.time, run_module
+sys.exit(torchrun_agent.main(["--nproc-per-node", "1", "train.py"]))
+"""
+
+
+def test_a_signal_that_torch_turns_into_another_error_is_still_one_line():
+    """The agent's signal, whatever torch's code raised over it on the way out (seen once in the torch-floor job: an
+    ``UnboundLocalError`` from torch's metrics timer, and its traceback, on a SIGTERM to a wrapped job): one line
+    and 128 + 15, as for a plain ``SignalException``."""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_IN_TIMER], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.strip() == "repro torchrun: torchrun's agent got SIGTERM and stopped its ranks", proc.stderr
+    other = subprocess.run([sys.executable, "-c", SIGNAL_IN_TIMER.replace("raise SignalException(", "raise OSError(")
+                            .replace(", sigval=signal.SIGTERM)", ")")], capture_output=True, text=True, timeout=120)
+    assert other.returncode == 1 and "UnboundLocalError" in other.stderr  # any other error stays torch's to report
