@@ -94,7 +94,7 @@ SERIAL_GROUPS = {"slurm": "local-slurm"}
 SHARED_SCOPES = ("class", "module", "package")
 
 
-def _shares_fixtures(item) -> bool:
+def shares_fixtures(item) -> bool:
     """Whether the test uses a fixture built once for several tests of its file (a module's trained model, its
     command run once); a test that cannot tell (no fixture information) is taken to."""
     info = getattr(item, "_fixtureinfo", None)
@@ -119,7 +119,7 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("xdist_group") is not None:
             continue
         group = next((name for marker, name in SERIAL_GROUPS.items() if item.get_closest_marker(marker)), None)
-        if group is None and _shares_fixtures(item):
+        if group is None and shares_fixtures(item):
             group = item.nodeid.split("::")[0]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

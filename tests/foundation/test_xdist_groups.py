@@ -21,7 +21,7 @@ def built_once():
 
 def test_a_test_with_a_module_fixture_runs_in_its_files_group(request, built_once):
     """Under the README's command this test's id carries its file's group (the mark pytest-xdist reads)."""
-    assert conftest._shares_fixtures(request.node)
+    assert conftest.shares_fixtures(request.node)
     if not _under_loadgroup(request.config):
         pytest.skip("not run by pytest-xdist with --dist loadgroup")
     import xdist
@@ -33,6 +33,6 @@ def test_a_test_with_a_module_fixture_runs_in_its_files_group(request, built_onc
 
 
 def test_a_test_without_one_is_a_unit_of_its_own(request):
-    assert not conftest._shares_fixtures(request.node)
+    assert not conftest.shares_fixtures(request.node)
     if _under_loadgroup(request.config):
         assert "@" not in request.node.nodeid, request.node.nodeid
